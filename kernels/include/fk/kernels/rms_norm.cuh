@@ -1,0 +1,120 @@
+// RMSNorm and fused residual-add + RMSNorm, specialised on the hidden size (vLLM `rms_norm`
+// and `fused_add_rms_norm` semantics: statistics in fp32, residual stored in the model dtype).
+//
+// One block per row; each thread keeps its 16-byte vectors of the row in registers between
+// the reduction and the write, so every byte is read once and written once. All loads of a
+// thread are issued before the first use (kVecPerThread independent 16-byte loads in flight).
+#pragma once
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels {
+
+namespace detail {
+
+template <int kHidden, class T> struct RmsNormShape {
+  static constexpr int kVecElems = Vec16<T>::kN;
+  static_assert(kHidden % kVecElems == 0, "hidden size must be a multiple of 16 bytes");
+  static constexpr int kVecs = kHidden / kVecElems;
+  // Prefer 4 vectors per thread (enough bytes in flight), at most 1024 threads, whole warps.
+  static constexpr int kVecPerThread = kVecs >= 4096 ? kVecs / 1024 + (kVecs % 1024 != 0) : (kVecs >= 128 ? 4 : 1);
+  static constexpr int kThreadsRaw = (kVecs + kVecPerThread - 1) / kVecPerThread;
+  static constexpr int kThreads = ((kThreadsRaw + 31) / 32) * 32;
+};
+
+template <int kHidden, class T, bool kFusedAdd>
+__global__ void __launch_bounds__(RmsNormShape<kHidden, T>::kThreads)
+rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
+                T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight, float eps) {
+  using S = RmsNormShape<kHidden, T>;
+  constexpr int kN = S::kVecElems;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* xr = x + row * x_stride;
+  T* rr = kFusedAdd ? residual + row * res_stride : nullptr;
+
+  Vec16<T> v[S::kVecPerThread];
+  float sumsq = 0.f;
+#pragma unroll
+  for (int i = 0; i < S::kVecPerThread; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) {
+      v[i] = load16_stream(xr + vi * kN);
+    }
+  }
+  if constexpr (kFusedAdd) {
+    Vec16<T> r[S::kVecPerThread];
+#pragma unroll
+    for (int i = 0; i < S::kVecPerThread; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) r[i] = load16_stream(rr + vi * kN);
+    }
+#pragma unroll
+    for (int i = 0; i < S::kVecPerThread; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float z = to_float(v[i].v[j]) + to_float(r[i].v[j]);
+          sumsq += z * z;
+          v[i].v[j] = from_float<T>(z);  // residual is kept in the model dtype, as in vLLM
+        }
+        store16(rr + vi * kN, v[i]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < S::kVecPerThread; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float f = to_float(v[i].v[j]);
+          sumsq += f * f;
+        }
+      }
+    }
+  }
+  const float total = block_sum<S::kThreads>(sumsq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
+  T* orow = out + row * out_stride;
+#pragma unroll
+  for (int i = 0; i < S::kVecPerThread; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) {
+      const Vec16<T> w = load16(weight + vi * kN);
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        // vLLM rounds x * inv_rms to the model dtype before the weight multiply.
+        const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+        o.v[j] = from_float<T>(normed * to_float(w.v[j]));
+      }
+      store16(orow + vi * kN, o);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// out[r, :] = rmsnorm(x[r, :]) * weight for r < rows. Row strides in elements (16-byte aligned).
+template <int kHidden, class T>
+void rms_norm(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, int64_t rows, float eps,
+              cudaStream_t stream) {
+  if (rows == 0) return;
+  using S = detail::RmsNormShape<kHidden, T>;
+  detail::rms_norm_kernel<kHidden, T, false>
+      <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(out, out_stride, x, x_stride, nullptr, 0, weight, eps);
+}
+
+/// residual += x (rounded to T); x = rmsnorm(residual) * weight. In place, as vLLM's kernel.
+template <int kHidden, class T>
+void fused_add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t res_stride, const T* weight, int64_t rows,
+                        float eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  using S = detail::RmsNormShape<kHidden, T>;
+  detail::rms_norm_kernel<kHidden, T, true>
+      <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(x, x_stride, x, x_stride, residual, res_stride, weight, eps);
+}
+
+}  // namespace fk::kernels

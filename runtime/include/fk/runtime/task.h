@@ -1,0 +1,115 @@
+// The task interface every generated task implements, and the registry the runner reads.
+//
+// Note [Task protocol]
+// A task (one generated source) registers a TaskInfo: identity, level, production counterpart,
+// the architectures that use it, and its input registry (ShapeCase list). For one case the
+// runner asks `make` for a TaskInstance: the production-mirroring module with its weights and
+// `num_sets()` rotating input sets already allocated. The runner then
+//   checks:  randomize(seed of the round); for each set: prepare(set) (restores in-place inputs,
+//            poisons preallocated outputs), fingerprint inputs(set), run(set), compare with
+//            reference(set), fingerprint inputs(set) again;
+//   times:   run(set) with sets rotating and the L2 flushed before every timed call.
+// Allocations made while checking are poisoned (fk::set_poison_allocations), so an output that
+// `forward` allocates and a kernel leaves unwritten reads as NaN and fails.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fk/runtime/tensor.h"
+
+namespace fk {
+
+/// One entry of a task's input registry (decode or prefill), e.g. {"t256", "decode", {{"num_tokens", 256}}}.
+struct ShapeCase {
+  std::string name;
+  std::string regime;  ///< "decode" or "prefill"
+  std::vector<std::pair<std::string, int64_t>> dims;
+
+  /// Value of a dimension; throws naming the case when it is missing.
+  int64_t get(const std::string& key) const;
+  bool has(const std::string& key) const;
+};
+
+/// |actual - expected| <= atol + rtol * |expected| elementwise, and
+/// ||actual - expected||_2 / ||expected||_2 <= max_rel_l2; NaN/Inf never pass.
+struct Tolerance {
+  double atol = 0;
+  double rtol = 0;
+  double max_rel_l2 = 0;
+};
+/// Per-dtype defaults for elementwise outputs (bf16: rtol 1.6e-2, ...).
+Tolerance default_tolerance(DType d);
+
+/// An output to compare: `actual` in the task's dtype, `expected` in fp32 from the reference.
+struct CheckedOutput {
+  std::string name;
+  Tensor actual;
+  Tensor expected;
+  Tolerance tol;
+};
+
+/// FLOPs and the fewest bytes the task must move (each input read once, each output written once).
+struct Cost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+/// Thrown by TaskInfo::make when a case cannot run here (e.g. does not fit in memory).
+class SkipCase : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// One shape case of one task, materialised on the GPU (see Note [Task protocol]).
+class TaskInstance {
+ public:
+  virtual ~TaskInstance() = default;
+  virtual int num_sets() const = 0;
+  /// Fresh random weights and inputs for every set.
+  virtual void randomize(uint64_t seed) = 0;
+  /// Before a checked run: restore in-place inputs, poison preallocated outputs.
+  virtual void prepare(int set) { (void)set; }
+  /// The module call under test, on fk::current_stream().
+  virtual void run(int set) = 0;
+  /// Read-only inputs (weights included) that run(set) must leave unmodified.
+  virtual std::vector<Tensor> inputs(int set) = 0;
+  /// Computes the fp32 reference for `set` and pairs it with the outputs of the last run(set).
+  virtual std::vector<CheckedOutput> reference(int set) = 0;
+  virtual Cost cost() const = 0;
+};
+
+/// Static description of a task; what a generated source registers.
+struct TaskInfo {
+  std::string name;        ///< spells every inlined constant, e.g. rms_norm_h4096_eps1e-05_bf16
+  int level = 1;           ///< 1..4
+  std::string kind;        ///< template/task kind, e.g. rms_norm
+  std::string production;  ///< mirrored module, e.g. vllm.model_executor.layers.layernorm.RMSNorm
+  std::string source;      ///< generated source path, repository-relative
+  std::vector<std::string> archs;  ///< config ids (org/model) that use the task
+  std::vector<ShapeCase> cases;
+  bool memory_bound = true;  ///< report % of copy bandwidth (true) or % of matrix peak (false)
+  std::function<std::unique_ptr<TaskInstance>(const ShapeCase&)> make;
+};
+
+/// Adds a task; a second task with the same name is a hard error (names are identities).
+bool register_task(TaskInfo info);
+/// All registered tasks, sorted by name.
+std::vector<const TaskInfo*> all_tasks();
+
+/// While on, fk::empty poisons fresh memory with 0xFF bytes (NaN in every float dtype).
+void set_poison_allocations(bool on);
+bool poison_allocations();
+
+}  // namespace fk
+
+#define FK_TASK_CONCAT_(a, b) a##b
+#define FK_TASK_CONCAT(a, b) FK_TASK_CONCAT_(a, b)
+/// Registers a TaskInfo at static-initialisation time (generated sources are linked as objects).
+#define FK_REGISTER_TASK(info_expr) \
+  static const bool FK_TASK_CONCAT(fk_task_registered_, __LINE__) = ::fk::register_task(info_expr)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what FastKernels needs on a fresh Debian/Ubuntu machine, idempotently:
+#   Debian packages: cmake, g++, ninja, nlohmann-json3-dev, libcli11-dev, libkainjow-mustache-dev,
+#                    libgtest-dev, python3-pip (skipped when already installed or when not root);
+#   PyPI: the nvidia-cudnn-frontend wheel, whose C++ headers are unpacked into .deps/ (nothing of
+#         it is committed). The header-only packages are also mirrored into .deps/include so the
+#         tree can be carried to a machine without them (the GPU machine has no network).
+# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, cuDNN) is expected under /usr/local/cuda.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+deps="$root/.deps"
+CUDNN_FRONTEND_VERSION="${CUDNN_FRONTEND_VERSION:-1.32.0}"
+
+log() { printf '[setup] %s\n' "$*"; }
+
+pkgs=(cmake g++ ninja-build nlohmann-json3-dev libcli11-dev libkainjow-mustache-dev libgtest-dev python3-pip unzip git)
+if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    if [ "$(id -u)" = 0 ]; then
+      log "apt-get install ${missing[*]}"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+      log "missing Debian packages (run as root to install): ${missing[*]}"
+    fi
+  else
+    log "Debian packages present"
+  fi
+fi
+
+mkdir -p "$deps/include"
+# Mirror header-only packages (for carrying to machines without them).
+for d in /usr/include/CLI /usr/include/kainjow /usr/include/nlohmann; do
+  [ -d "$d" ] && [ ! -d "$deps/include/$(basename "$d")" ] && cp -r "$d" "$deps/include/"
+done
+
+fe="$deps/cudnn_frontend"
+if [ ! -f "$fe/include/cudnn_frontend.h" ] || [ "$(cat "$fe/VERSION" 2>/dev/null)" != "$CUDNN_FRONTEND_VERSION" ]; then
+  log "fetching nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION headers from PyPI"
+  tmp="$(mktemp -d)"
+  py=python3
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+      -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
+  rm -rf "$fe" && mkdir -p "$fe"
+  (cd "$fe" && unzip -q "$tmp"/nvidia_cudnn_frontend-*.whl 'include/*')
+  echo "$CUDNN_FRONTEND_VERSION" >"$fe/VERSION"
+  rm -rf "$tmp"
+else
+  log "cudnn-frontend $CUDNN_FRONTEND_VERSION headers present"
+fi
+log "done"
