@@ -82,6 +82,9 @@ class TaskInstance {
   /// Computes the fp32 reference for `set` and pairs it with the outputs of the last run(set).
   virtual std::vector<CheckedOutput> reference(int set) = 0;
   virtual Cost cost() const = 0;
+  /// Optional production-library peer timed beside the task in the same run (e.g. "cublas").
+  virtual std::string peer_name() const { return ""; }
+  virtual void run_peer(int set) { (void)set; }
 };
 
 /// Static description of a task; what a generated source registers.

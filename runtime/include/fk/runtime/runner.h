@@ -1,0 +1,46 @@
+// The benchmark runner: selects tasks and cases, checks each against its reference, times it,
+// and writes JSON lines + a markdown table + a closing `N passed, N failed` line.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "fk/runtime/task.h"
+#include "fk/runtime/timing.h"
+
+namespace fk {
+
+struct RunnerOptions {
+  std::string arch_regex;    ///< matched against each task's archs (any)
+  std::string task_regex;    ///< matched against the task name
+  std::string case_regex;    ///< matched against the case name
+  std::string regime;        ///< "", "decode" or "prefill"
+  int level = 0;             ///< 0 = all
+  int rounds = 3;            ///< correctness rounds, fresh inputs each
+  uint64_t seed = 20261122;
+  bool time = true;          ///< false: check only
+  bool graph = false;        ///< also time CUDA-graph replays for launch-bound cases
+  double graph_below_us = 50; ///< ... whose median is below this
+  std::string jsonl_path;    ///< results as JSON lines ("" = none)
+  std::string markdown_path; ///< markdown table ("" = none)
+  std::string command;       ///< the command line, recorded in the environment block
+  TimingOptions timing;
+};
+
+/// Exit codes of fk_bench (documented in --help).
+enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu = 3 };
+
+struct Selection {
+  const TaskInfo* task;
+  const ShapeCase* shape;
+};
+
+/// Tasks × cases that match the filters, in registry order (by task name, then case order).
+std::vector<Selection> select_cases(const RunnerOptions& opt);
+
+/// Checks and times every selected case; returns an ExitCode.
+int run_benchmark(const RunnerOptions& opt, std::ostream& log);
+
+}  // namespace fk

@@ -1,0 +1,109 @@
+// fk_bench: checks generated tasks against their references and times them on the GPU.
+//
+//   fk_bench --list                       tasks, levels, kinds, architectures (no GPU needed)
+//   fk_bench --dry-run [filters]          the task × case plan that would run (no GPU needed)
+//   fk_bench [filters] --jsonl r.jsonl --markdown r.md
+//   fk_bench --export-cases cases.json    selected tasks and cases as JSON (for the torch peers)
+//
+// Exit codes: 0 all selected cases passed; 1 a case failed (INCORRECT or RUNTIME_ERROR);
+// 2 usage error; 3 no CUDA device (for a run; --list and --dry-run work without one).
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fk/runtime/runner.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fk_bench: check and time FastKernels generated tasks against references and production baselines"};
+  app.footer(
+      "Exit codes: 0 all passed; 1 some case failed (INCORRECT/RUNTIME_ERROR); 2 usage error; 3 no CUDA device.");
+  fk::RunnerOptions opt;
+  bool list = false, dry_run = false, no_time = false;
+  std::string export_path;
+  app.add_option("--arch", opt.arch_regex, "regex over the architectures (config ids) that use a task");
+  app.add_option("--task", opt.task_regex, "regex over task names");
+  app.add_option("--case", opt.case_regex, "regex over case names (e.g. '^t(1|4096)$')");
+  app.add_option("--regime", opt.regime, "decode or prefill")->check(CLI::IsMember({"decode", "prefill"}));
+  app.add_option("--level", opt.level, "task level 1..4 (0 = all)")->check(CLI::Range(0, 4));
+  app.add_option("--rounds", opt.rounds, "correctness rounds with fresh inputs")->check(CLI::Range(1, 100));
+  app.add_option("--seed", opt.seed, "base seed for inputs and weights");
+  app.add_option("--jsonl", opt.jsonl_path, "write results as JSON lines here");
+  app.add_option("--markdown", opt.markdown_path, "write a markdown table here");
+  app.add_option("--max-iters", opt.timing.max_iters, "timed calls per case at most")->check(CLI::Range(1, 100000));
+  app.add_option("--target-ms", opt.timing.target_ms, "stop timing a case after this much measured time");
+  app.add_flag("--graph", opt.graph, "also time CUDA-graph replays for launch-bound cases (< 50 us)");
+  app.add_flag("--no-time", no_time, "check correctness only");
+  app.add_flag("--list", list, "list tasks and exit");
+  app.add_flag("--dry-run", dry_run, "print the selected task × case plan and exit");
+  app.add_option("--export-cases", export_path, "write the selected tasks and cases as JSON and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : fk::kExitUsage;
+  }
+  opt.time = !no_time;
+  {
+    std::ostringstream cmd;
+    for (int i = 0; i < argc; ++i) cmd << (i ? " " : "") << (i ? argv[i] : "fk_bench");
+    opt.command = cmd.str();
+  }
+  try {
+    for (const std::string* re : {&opt.arch_regex, &opt.task_regex, &opt.case_regex}) std::regex check(*re);
+  } catch (const std::regex_error& e) {
+    std::cerr << "fk_bench: invalid regular expression: " << e.what() << "\n";
+    return fk::kExitUsage;
+  }
+
+  if (list) {
+    const auto tasks = fk::all_tasks();
+    std::cout << "level  kind                           cases  task  [architectures]\n";
+    for (const fk::TaskInfo* t : tasks) {
+      if (opt.level && t->level != opt.level) continue;
+      if (!opt.task_regex.empty() && !std::regex_search(t->name, std::regex(opt.task_regex))) continue;
+      std::cout << "L" << t->level << "     " << t->kind << std::string(t->kind.size() < 31 ? 31 - t->kind.size() : 1, ' ')
+                << t->cases.size() << (t->cases.size() < 10 ? "      " : "     ") << t->name << "  [";
+      for (size_t i = 0; i < t->archs.size(); ++i) std::cout << (i ? ", " : "") << t->archs[i];
+      std::cout << "]\n";
+    }
+    std::cout << tasks.size() << " tasks\n";
+    return fk::kExitOk;
+  }
+  const auto sel = fk::select_cases(opt);
+  if (!export_path.empty()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& s : sel) {
+      nlohmann::json dims = nlohmann::json::object();
+      for (const auto& [k, v] : s.shape->dims) dims[k] = v;
+      out.push_back({{"task", s.task->name}, {"kind", s.task->kind}, {"level", s.task->level},
+                     {"case", s.shape->name}, {"regime", s.shape->regime}, {"dims", dims}});
+    }
+    std::ofstream f(export_path);
+    if (!f) {
+      std::cerr << "fk_bench: cannot write " << export_path << "\n";
+      return fk::kExitUsage;
+    }
+    f << out.dump(1) << "\n";
+    std::cout << "wrote " << sel.size() << " cases to " << export_path << "\n";
+    return fk::kExitOk;
+  }
+  if (dry_run) {
+    for (const auto& s : sel) {
+      std::cout << "L" << s.task->level << " " << s.task->name << " " << s.shape->name << " (" << s.shape->regime << ":";
+      for (const auto& [k, v] : s.shape->dims) std::cout << " " << k << "=" << v;
+      std::cout << ")\n";
+    }
+    std::cout << sel.size() << " cases selected (dry run: nothing executed)\n";
+    return fk::kExitOk;
+  }
+  try {
+    return fk::run_benchmark(opt, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "fk_bench: " << e.what() << "\n";
+    return fk::kExitFailed;
+  }
+}

@@ -1,0 +1,118 @@
+// Output comparison on the device: elementwise tolerance, relative L2 error, NaN/Inf counts.
+#include <cmath>
+#include <sstream>
+
+#include "fk/kernels/common.cuh"
+#include "fk/runtime/check.h"
+
+namespace fk {
+
+namespace {
+
+struct Stats {
+  unsigned long long mismatches;
+  unsigned long long nonfinite;
+  unsigned long long first_bad;  // min flat index (ULLONG_MAX when none)
+  double sq_err;
+  double sq_ref;
+  float max_abs;  // non-negative, compared as int bits
+};
+
+template <class A, class E>
+__global__ void compare_kernel(const A* a, const E* e, int64_t n, double atol, double rtol, Stats* st) {
+  unsigned long long mism = 0, nonf = 0, first = ~0ull;
+  double se = 0, sr = 0;
+  float mx = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double av = static_cast<double>(fk::kernels::to_float(a[i]));
+    const double ev = static_cast<double>(fk::kernels::to_float(e[i]));
+    const double d = fabs(av - ev);
+    const bool finite = isfinite(av);
+    if (!finite) ++nonf;
+    if (!finite || !(d <= atol + rtol * fabs(ev))) {
+      ++mism;
+      if (static_cast<unsigned long long>(i) < first) first = i;
+    }
+    if (finite) {
+      se += d * d;
+      mx = fmaxf(mx, static_cast<float>(d));
+    }
+    sr += ev * ev;
+  }
+  atomicAdd(&st->mismatches, mism);
+  atomicAdd(&st->nonfinite, nonf);
+  atomicMin(&st->first_bad, first);
+  atomicAdd(&st->sq_err, se);
+  atomicAdd(&st->sq_ref, sr);
+  atomicMax(reinterpret_cast<int*>(&st->max_abs), __float_as_int(mx));
+}
+
+template <class I>
+__global__ void compare_int_kernel(const I* a, const I* e, int64_t n, Stats* st) {
+  unsigned long long mism = 0, first = ~0ull;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (a[i] != e[i]) {
+      ++mism;
+      if (static_cast<unsigned long long>(i) < first) first = i;
+    }
+  }
+  atomicAdd(&st->mismatches, mism);
+  atomicMin(&st->first_bad, first);
+}
+
+}  // namespace
+
+// The float kernels read via to_float; provide it for the integer-free float types only.
+std::string CompareResult::summary() const {
+  std::ostringstream os;
+  os << (passed ? "ok" : "MISMATCH") << ": " << mismatches << "/" << numel << " outside tolerance, " << nonfinite
+     << " non-finite, max_abs_err " << max_abs_err << ", rel_l2 " << rel_l2;
+  if (first_bad >= 0) os << ", first bad element " << first_bad;
+  return os.str();
+}
+
+CompareResult compare(const Tensor& actual, const Tensor& expected, const Tolerance& tol) {
+  FK_CHECK(actual.sizes() == expected.sizes(), "compare: shape " + actual.str() + " vs reference " + expected.str());
+  FK_CHECK(actual.is_contiguous() && expected.is_contiguous(), "compare needs contiguous tensors");
+  CompareResult r;
+  r.numel = actual.numel();
+  cudaStream_t s = current_stream();
+  Stats* d = nullptr;
+  FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(Stats), s));
+  Stats init{0, 0, ~0ull, 0, 0, 0.f};
+  FK_CUDA_CHECK(cudaMemcpyAsync(d, &init, sizeof(Stats), cudaMemcpyHostToDevice, s));
+  const int64_t n = r.numel;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>((n + 255) / 256, 1), 2048));
+  const bool is_int = actual.dtype() == DType::kI32 || actual.dtype() == DType::kI64;
+  if (n > 0) {
+    if (is_int) {
+      FK_CHECK(expected.dtype() == actual.dtype(), "integer outputs are compared with a reference of the same dtype");
+      if (actual.dtype() == DType::kI32)
+        compare_int_kernel<<<grid, 256, 0, s>>>(actual.data<int32_t>(), expected.data<int32_t>(), n, d);
+      else
+        compare_int_kernel<<<grid, 256, 0, s>>>(actual.data<int64_t>(), expected.data<int64_t>(), n, d);
+    } else {
+      const float* e = expected.data<float>();
+      switch (actual.dtype()) {
+        case DType::kBF16: compare_kernel<<<grid, 256, 0, s>>>(actual.data<bf16>(), e, n, tol.atol, tol.rtol, d); break;
+        case DType::kF16: compare_kernel<<<grid, 256, 0, s>>>(actual.data<f16>(), e, n, tol.atol, tol.rtol, d); break;
+        case DType::kF32: compare_kernel<<<grid, 256, 0, s>>>(actual.data<float>(), e, n, tol.atol, tol.rtol, d); break;
+        default: FK_CHECK(false, "compare: unsupported dtype " + actual.str());
+      }
+    }
+    FK_CHECK_LAUNCH();
+  }
+  Stats h{};
+  FK_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(Stats), cudaMemcpyDeviceToHost, s));
+  FK_CUDA_CHECK(cudaFreeAsync(d, s));
+  FK_CUDA_CHECK(cudaStreamSynchronize(s));
+  r.mismatches = static_cast<int64_t>(h.mismatches);
+  r.nonfinite = static_cast<int64_t>(h.nonfinite);
+  r.first_bad = h.first_bad == ~0ull ? -1 : static_cast<int64_t>(h.first_bad);
+  r.max_abs_err = h.max_abs;
+  r.rel_l2 = h.sq_ref > 0 ? std::sqrt(h.sq_err / h.sq_ref) : std::sqrt(h.sq_err);
+  r.passed = r.mismatches == 0 && r.nonfinite == 0 && (is_int || r.rel_l2 <= tol.max_rel_l2);
+  return r;
+}
+
+}  // namespace fk

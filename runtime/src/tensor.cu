@@ -1,0 +1,157 @@
+// Tensor views and stream-ordered allocation (a memory pool that keeps freed blocks, so steady
+// state allocation costs no device synchronisation and no GPU time, like PyTorch's allocator).
+#include <atomic>
+#include <numeric>
+#include <sstream>
+
+#include "fk/runtime/task.h"
+#include "fk/runtime/tensor.h"
+
+namespace fk {
+
+namespace {
+thread_local cudaStream_t g_stream = nullptr;
+std::atomic<bool> g_poison{false};
+
+void setup_pool_once() {
+  static bool done = [] {
+    int dev = 0;
+    FK_CUDA_CHECK(cudaGetDevice(&dev));
+    cudaMemPool_t pool;
+    FK_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    uint64_t threshold = UINT64_MAX;  // keep freed memory in the pool
+    FK_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    return true;
+  }();
+  (void)done;
+}
+}  // namespace
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::kBF16: case DType::kF16: return 2;
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kF32: return "f32";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+  }
+  return "?";
+}
+
+Tensor::Tensor(std::shared_ptr<void> storage, void* data, DType dtype, Shape shape, Shape strides)
+    : storage_(std::move(storage)), data_(data), dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)) {}
+
+static Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size());
+  int64_t s = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+Tensor Tensor::from_blob(void* data, DType dtype, Shape shape) {
+  Shape st = contiguous_strides(shape);
+  return Tensor(nullptr, data, dtype, std::move(shape), std::move(st));
+}
+
+int64_t Tensor::size(int d) const {
+  const int n = dim();
+  if (d < 0) d += n;
+  FK_CHECK(d >= 0 && d < n, "dimension out of range for " + str());
+  return shape_[d];
+}
+
+int64_t Tensor::stride(int d) const {
+  const int n = dim();
+  if (d < 0) d += n;
+  FK_CHECK(d >= 0 && d < n, "dimension out of range for " + str());
+  return strides_[d];
+}
+
+int64_t Tensor::numel() const {
+  return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+Tensor Tensor::view(Shape shape) const {
+  FK_CHECK(is_contiguous(), "view() needs a contiguous tensor, got " + str());
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      FK_CHECK(infer < 0, "view(): more than one -1");
+      infer = static_cast<int>(i);
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) shape[infer] = known ? numel() / known : 0;
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  FK_CHECK(t.numel() == numel(), "view(): " + t.str() + " does not match " + str());
+  t.strides_ = contiguous_strides(t.shape_);
+  return t;
+}
+
+Tensor Tensor::narrow_last(int64_t start, int64_t len) const {
+  FK_CHECK(start >= 0 && len >= 0 && start + len <= size(-1), "narrow_last out of range for " + str());
+  Tensor t = *this;
+  t.data_ = static_cast<char*>(data_) + start * stride(-1) * static_cast<int64_t>(dtype_size(dtype_));
+  t.shape_.back() = len;
+  return t;
+}
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << dtype_name(dtype_) << "[";
+  for (size_t i = 0; i < shape_.size(); ++i) os << (i ? ", " : "") << shape_[i];
+  os << "]";
+  return os.str();
+}
+
+cudaStream_t current_stream() { return g_stream; }
+void set_current_stream(cudaStream_t s) { g_stream = s; }
+
+void set_poison_allocations(bool on) { g_poison = on; }
+bool poison_allocations() { return g_poison; }
+
+Tensor empty(Shape shape, DType dtype) {
+  for (int64_t d : shape) FK_CHECK(d >= 0, "negative dimension in empty()");
+  setup_pool_once();
+  Shape st = contiguous_strides(shape);
+  const size_t bytes = static_cast<size_t>(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>())) *
+                       dtype_size(dtype);
+  void* p = nullptr;
+  cudaStream_t s = current_stream();
+  if (bytes > 0) {
+    FK_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
+    if (g_poison) FK_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, s));
+  }
+  std::shared_ptr<void> storage(p, [s](void* q) {
+    if (q) cudaFreeAsync(q, s);  // errors at teardown cannot be reported usefully
+  });
+  return Tensor(std::move(storage), p, dtype, std::move(shape), std::move(st));
+}
+
+void copy_(Tensor& dst, const Tensor& src) {
+  FK_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype(), "copy_: " + dst.str() + " <- " + src.str());
+  FK_CHECK(dst.is_contiguous() && src.is_contiguous(), "copy_ needs contiguous tensors");
+  if (dst.nbytes() == 0) return;
+  FK_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, current_stream()));
+}
+
+}  // namespace fk
