@@ -27,8 +27,14 @@ message(STATUS "FastKernels: ${_fk_count} generated task sources from generated/
 
 # Object library: every task registers itself at static-initialisation time, so its object file
 # must be linked whole into the runner and the GPU tests.
-add_library(fk_generated OBJECT ${FK_GENERATED_SOURCES})
-target_link_libraries(fk_generated PUBLIC fk_runtime)
+# FK_GENERATED_OBJECTS is what executables add to their sources (empty when nothing is generated).
+if(FK_GENERATED_SOURCES)
+  add_library(fk_generated OBJECT ${FK_GENERATED_SOURCES})
+  target_link_libraries(fk_generated PUBLIC fk_runtime)
+  set(FK_GENERATED_OBJECTS $<TARGET_OBJECTS:fk_generated>)
+else()
+  set(FK_GENERATED_OBJECTS "")
+endif()
 
-add_executable(fk_bench ${CMAKE_SOURCE_DIR}/runtime/runner/main.cc $<TARGET_OBJECTS:fk_generated>)
+add_executable(fk_bench ${CMAKE_SOURCE_DIR}/runtime/runner/main.cc ${FK_GENERATED_OBJECTS})
 target_link_libraries(fk_bench PRIVATE fk_runtime CLI11::CLI11)
