@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Merges fk_bench results with the torch peers of the same run and checks the targets.
+
+    python3 bench/report.py results.jsonl peers.jsonl --out report.md
+
+Targets (issue #2): memory-bound L1 tasks >= 90% of the copy bandwidth measured in the same run
+at >= 4096 tokens and at least as fast as torch.compile at every token count; GEMMs >= 0.97x
+cuBLAS at every shape and the small-M path >= 1.15x cuBLAS at M=1; attention prefill >= 0.95x
+the fastest torch SDPA backend at 4K and 8K tokens; decode attention reported as % of HBM
+bandwidth (the copy bandwidth of the run).
+"""
+import argparse
+import json
+import sys
+
+MEMORY_KINDS = {"rms_norm", "fused_add_rms_norm", "qk_norm", "rotary_embedding", "silu_and_mul",
+                "vocab_parallel_embedding", "store_kvcache"}
+GEMM_KINDS = {"qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "parallel_lm_head"}
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("peers", nargs="?")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    rows = load(a.results)
+    env = next((r for r in rows if r.get("type") == "env"), {})
+    cases = [r for r in rows if r.get("type") == "case"]
+    peers = {}
+    peer_env = {}
+    if a.peers:
+        try:
+            for p in load(a.peers):
+                if p.get("type") == "peer_env":
+                    peer_env = p
+                elif p.get("type") == "peer" and "median_us" in p:
+                    peers.setdefault((p["task"], p["case"]), {})[p["peer"]] = p["median_us"]
+        except FileNotFoundError:
+            pass
+    copy = env.get("copy_tbps", 0)
+    out = []
+    out.append("# FastKernels L1 benchmark report\n")
+    out.append(f"- device: {env.get('gpu')} (driver {env.get('driver_version', '?')}, CUDA runtime {env.get('cuda_runtime')})")
+    out.append(f"- date: {env.get('date')}; commit: {env.get('commit')}")
+    out.append(f"- command: `{env.get('command')}`")
+    out.append(f"- copy bandwidth measured in this run: {copy:.3f} TB/s (read + write, 1 GiB device-to-device)")
+    if peer_env:
+        out.append(f"- peers: torch {peer_env.get('torch')}, cuDNN {peer_env.get('cudnn')} on {peer_env.get('gpu')}")
+    out.append(f"- method: {env.get('method', {}).get('statistic')}; clocks before {env.get('clocks_before')}\n")
+
+    passed = sum(1 for c in cases if c["status"] == "PASSED")
+    failed = sum(1 for c in cases if c["status"] in ("INCORRECT", "RUNTIME_ERROR"))
+    skipped = sum(1 for c in cases if c["status"] == "SKIPPED")
+    out.append(f"Correctness: {passed} passed, {failed} failed, {skipped} skipped (of {len(cases)} cases).\n")
+    misses = []
+
+    def us(c):
+        return c.get("time_us", {}).get("median")
+
+    out.append("## Memory-bound tasks\n")
+    out.append("| task | case | fk us | TB/s | % copy | eager us | compile us | vs compile |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for c in cases:
+        if c["kind"] not in MEMORY_KINDS or us(c) is None:
+            continue
+        p = peers.get((c["task"], c["case"]), {})
+        e, k = p.get("torch_eager"), p.get("torch_compile")
+        ratio = (k / us(c)) if k else None
+        out.append(f"| {c['task']} | {c['case']} | {us(c):.2f} | {c['tbps']:.3f} | {c['pct_copy_bw']:.1f} | "
+                   f"{e and f'{e:.2f}' or '-'} | {k and f'{k:.2f}' or '-'} | {ratio and f'{ratio:.2f}x' or '-'} |")
+        t = c["dims"].get("num_tokens", 0)
+        if t >= 4096 and c["pct_copy_bw"] < 90:
+            misses.append(f"{c['task']} {c['case']}: {c['pct_copy_bw']:.1f}% of copy bandwidth (target 90%)")
+        if ratio is not None and ratio < 1.0:
+            misses.append(f"{c['task']} {c['case']}: {ratio:.2f}x torch.compile (target >= 1.0x)")
+
+    out.append("\n## GEMMs (peer: cuBLAS in the same process; torch F.linear)\n")
+    out.append("| task | case | fk us | TFLOP/s | TB/s | cuBLAS us | vs cuBLAS | torch us |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for c in cases:
+        if c["kind"] not in GEMM_KINDS or us(c) is None:
+            continue
+        peer = c.get("peer", {})
+        sp = peer.get("speedup")
+        tl = peers.get((c["task"], c["case"]), {}).get("torch_linear_cublas")
+        out.append(f"| {c['task']} | {c['case']} | {us(c):.2f} | {c['tflops']:.1f} | {c['tbps']:.3f} | "
+                   f"{peer.get('median_us', 0):.2f} | {sp and f'{sp:.3f}x' or '-'} | {tl and f'{tl:.2f}' or '-'} |")
+        m = c["dims"].get("num_tokens", 0)
+        if sp is not None and sp < 0.97:
+            misses.append(f"{c['task']} {c['case']}: {sp:.3f}x cuBLAS (target >= 0.97x)")
+        if m == 1 and sp is not None and sp < 1.15:
+            misses.append(f"{c['task']} {c['case']}: {sp:.3f}x cuBLAS at M=1 (target >= 1.15x)")
+
+    out.append("\n## Attention\n")
+    out.append("| task | case | fk us | TFLOP/s | TB/s | % copy | best SDPA | SDPA us | vs best |")
+    out.append("|---|---|---:|---:|---:|---:|---|---:|---:|")
+    for c in cases:
+        if not c["kind"].startswith("flash_attn") or us(c) is None:
+            continue
+        p = peers.get((c["task"], c["case"]), {})
+        best = min(p.items(), key=lambda kv: kv[1]) if p else None
+        ratio = best[1] / us(c) if best else None
+        out.append(f"| {c['task']} | {c['case']} | {us(c):.2f} | {c['tflops']:.1f} | {c['tbps']:.3f} | "
+                   f"{100 * c['tbps'] / copy if copy else 0:.1f} | {best[0] if best else '-'} | "
+                   f"{best[1] if best else 0:.2f} | {ratio and f'{ratio:.3f}x' or '-'} |")
+        if c["kind"] == "flash_attn_prefill" and c["case"] in ("b1_s4096", "b1_s8192") and ratio is not None and ratio < 0.95:
+            misses.append(f"{c['task']} {c['case']}: {ratio:.3f}x the fastest SDPA backend (target >= 0.95x)")
+
+    out.append("\n## Targets missed\n")
+    out.extend(f"- {m}" for m in misses) if misses else out.append("- none")
+    out.append(f"\n{passed} passed, {failed} failed")
+    open(a.out, "w").write("\n".join(out) + "\n")
+    print("\n".join(out[-len(misses) - 3:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
