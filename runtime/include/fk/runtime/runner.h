@@ -40,6 +40,15 @@ struct Selection {
 /// Tasks × cases that match the filters, in registry order (by task name, then case order).
 std::vector<Selection> select_cases(const RunnerOptions& opt);
 
+/// Outcome of checking one case (no timing): status PASSED, INCORRECT, RUNTIME_ERROR or SKIPPED.
+struct CheckOutcome {
+  std::string status;
+  std::string message;
+};
+
+/// Runs the correctness protocol of Note [Task protocol] for one case on the current stream.
+CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int rounds, uint64_t seed);
+
 /// Checks and times every selected case; returns an ExitCode.
 int run_benchmark(const RunnerOptions& opt, std::ostream& log);
 

@@ -1,0 +1,73 @@
+// Harness and forward glue for the `vocab_parallel_embedding` task kind: mirrors
+// vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding at tensor-parallel
+// size 1 (forward(input_ [T] i64) -> [T, H]).
+// Cfg (generated): num_embeddings, embedding_dim, scalar_t.
+#pragma once
+
+#include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
+#include "fk/kernels/vocab_parallel_embedding.cuh"
+#include "fk/tasks/harness.h"
+
+namespace fk::tasks {
+
+/// VocabParallelEmbedding.forward(input_): weight[input_] (a new tensor [..., H]).
+template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor& weight) {
+  using T = typename Cfg::scalar_t;
+  FK_CHECK(input_.dtype() == DType::kI64 && input_.is_contiguous(), "VocabParallelEmbedding input_ " + input_.str());
+  FK_CHECK(weight.dim() == 2 && weight.size(0) == Cfg::num_embeddings && weight.size(1) == Cfg::embedding_dim &&
+               weight.is_contiguous(),
+           "VocabParallelEmbedding weight " + weight.str());
+  Shape out_shape = input_.sizes();
+  out_shape.push_back(Cfg::embedding_dim);
+  Tensor out = empty(out_shape, weight.dtype());
+  fk::kernels::vocab_parallel_embedding<Cfg::embedding_dim, T>(out.data<T>(), Cfg::embedding_dim,
+                                                              input_.data<int64_t>(), weight.data<T>(),
+                                                              Cfg::num_embeddings, input_.numel(), current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+/// One case of a vocab_parallel_embedding task. Case dims: num_tokens. Token ids uniform in
+/// [0, num_embeddings); one weight shared by all sets.
+template <class Module, class Cfg> class EmbeddingInstance final : public TaskInstance {
+ public:
+  explicit EmbeddingInstance(const ShapeCase& c)
+      : tokens_(c.get("num_tokens")),
+        module_((require_device_memory(double(Cfg::num_embeddings) * Cfg::embedding_dim * sizeof(T), "embedding weight"),
+                 Cfg::num_embeddings),
+                Cfg::embedding_dim) {
+    const double set_bytes = double(tokens_) * (Cfg::embedding_dim * sizeof(T) + sizeof(int64_t));
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(set_bytes * n, "embedding inputs");
+    for (int s = 0; s < n; ++s) ids_.push_back(empty({tokens_}, DType::kI64));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(ids_.size()); }
+  void randomize(uint64_t seed) override {
+    fill_normal(module_.weight, mix_seed(seed, 0));
+    for (int s = 0; s < num_sets(); ++s) fill_randint(ids_[s], mix_seed(seed, 1 + s), 0, Cfg::num_embeddings);
+  }
+  void run(int s) override { out_[s] = module_.forward(ids_[s]); }
+  std::vector<Tensor> inputs(int s) override { return {module_.weight, ids_[s]}; }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor ref = empty({tokens_, Cfg::embedding_dim}, DType::kF32);
+    fk::kernels::reference::vocab_parallel_embedding_ref<T>(ref.data<float>(), ids_[s].data<int64_t>(),
+                                                            module_.weight.template data<T>(), Cfg::num_embeddings,
+                                                            tokens_, Cfg::embedding_dim, current_stream());
+    FK_CHECK_LAUNCH();
+    return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
+  }
+  Cost cost() const override {
+    // Read one weight row per token (ids are almost all distinct) and the ids; write the rows.
+    const double row = double(Cfg::embedding_dim) * sizeof(T);
+    return {0.0, tokens_ * (2 * row + sizeof(int64_t))};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  std::vector<Tensor> ids_, out_;
+};
+
+}  // namespace fk::tasks

@@ -1,0 +1,236 @@
+// Harness and forward glue for the `rotary_embedding` task kind, which mirrors
+// vllm.model_executor.layers.rotary_embedding.RotaryEmbedding and its scaled variants
+// (Llama3RotaryEmbedding, LinearScalingRotaryEmbedding, YaRNScalingRotaryEmbedding).
+// Cfg (generated): head_size, rotary_dim, max_position, base, is_neox_style, num_heads,
+// num_kv_heads, scaling_type, scaling_factor, low_freq_factor, high_freq_factor,
+// original_max_position, beta_fast, beta_slow, scalar_t.
+//
+// Note [cos_sin_cache]
+// Built on the host in the module constructor the way vLLM's _compute_cos_sin_cache does it
+// (inv_freq and the angles t * inv_freq in fp32, as torch computes them; cos/sin of that fp32
+// angle), kept in fp32 on the device: [rows, rotary_dim], cos in the first rotary_dim/2
+// columns, sin in the last. rows = max_position, except, as in vLLM, linear scaling
+// (max_position * factor) and YaRN (original_max_position * factor, cos/sin times mscale).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "fk/kernels/reference/rotary_embedding_ref.cuh"
+#include "fk/kernels/rotary_embedding.cuh"
+#include "fk/tasks/harness.h"
+
+namespace fk::tasks {
+
+enum class RopeScaling { kNone, kLlama3, kLinear, kYarn };
+
+/// Everything the cos/sin cache depends on (see Note [cos_sin_cache]).
+struct RopeParams {
+  int64_t rotary_dim = 0;
+  int64_t max_position = 0;
+  double base = 10000;
+  RopeScaling scaling = RopeScaling::kNone;
+  double factor = 1;
+  double low_freq_factor = 0, high_freq_factor = 0;  // llama3
+  int64_t original_max_position = 0;                 // llama3, yarn
+  double beta_fast = 32, beta_slow = 1;              // yarn
+};
+
+template <class Cfg> RopeParams rope_params(int64_t rotary_dim, int64_t max_position, double base) {
+  RopeParams p;
+  p.rotary_dim = rotary_dim;
+  p.max_position = max_position;
+  p.base = base;
+  p.scaling = Cfg::scaling_type;
+  p.factor = Cfg::scaling_factor;
+  p.low_freq_factor = Cfg::low_freq_factor;
+  p.high_freq_factor = Cfg::high_freq_factor;
+  p.original_max_position = Cfg::original_max_position;
+  p.beta_fast = Cfg::beta_fast;
+  p.beta_slow = Cfg::beta_slow;
+  return p;
+}
+
+/// Rows of the cache vLLM builds for these parameters.
+inline int64_t cos_sin_cache_rows(const RopeParams& p) {
+  switch (p.scaling) {
+    case RopeScaling::kLinear: return static_cast<int64_t>(static_cast<double>(p.max_position) * p.factor);
+    case RopeScaling::kYarn: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
+    default: return p.max_position;
+  }
+}
+
+/// Host copy of the cache, row-major [cos_sin_cache_rows(p), rotary_dim].
+inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
+  const int64_t half = p.rotary_dim / 2;
+  FK_CHECK(p.rotary_dim > 0 && p.rotary_dim % 2 == 0, "rotary_dim must be positive and even");
+  const float kPi = 3.14159265358979323846f;
+  // inv_freq = 1 / base ** (arange(0, rot, 2) / rot), in fp32 as torch computes it.
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
+    inv_freq[i] = 1.0f / std::pow(static_cast<float>(p.base), expo);
+  }
+  float mscale = 1.0f;
+  float t_scale = 1.0f;  // t = arange(rows) / t_scale
+  switch (p.scaling) {
+    case RopeScaling::kNone: break;
+    case RopeScaling::kLinear: t_scale = static_cast<float>(p.factor); break;
+    case RopeScaling::kLlama3: {
+      const float factor = static_cast<float>(p.factor);
+      const float lff = static_cast<float>(p.low_freq_factor), hff = static_cast<float>(p.high_freq_factor);
+      const float omp = static_cast<float>(p.original_max_position);
+      const float low_freq_wavelen = omp / lff, high_freq_wavelen = omp / hff;
+      for (auto& f : inv_freq) {
+        const float wave_len = 2 * kPi / f;
+        const float smooth = lff != hff ? (omp / wave_len - lff) / (hff - lff) : 0.f;
+        if (wave_len < high_freq_wavelen) {
+          // unchanged
+        } else if (wave_len > low_freq_wavelen) {
+          f = f / factor;
+        } else {
+          f = (1 - smooth) * f / factor + smooth * f;
+        }
+      }
+      break;
+    }
+    case RopeScaling::kYarn: {
+      const double dim = static_cast<double>(p.rotary_dim);
+      auto correction_dim = [&](double num_rotations) {
+        return dim * std::log(static_cast<double>(p.original_max_position) / (num_rotations * 2 * 3.14159265358979323846)) /
+               (2 * std::log(p.base));
+      };
+      const double low = std::max(std::floor(correction_dim(p.beta_fast)), 0.0);
+      double high = std::min(std::ceil(correction_dim(p.beta_slow)), dim - 1);
+      if (low == high) high += 0.001;
+      const float factor = static_cast<float>(p.factor);
+      for (int64_t i = 0; i < half; ++i) {
+        const float pos_freq = std::pow(static_cast<float>(p.base), static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim));
+        const float extrap = 1.0f / pos_freq, interp = 1.0f / (factor * pos_freq);
+        float ramp = (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low);
+        ramp = std::min(std::max(ramp, 0.f), 1.f);
+        const float mask = 1.0f - ramp;  // extrapolation_factor = 1
+        inv_freq[i] = interp * (1 - mask) + extrap * mask;
+      }
+      mscale = p.factor <= 1 ? 1.0f : static_cast<float>(0.1 * std::log(p.factor) + 1.0);  // attn_factor = 1
+      break;
+    }
+  }
+  const int64_t rows = cos_sin_cache_rows(p);
+  std::vector<float> cache(static_cast<size_t>(rows * p.rotary_dim));
+  for (int64_t t = 0; t < rows; ++t) {
+    const float tf = p.scaling == RopeScaling::kLinear ? static_cast<float>(t) / t_scale : static_cast<float>(t);
+    float* row = cache.data() + t * p.rotary_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(tf * inv_freq[i]);  // fp32 product, as torch
+      row[i] = static_cast<float>(std::cos(angle)) * mscale;
+      row[half + i] = static_cast<float>(std::sin(angle)) * mscale;
+    }
+  }
+  return cache;
+}
+
+/// The module's cos_sin_cache buffer (fp32, on the device).
+inline Tensor compute_cos_sin_cache(const RopeParams& p) {
+  return to_device(compute_cos_sin_cache_host(p), {cos_sin_cache_rows(p), p.rotary_dim});
+}
+
+namespace detail {
+/// Row stride of a [T, H*D] or [T, H, D] view whose per-token heads are contiguous.
+inline int64_t token_stride(const Tensor& t, int64_t row_elems, const char* what) {
+  FK_CHECK(t.dim() >= 2 && t.stride(-1) == 1, std::string(what) + " " + t.str());
+  if (t.dim() == 3) FK_CHECK(t.stride(1) == t.size(2), std::string(what) + ": heads must be contiguous, " + t.str());
+  FK_CHECK(t.numel() % row_elems == 0 && t.size(-1) * (t.dim() == 3 ? t.size(1) : 1) == row_elems,
+           std::string(what) + " has the wrong row size: " + t.str());
+  return t.stride(0);
+}
+}  // namespace detail
+
+/// RotaryEmbedding.forward(positions, query, key): rotates query [T, Hq*D] and key [T, Hkv*D]
+/// in place (one launch) and returns them.
+template <class Cfg>
+std::tuple<Tensor, Tensor> rotary_embedding_forward(const Tensor& positions, Tensor& query, Tensor& key,
+                                                   const Tensor& cos_sin_cache) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t D = Cfg::head_size;
+  const int64_t qs = detail::token_stride(query, Cfg::num_heads * D, "RotaryEmbedding query");
+  const int64_t ks = detail::token_stride(key, Cfg::num_kv_heads * D, "RotaryEmbedding key");
+  const int64_t tokens = positions.numel();
+  FK_CHECK(query.size(0) == tokens && key.size(0) == tokens, "positions " + positions.str() + " vs query " + query.str());
+  FK_CHECK(cos_sin_cache.dtype() == DType::kF32 && cos_sin_cache.size(-1) == Cfg::rotary_dim,
+           "cos_sin_cache " + cos_sin_cache.str());
+  fk::kernels::rotary_embedding<T, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style, Cfg::num_heads,
+                                Cfg::num_kv_heads>(positions.data<int64_t>(), query.data<T>(), qs, key.data<T>(), ks,
+                                                   cos_sin_cache.data<float>(), tokens, current_stream());
+  FK_CHECK_LAUNCH();
+  return {query, key};
+}
+
+/// One case of a rotary_embedding task. Case dims: num_tokens. query and key are column views
+/// of one qkv tensor [T, (Hq + 2 Hkv) * D], as after vLLM's qkv.split (strided rows).
+template <class Module, class Cfg> class RotaryEmbeddingInstance final : public TaskInstance {
+ public:
+  explicit RotaryEmbeddingInstance(const ShapeCase& c)
+      : tokens_(c.get("num_tokens")),
+        module_(Cfg::head_size, Cfg::rotary_dim, Cfg::max_position, Cfg::base, Cfg::is_neox_style) {
+    const double set_bytes = double(tokens_) * (kWidth * sizeof(T) * 2 + sizeof(int64_t));
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(set_bytes * n, "rotary_embedding inputs");
+    for (int s = 0; s < n; ++s) {
+      qkv_.push_back(empty({tokens_, kWidth}, dtype_of<T>));
+      qkv0_.push_back(empty({tokens_, kWidth}, dtype_of<T>));
+      pos_.push_back(empty({tokens_}, DType::kI64));
+      query_.push_back(qkv_.back().narrow_last(0, Cfg::num_heads * Cfg::head_size));
+      key_.push_back(qkv_.back().narrow_last(Cfg::num_heads * Cfg::head_size, Cfg::num_kv_heads * Cfg::head_size));
+    }
+  }
+  int num_sets() const override { return static_cast<int>(qkv_.size()); }
+  void randomize(uint64_t seed) override {
+    const int64_t max_pos = std::min<int64_t>(Cfg::max_position, module_.cos_sin_cache.size(0));
+    for (int s = 0; s < num_sets(); ++s) {
+      fill_normal(qkv0_[s], mix_seed(seed, 2 * s));
+      fill_randint(pos_[s], mix_seed(seed, 2 * s + 1), 0, max_pos);
+      copy_(qkv_[s], qkv0_[s]);
+    }
+  }
+  void prepare(int s) override { copy_(qkv_[s], qkv0_[s]); }  // in place: restore q and k
+  void run(int s) override { module_.forward(pos_[s], query_[s], key_[s]); }
+  std::vector<Tensor> inputs(int s) override { return {module_.cos_sin_cache, pos_[s], qkv0_[s]}; }
+  std::vector<CheckedOutput> reference(int s) override {
+    namespace ref = fk::kernels::reference;
+    // Expected qkv: v (and any non-rotary columns) unchanged, q and k rotated.
+    Tensor expected = empty({tokens_, kWidth}, DType::kF32);
+    const T* x0 = qkv0_[s].data<T>();
+    float* e = expected.data<float>();
+    ref::copy_to_f32<T>(e, kWidth, x0, kWidth, tokens_, static_cast<int>(kWidth), current_stream());
+    ref::rotary_embedding_ref<T>(e, kWidth, x0, kWidth, pos_[s].data<int64_t>(), module_.cos_sin_cache.data<float>(),
+                                 tokens_, Cfg::num_heads, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style,
+                                 current_stream());
+    const int64_t koff = Cfg::num_heads * Cfg::head_size;
+    ref::rotary_embedding_ref<T>(e + koff, kWidth, x0 + koff, kWidth, pos_[s].data<int64_t>(),
+                                 module_.cos_sin_cache.data<float>(), tokens_, Cfg::num_kv_heads, Cfg::head_size,
+                                 Cfg::rotary_dim, Cfg::is_neox_style, current_stream());
+    FK_CHECK_LAUNCH();
+    return {{"qkv (query, key rotated in place)", qkv_[s], expected, default_tolerance(dtype_of<T>)}};
+  }
+  Cost cost() const override {
+    // Read and write the rotary part of every q and k head; read the positions and (at most)
+    // one cache row per token.
+    const double rot_elems = double(tokens_) * (Cfg::num_heads + Cfg::num_kv_heads) * Cfg::rotary_dim;
+    const double rows = std::min<double>(double(tokens_), double(cos_sin_cache_rows(
+                                                              rope_params<Cfg>(Cfg::rotary_dim, Cfg::max_position, Cfg::base))));
+    const double bytes = rot_elems * sizeof(T) * 2 + tokens_ * sizeof(int64_t) + rows * Cfg::rotary_dim * sizeof(float);
+    return {rot_elems * 3, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  static constexpr int64_t kWidth = (Cfg::num_heads + 2 * Cfg::num_kv_heads) * Cfg::head_size;
+  int64_t tokens_;
+  Module module_;
+  std::vector<Tensor> qkv_, qkv0_, pos_, query_, key_;
+};
+
+}  // namespace fk::tasks

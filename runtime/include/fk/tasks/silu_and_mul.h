@@ -1,0 +1,62 @@
+// Harness and forward glue for the `silu_and_mul` task kind: mirrors
+// vllm.model_executor.layers.activation.SiluAndMul (forward(x [T, 2I]) -> [T, I]).
+// Cfg (generated): intermediate_size, scalar_t.
+#pragma once
+
+#include "fk/kernels/reference/silu_and_mul_ref.cuh"
+#include "fk/kernels/silu_and_mul.cuh"
+#include "fk/tasks/harness.h"
+
+namespace fk::tasks {
+
+/// SiluAndMul.forward(x): silu(x[..., :I]) * x[..., I:] (a new tensor).
+template <class Cfg> Tensor silu_and_mul_forward(const Tensor& x) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t I = Cfg::intermediate_size;
+  FK_CHECK(x.size(-1) == 2 * I && x.stride(-1) == 1 && (x.dim() == 2 || x.is_contiguous()), "SiluAndMul input " + x.str());
+  const int64_t rows = x.numel() / (2 * I);
+  Shape out_shape = x.sizes();
+  out_shape.back() = I;
+  Tensor out = empty(out_shape, x.dtype());
+  fk::kernels::silu_and_mul<T, I>(out.data<T>(), I, x.data<T>(), x.dim() == 2 ? x.stride(0) : 2 * I, rows,
+                                  current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+/// One case of a silu_and_mul task. Case dims: num_tokens.
+template <class Module, class Cfg> class SiluAndMulInstance final : public TaskInstance {
+ public:
+  explicit SiluAndMulInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")) {
+    const double set_bytes = double(tokens_) * Cfg::intermediate_size * 3 * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(set_bytes * n, "silu_and_mul inputs");
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, 2 * Cfg::intermediate_size}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+  }
+  void run(int s) override { out_[s] = module_.forward(x_[s]); }
+  std::vector<Tensor> inputs(int s) override { return {x_[s]}; }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor ref = empty({tokens_, Cfg::intermediate_size}, DType::kF32);
+    fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
+                                                Cfg::intermediate_size, current_stream());
+    FK_CHECK_LAUNCH();
+    return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
+  }
+  Cost cost() const override {
+    const double elems = double(tokens_) * Cfg::intermediate_size;
+    return {elems * 5, elems * 3 * sizeof(T)};  // read gate and up, write out
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  std::vector<Tensor> x_, out_;
+};
+
+}  // namespace fk::tasks
