@@ -23,7 +23,9 @@ if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
     if [ "$(id -u)" = 0 ]; then
       log "apt-get install ${missing[*]}"
       export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null
+      if ! { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; }; then
+        log "apt-get could not install ${missing[*]} (offline?); continuing with what is present and .deps/"
+      fi
     else
       log "missing Debian packages (run as root to install): ${missing[*]}"
     fi
@@ -43,6 +45,7 @@ if [ ! -f "$fe/include/cudnn_frontend.h" ] || [ "$(cat "$fe/VERSION" 2>/dev/null
   log "fetching nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION headers from PyPI"
   tmp="$(mktemp -d)"
   py=python3
+  python3 -m pip --version >/dev/null 2>&1 || { log "error: pip is needed to fetch nvidia-cudnn-frontend"; exit 1; }
   "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
       -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
