@@ -1,0 +1,54 @@
+// The dedupe pass: op instances of every model -> tasks named by their constants
+// (Note [Task naming]). Equal names merge (archs, configs and input cases are unioned); the same
+// name with different content is a hard error.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fk/gen/lower.h"
+
+namespace fk::gen {
+
+/// One task: one generated source.
+struct Task {
+  std::string name;
+  std::string kind;
+  std::string template_name;
+  int level = 1;
+  std::string production;
+  std::string source;  ///< generated/L<level>/<name>.cu
+  std::string dtype;   ///< torch_dtype
+  /// Kind-specific placeholders (name -> C++ text), the task's content besides its identity.
+  std::vector<std::pair<std::string, std::string>> placeholders;
+  std::vector<ShapeCase> cases;  ///< union over configs, in registry order (Note [Case registry])
+  std::set<std::string> archs;        ///< config ids
+  std::set<std::string> configs;      ///< config files
+  std::set<std::string> descriptors;  ///< descriptor files
+};
+
+/// Which task each op of one model became.
+struct ModelTasks {
+  std::string id;
+  std::string file;
+  std::string model_type;
+  std::string descriptor_file;
+  std::vector<std::pair<std::string, std::string>> ops;  ///< (op name, task name), forward order
+  std::set<std::string> tasks;
+};
+
+struct TaskSet {
+  std::map<std::string, Task> tasks;  ///< by name
+  std::vector<ModelTasks> models;     ///< sorted by id
+};
+
+/// The repository-relative source path of a task.
+std::string task_source(int level, const std::string& name);
+
+/// Builds the task set; a name clash with different content is reported to `diag`.
+TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag);
+
+}  // namespace fk::gen

@@ -1,0 +1,91 @@
+// Family descriptors: data files under generator/descriptors/ (format: docs/descriptors.md).
+// Loaded once into an immutable Descriptor by a strict loader that rejects unknown keys, unknown
+// kinds, kind parameters left unbound and names no expression can resolve.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fk/gen/diag.h"
+#include "fk/gen/expr.h"
+
+namespace fk::gen {
+
+/// How a family uses one config field (`fields` in the descriptor).
+struct FieldUse {
+  std::string field;     ///< canonical name from the field table
+  bool required = false;
+  Expr default_value;    ///< used when absent (ignored when required)
+};
+
+/// A value the family derives (`constants`), or a check it imposes (`checks`).
+struct Check {
+  std::string field;     ///< the config field the message points at
+  Expr require;          ///< must evaluate to true
+  std::string expected;  ///< what the message says was expected
+};
+
+/// One op of the forward pass: `blk.<i>.<op>` inside the layer loop, `<op>` outside.
+struct OpStep {
+  std::string op;
+  std::string kind;
+  std::optional<Expr> when;          ///< `if`: the op exists only where true
+  std::map<std::string, Expr> bind;  ///< kind parameter -> expression
+  std::string json_path;             ///< for messages, e.g. $.forward[1].ops[3]
+};
+
+/// Either a single op or the per-layer loop (`repeat`), in forward-pass order.
+struct ForwardItem {
+  std::optional<OpStep> op;
+  std::optional<Expr> repeat;        ///< number of layers
+  std::vector<OpStep> layer_ops;     ///< with the variable `layer` bound to 0..repeat-1
+};
+
+/// One model_type the family covers.
+struct ModelTypeEntry {
+  std::string model_type;
+  std::vector<std::string> architectures;
+  std::map<std::string, Expr> constants;  ///< overrides of the family's constants
+};
+
+/// An immutable family descriptor.
+struct Descriptor {
+  std::string file;    ///< repository-relative, e.g. generator/descriptors/llama.json
+  std::string family;
+  std::string doc;
+  std::map<std::string, ModelTypeEntry> model_types;
+  std::map<std::string, FieldUse> fields;
+  std::set<std::string> ignored_keys;
+  std::map<std::string, Expr> constants;
+  std::vector<Check> checks;
+  std::vector<ForwardItem> forward;
+};
+
+/// Names that `rope_scaling` exposes to expressions when a family consumes it:
+/// rope_scaling.type ("none"|"llama3"|"linear"|"yarn"), rope_scaling.factor, ... (0 when unused).
+const std::vector<std::string>& rope_scaling_names();
+
+/// Loads one descriptor; appends problems to `diag`; nullptr when it cannot be used.
+std::shared_ptr<const Descriptor> load_descriptor(const std::string& file, const std::string& text, Diagnostics& diag);
+
+/// All loaded descriptors, indexed by model_type and architecture.
+class DescriptorSet {
+ public:
+  /// Adds `d`; a model_type claimed by two descriptors is an error.
+  void add(std::shared_ptr<const Descriptor> d, Diagnostics& diag);
+  const Descriptor* by_model_type(const std::string& model_type) const;
+  const Descriptor* by_architecture(const std::string& arch, std::string* model_type) const;
+  /// Sorted model types, for messages.
+  std::vector<std::string> model_types() const;
+  const std::vector<std::shared_ptr<const Descriptor>>& all() const { return all_; }
+
+ private:
+  std::vector<std::shared_ptr<const Descriptor>> all_;
+  std::map<std::string, const Descriptor*> by_type_;
+};
+
+}  // namespace fk::gen

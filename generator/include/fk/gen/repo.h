@@ -1,0 +1,37 @@
+// Reading the repository: root discovery, config and descriptor discovery, template loading.
+// Read-only; writing is the write pass's job.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fk/gen/descriptor.h"
+#include "fk/gen/emit.h"
+
+namespace fk::gen {
+
+/// The nearest directory at or above `start` holding both hf_configs/ and generator/descriptors/.
+std::optional<std::filesystem::path> find_root(const std::filesystem::path& start);
+
+/// The bytes of a file; nullopt when it cannot be read.
+std::optional<std::string> read_text(const std::filesystem::path& p);
+
+/// One config file of the repository.
+struct ConfigFile {
+  std::string id;    ///< org/model
+  std::string file;  ///< repository-relative: hf_configs/<org>/<model>/config.json
+  std::string text;
+};
+
+/// hf_configs/*/*/config.json under `root`, sorted by id. Unreadable files are I/O errors.
+std::vector<ConfigFile> discover_configs(const std::filesystem::path& root, Diagnostics& diag);
+
+/// generator/descriptors/*.json under `root`, loaded in name order.
+DescriptorSet load_descriptors(const std::filesystem::path& root, Diagnostics& diag);
+
+/// Loads templates from root/<path>.
+TemplateLoader disk_templates(const std::filesystem::path& root);
+
+}  // namespace fk::gen

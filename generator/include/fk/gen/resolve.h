@@ -1,0 +1,32 @@
+// The resolve pass: ParsedConfig + descriptors -> ResolvedConfig (family chosen, unknown keys
+// rejected against the family, defaults applied, derived constants computed, checks enforced).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "fk/gen/config.h"
+#include "fk/gen/descriptor.h"
+
+namespace fk::gen {
+
+/// Everything lowering needs about one architecture; immutable once built.
+struct ResolvedConfig {
+  std::string id;          ///< org/model, e.g. meta-llama/Llama-3.1-8B-Instruct
+  std::string file;        ///< display path of the config
+  std::string model_type;
+  const Descriptor* descriptor = nullptr;  ///< owned by the DescriptorSet, which outlives this
+  std::string dtype;       ///< torch_dtype: bfloat16 | float16 | float32
+  /// Every name expressions may use: the family's fields (value or default), rope_scaling.*,
+  /// and its constants (model-type overrides applied).
+  std::map<std::string, Value> values;
+  /// Where each value came from: a JSON path ($.text_config.n_head), "default" or "constant".
+  std::map<std::string, std::string> origin;
+};
+
+/// Resolves `cfg` (whose id is `id`); appends problems to `diag`; nullopt when unusable.
+std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
+                                      Diagnostics& diag);
+
+}  // namespace fk::gen

@@ -1,0 +1,76 @@
+// The field table (Note [Field table] in fk/gen/config.h): the one alias table.
+#include <algorithm>
+
+#include "fk/gen/config.h"
+
+namespace fk::gen {
+
+const std::vector<FieldSpec>& field_table() {
+  static const std::vector<FieldSpec> table = [] {
+    std::vector<FieldSpec> t = {
+        {"architectures", FieldType::kStringList, {}, "HF model classes, e.g. LlamaForCausalLM"},
+        {"attention_bias", FieldType::kBool, {}, "q/k/v/o projections carry a bias"},
+        {"head_dim", FieldType::kIntOrNull, {}, "per-head dimension (null: derived)"},
+        {"hidden_act", FieldType::kString, {"hidden_activation"}, "MLP activation"},
+        {"hidden_size", FieldType::kPosInt, {"n_embd", "d_model"}, "model width"},
+        {"intermediate_size", FieldType::kPosInt, {"n_inner", "ffn_dim", "ffn_hidden_size"}, "MLP width"},
+        {"max_position_embeddings", FieldType::kPosInt, {"n_positions"}, "longest position"},
+        {"max_window_layers", FieldType::kNonNegInt, {}, "layers below this use sliding-window attention (qwen2)"},
+        {"mlp_bias", FieldType::kBool, {}, "MLP projections carry a bias"},
+        {"model_type", FieldType::kString, {}, "HF model type, selects the descriptor"},
+        {"moe_intermediate_size", FieldType::kPosInt, {}, "expert MLP width"},
+        {"num_attention_heads", FieldType::kPosInt, {"n_head", "num_heads", "n_heads"}, "query heads"},
+        {"num_experts", FieldType::kPosInt, {"num_local_experts", "n_routed_experts"}, "routed experts"},
+        {"num_experts_per_tok", FieldType::kPosInt, {"moe_topk"}, "experts per token"},
+        {"num_hidden_layers", FieldType::kPosInt, {"n_layer", "num_layers", "n_layers"}, "decoder layers"},
+        {"num_key_value_heads", FieldType::kPosInt, {"num_kv_heads", "n_head_kv", "n_kv_heads"}, "key/value heads (GQA)"},
+        {"rms_norm_eps", FieldType::kPosNumber, {"norm_eps"}, "RMSNorm epsilon"},
+        {"rope_scaling", FieldType::kRopeScaling, {}, "RoPE scaling (llama3, linear, yarn) or null"},
+        {"rope_theta", FieldType::kPosNumber, {"rotary_emb_base", "rope_base"}, "RoPE base"},
+        {"sliding_window", FieldType::kIntOrNull, {}, "sliding-window size or null"},
+        {"tie_word_embeddings", FieldType::kBool, {}, "lm_head shares the embedding weight"},
+        {"torch_dtype", FieldType::kDType, {"dtype"}, "parameter dtype"},
+        {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
+        {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
+    };
+    std::sort(t.begin(), t.end(), [](const FieldSpec& a, const FieldSpec& b) { return a.name < b.name; });
+    return t;
+  }();
+  return table;
+}
+
+const FieldSpec* find_field(const std::string& key) {
+  for (const auto& f : field_table()) {
+    if (f.name == key) return &f;
+    for (const auto& a : f.aliases)
+      if (a == key) return &f;
+  }
+  return nullptr;
+}
+
+std::string expected_text(FieldType t) {
+  switch (t) {
+    case FieldType::kPosInt: return "positive integer";
+    case FieldType::kNonNegInt: return "non-negative integer";
+    case FieldType::kIntOrNull: return "positive integer or null";
+    case FieldType::kPosNumber: return "positive number";
+    case FieldType::kBool: return "boolean";
+    case FieldType::kString: return "string";
+    case FieldType::kStringList: return "array of strings";
+    case FieldType::kDType: return "one of \"bfloat16\", \"float16\", \"float32\"";
+    case FieldType::kRopeScaling: return "object or null";
+  }
+  return "?";
+}
+
+const std::map<std::string, std::vector<std::string>>& rope_scaling_keys() {
+  static const std::map<std::string, std::vector<std::string>> keys = {
+      {"default", {}},
+      {"linear", {"factor"}},
+      {"llama3", {"factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"}},
+      {"yarn", {"beta_fast", "beta_slow", "factor", "original_max_position_embeddings"}},
+  };
+  return keys;
+}
+
+}  // namespace fk::gen

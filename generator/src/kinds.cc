@@ -1,0 +1,369 @@
+// The task-kind table (Note [Task naming], Note [Case registry] in fk/gen/kinds.h).
+// Mirrors docs/task-kinds.md; change both together.
+#include "fk/gen/kinds.h"
+
+#include <algorithm>
+#include <set>
+
+#include "fk/gen/diag.h"
+#include "fk/gen/format.h"
+
+namespace fk::gen {
+
+const char* param_type_name(ParamType t) {
+  switch (t) {
+    case ParamType::kInt: return "integer";
+    case ParamType::kFloat: return "number";
+    case ParamType::kBool: return "boolean";
+    case ParamType::kString: return "string";
+  }
+  return "?";
+}
+
+std::string dtype_suffix(const std::string& d) {
+  if (d == "bfloat16") return "bf16";
+  if (d == "float16") return "f16";
+  if (d == "float32") return "f32";
+  throw GenError{"unknown dtype " + json_quote(d)};
+}
+
+std::string dtype_scalar_t(const std::string& d) {
+  if (d == "bfloat16") return "fk::bf16";
+  if (d == "float16") return "fk::f16";
+  if (d == "float32") return "float";
+  throw GenError{"unknown dtype " + json_quote(d)};
+}
+
+std::string case_initializer(const ShapeCase& c) {
+  std::string s = "{" + cpp_string_literal(c.name) + ", " + cpp_string_literal(c.regime) + ", {";
+  for (size_t i = 0; i < c.dims.size(); ++i) {
+    if (i) s += ", ";
+    s += "{" + cpp_string_literal(c.dims[i].first) + ", " + std::to_string(c.dims[i].second) + "}";
+  }
+  return s + "}}";
+}
+
+namespace {
+
+// Accessors: lower has already checked every parameter's presence and type.
+int64_t I(const Params& p, const char* k) { return std::get<int64_t>(p.at(k)); }
+double F(const Params& p, const char* k) { return std::get<double>(p.at(k)); }
+bool B(const Params& p, const char* k) { return std::get<bool>(p.at(k)); }
+const std::string& S(const Params& p, const char* k) { return std::get<std::string>(p.at(k)); }
+
+std::string i2s(int64_t x) { return std::to_string(x); }
+std::string b2s(bool b) { return b ? "true" : "false"; }
+std::string nf(double x) { return name_double(x); }
+std::string cf(double x) { return canonical_double(x); }
+
+// --- case registries (docs/task-kinds.md) ---------------------------------------------------
+std::vector<ShapeCase> token_cases(bool decode_only) {
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t t : {1, 8, 32, 64, 256}) out.push_back({"t" + i2s(t), "decode", {{"num_tokens", t}}, {k++}});
+  if (!decode_only)
+    for (int64_t t : {1024, 4096, 16384}) out.push_back({"t" + i2s(t), "prefill", {{"num_tokens", t}}, {k++}});
+  return out;
+}
+
+std::vector<ShapeCase> prefill_attn_cases(int64_t max_position) {
+  const std::pair<int64_t, int64_t> registry[] = {{1, 1024}, {1, 4096}, {1, 8192}, {1, 16384}, {4, 2048}, {16, 1024}};
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (auto [b, s] : registry) {
+    if (s <= max_position)
+      out.push_back({"b" + i2s(b) + "_s" + i2s(s), "prefill", {{"batch", b}, {"seq_len", s}}, {k}});
+    ++k;
+  }
+  return out;
+}
+
+std::vector<ShapeCase> decode_attn_cases(int64_t max_position) {
+  std::set<std::pair<int64_t, int64_t>> keep;  // ordered by batch, then kv_len; deduplicated
+  for (int64_t b : {1, 8, 32, 64})
+    for (int64_t l : {int64_t{1024}, int64_t{8192}, int64_t{32768}, max_position})
+      if (l <= max_position && b * l <= 1048576) keep.insert({b, l});
+  std::vector<ShapeCase> out;
+  for (auto [b, l] : keep)
+    out.push_back({"b" + i2s(b) + "_kv" + i2s(l), "decode", {{"batch", b}, {"kv_len", l}}, {b, l}});
+  return out;
+}
+
+using PH = std::vector<std::pair<std::string, std::string>>;
+
+std::string bias_word(bool b) { return b ? "bias" : "nobias"; }
+
+KindSpec rms_norm_kind(bool fused) {
+  KindSpec k;
+  k.kind = fused ? "fused_add_rms_norm" : "rms_norm";
+  k.template_name = "rms_norm";
+  k.params = {{"hidden_size", ParamType::kInt}, {"eps", ParamType::kFloat}};
+  std::string prefix = k.kind;
+  k.name = [prefix](const Params& p, const std::string& dt) {
+    return prefix + "_h" + i2s(I(p, "hidden_size")) + "_eps" + nf(F(p, "eps")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.layernorm.RMSNorm"; };
+  k.placeholders = [fused](const Params& p) {
+    return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"eps", cf(F(p, "eps"))}, {"fused_add", b2s(fused)}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec qk_norm_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "qk_norm";
+  k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}, {"eps", ParamType::kFloat}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "qk_norm_hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) +
+           "_eps" + nf(F(p, "eps")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm"; };
+  k.placeholders = [](const Params& p) {
+    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
+              {"head_dim", i2s(I(p, "head_dim"))}, {"eps", cf(F(p, "eps"))}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec rotary_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "rotary_embedding";
+  k.params = {{"head_size", ParamType::kInt},         {"rotary_dim", ParamType::kInt},
+              {"max_position", ParamType::kInt},      {"base", ParamType::kFloat},
+              {"is_neox_style", ParamType::kBool},    {"num_heads", ParamType::kInt},
+              {"num_kv_heads", ParamType::kInt},      {"scaling_type", ParamType::kString},
+              {"scaling_factor", ParamType::kFloat},  {"low_freq_factor", ParamType::kFloat},
+              {"high_freq_factor", ParamType::kFloat}, {"original_max_position", ParamType::kInt},
+              {"beta_fast", ParamType::kFloat},       {"beta_slow", ParamType::kFloat}};
+  k.name = [](const Params& p, const std::string& dt) {
+    const std::string& st = S(p, "scaling_type");
+    std::string scaling;
+    if (st == "none") scaling = "none";
+    else if (st == "llama3")
+      scaling = "llama3_f" + nf(F(p, "scaling_factor")) + "_lf" + nf(F(p, "low_freq_factor")) + "_hf" +
+                nf(F(p, "high_freq_factor")) + "_omp" + i2s(I(p, "original_max_position"));
+    else if (st == "linear") scaling = "linear_f" + nf(F(p, "scaling_factor"));
+    else if (st == "yarn")
+      scaling = "yarn_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
+                nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
+    else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn)"};
+    return "rotary_embedding_d" + i2s(I(p, "head_size")) + "_rot" + i2s(I(p, "rotary_dim")) + "_pos" +
+           i2s(I(p, "max_position")) + "_base" + nf(F(p, "base")) + "_" + scaling + "_" +
+           (B(p, "is_neox_style") ? "neox" : "gptj") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
+           i2s(I(p, "num_kv_heads")) + "_" + dt;
+  };
+  k.production = [](const Params& p) {
+    static const std::map<std::string, std::string> cls = {{"none", "RotaryEmbedding"},
+                                                           {"llama3", "Llama3RotaryEmbedding"},
+                                                           {"linear", "LinearScalingRotaryEmbedding"},
+                                                           {"yarn", "YaRNScalingRotaryEmbedding"}};
+    return "vllm.model_executor.layers.rotary_embedding." + cls.at(S(p, "scaling_type"));
+  };
+  k.placeholders = [](const Params& p) {
+    static const std::map<std::string, std::string> enum_name = {
+        {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"}};
+    return PH{{"head_size", i2s(I(p, "head_size"))},
+              {"rotary_dim", i2s(I(p, "rotary_dim"))},
+              {"max_position", i2s(I(p, "max_position"))},
+              {"base", cf(F(p, "base"))},
+              {"is_neox_style", b2s(B(p, "is_neox_style"))},
+              {"num_heads", i2s(I(p, "num_heads"))},
+              {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
+              {"scaling_type", "fk::tasks::RopeScaling::" + enum_name.at(S(p, "scaling_type"))},
+              {"scaling_factor", cf(F(p, "scaling_factor"))},
+              {"low_freq_factor", cf(F(p, "low_freq_factor"))},
+              {"high_freq_factor", cf(F(p, "high_freq_factor"))},
+              {"original_max_position", i2s(I(p, "original_max_position"))},
+              {"beta_fast", cf(F(p, "beta_fast"))},
+              {"beta_slow", cf(F(p, "beta_slow"))}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec silu_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "silu_and_mul";
+  k.params = {{"intermediate_size", ParamType::kInt}};
+  k.name = [](const Params& p, const std::string& dt) { return "silu_and_mul_i" + i2s(I(p, "intermediate_size")) + "_" + dt; };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.activation.SiluAndMul"; };
+  k.placeholders = [](const Params& p) { return PH{{"intermediate_size", i2s(I(p, "intermediate_size"))}}; };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec embedding_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "vocab_parallel_embedding";
+  k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "vocab_parallel_embedding_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding"; };
+  k.placeholders = [](const Params& p) {
+    return PH{{"num_embeddings", i2s(I(p, "num_embeddings"))}, {"embedding_dim", i2s(I(p, "embedding_dim"))}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+// The four linear kinds share templates/linear.cu.mustache; see docs/task-kinds.md "Linear layers".
+PH linear_placeholders(const std::string& cls, const std::string& ctor_params, const std::string& ctor_check,
+                       int64_t in, int64_t out, bool has_bias, bool returns_bias) {
+  return PH{{"class_name", cls}, {"ctor_params", ctor_params}, {"ctor_check", ctor_check},
+            {"in_features", i2s(in)}, {"out_features", i2s(out)}, {"has_bias", b2s(has_bias)},
+            {"returns_bias", b2s(returns_bias)}};
+}
+
+KindSpec qkv_kind() {
+  KindSpec k;
+  k.kind = "qkv_parallel_linear";
+  k.template_name = "linear";
+  k.params = {{"hidden_size", ParamType::kInt}, {"head_size", ParamType::kInt}, {"num_heads", ParamType::kInt},
+              {"num_kv_heads", ParamType::kInt}, {"bias", ParamType::kBool}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "qkv_parallel_linear_h" + i2s(I(p, "hidden_size")) + "_d" + i2s(I(p, "head_size")) + "_hq" +
+           i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_" + bias_word(B(p, "bias")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.QKVParallelLinear"; };
+  k.placeholders = [](const Params& p) {
+    int64_t h = I(p, "hidden_size"), d = I(p, "head_size"), hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads");
+    bool bias = B(p, "bias");
+    return linear_placeholders(
+        "QKVParallelLinear",
+        "int64_t hidden_size, int64_t head_size, int64_t total_num_heads, int64_t total_num_kv_heads, bool bias",
+        "hidden_size == " + i2s(h) + " && head_size == " + i2s(d) + " && total_num_heads == " + i2s(hq) +
+            " && total_num_kv_heads == " + i2s(hkv) + " && bias == " + b2s(bias),
+        h, (hq + 2 * hkv) * d, bias, true);
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec merged_kind() {
+  KindSpec k;
+  k.kind = "merged_column_parallel_linear";
+  k.template_name = "linear";
+  k.params = {{"input_size", ParamType::kInt}, {"n0", ParamType::kInt}, {"n1", ParamType::kInt}, {"bias", ParamType::kBool}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "merged_column_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "n0")) + "_" + i2s(I(p, "n1")) +
+           "_" + bias_word(B(p, "bias")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.MergedColumnParallelLinear"; };
+  k.placeholders = [](const Params& p) {
+    int64_t in = I(p, "input_size"), n0 = I(p, "n0"), n1 = I(p, "n1");
+    bool bias = B(p, "bias");
+    return linear_placeholders("MergedColumnParallelLinear",
+                               "int64_t input_size, std::vector<int64_t> output_sizes, bool bias",
+                               "input_size == " + i2s(in) + " && output_sizes == std::vector<int64_t>{" + i2s(n0) + ", " +
+                                   i2s(n1) + "} && bias == " + b2s(bias),
+                               in, n0 + n1, bias, true);
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec row_kind() {
+  KindSpec k;
+  k.kind = "row_parallel_linear";
+  k.template_name = "linear";
+  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "row_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
+           bias_word(B(p, "bias")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.RowParallelLinear"; };
+  k.placeholders = [](const Params& p) {
+    int64_t in = I(p, "input_size"), out = I(p, "output_size");
+    bool bias = B(p, "bias");
+    return linear_placeholders("RowParallelLinear", "int64_t input_size, int64_t output_size, bool bias",
+                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
+                               in, out, bias, true);
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec lm_head_kind() {
+  KindSpec k;
+  k.kind = "parallel_lm_head";
+  k.template_name = "linear";
+  k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "parallel_lm_head_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead"; };
+  k.placeholders = [](const Params& p) {
+    int64_t v = I(p, "num_embeddings"), h = I(p, "embedding_dim");
+    return linear_placeholders("ParallelLMHead", "int64_t num_embeddings, int64_t embedding_dim",
+                               "num_embeddings == " + i2s(v) + " && embedding_dim == " + i2s(h), h, v, false, false);
+  };
+  k.cases = [](const Params&) { return token_cases(true); };
+  return k;
+}
+
+KindSpec attn_kind(bool prefill) {
+  KindSpec k;
+  k.kind = k.template_name = prefill ? "flash_attn_prefill" : "flash_attn_decode";
+  k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
+              {"softmax_scale", ParamType::kFloat}, {"max_position", ParamType::kInt, /*is_constant=*/false}};
+  k.name = [prefill](const Params& p, const std::string& dt) {
+    return std::string(prefill ? "flash_attn_prefill" : "flash_attn_decode") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
+           i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal_" : "_") + dt;
+  };
+  k.production = [prefill](const Params&) {
+    return std::string(prefill ? "vllm.vllm_flash_attn.flash_attn_varlen_func" : "vllm.vllm_flash_attn.flash_attn_with_kvcache");
+  };
+  k.placeholders = [](const Params& p) {
+    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
+              {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
+  };
+  k.cases = [prefill](const Params& p) {
+    return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
+  };
+  return k;
+}
+
+KindSpec store_kvcache_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "store_kvcache";
+  k.params = {{"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "store_kvcache_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm._custom_ops.reshape_and_cache_flash"; };
+  k.placeholders = [](const Params& p) {
+    return PH{{"num_kv_heads", i2s(I(p, "num_kv_heads"))}, {"head_dim", i2s(I(p, "head_dim"))}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+const std::map<std::string, KindSpec>& kind_table() {
+  static const std::map<std::string, KindSpec> table = [] {
+    std::map<std::string, KindSpec> t;
+    for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), qk_norm_kind(), rotary_kind(), silu_kind(),
+                       embedding_kind(), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
+                       attn_kind(false), store_kvcache_kind()})
+      t.emplace(k.kind, k);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+const KindSpec* find_kind(const std::string& kind) {
+  auto it = kind_table().find(kind);
+  return it == kind_table().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> kind_names() {
+  std::vector<std::string> out;
+  for (const auto& [k, _] : kind_table()) out.push_back(k);
+  return out;
+}
+
+}  // namespace fk::gen

@@ -1,0 +1,239 @@
+// `fastkernels`: the generator's command line (parse, list, add, generate).
+// All work happens in fk_generator_lib; this file maps verbs to passes and results to exit codes.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <regex>
+
+#include <CLI/CLI.hpp>
+
+#include "fk/gen/format.h"
+#include "fk/gen/pipeline.h"
+#include "fk/gen/write.h"
+
+namespace fs = std::filesystem;
+using namespace fk::gen;
+
+namespace {
+
+enum Exit { kOk = 0, kInvalid = 1, kUsage = 2, kStale = 3, kIo = 4 };
+
+const char* kExitCodes =
+    "Exit codes:\n"
+    "  0  success\n"
+    "  1  invalid input (config, descriptor, template, or a name clash); every problem is listed\n"
+    "  2  usage error (bad command line)\n"
+    "  3  `generate --check`: generated/ is out of date (stale, missing or extra files listed)\n"
+    "  4  I/O error (a file could not be read, written or removed)";
+
+int report(const Diagnostics& diag) {
+  for (const auto& e : diag.errors()) std::cerr << e << "\n";
+  std::cerr << "fastkernels: " << diag.errors().size() << " error(s)\n";
+  return diag.io_failed() ? kIo : kInvalid;
+}
+
+std::optional<fs::path> root_or_complain(const std::string& opt) {
+  if (!opt.empty()) {
+    fs::path r = fs::absolute(opt);
+    if (!fs::is_directory(r / "hf_configs") || !fs::is_directory(r / "generator" / "descriptors")) {
+      std::cerr << "fastkernels: --root " << opt << ": expected a directory holding hf_configs/ and generator/descriptors/\n";
+      return std::nullopt;
+    }
+    return r;
+  }
+  auto r = find_root(fs::current_path());
+  if (!r) std::cerr << "fastkernels: no directory holding hf_configs/ and generator/descriptors/ at or above the current directory; pass --root\n";
+  return r;
+}
+
+// Repository-relative spelling of `p` when it lies under `root`, else `p` as given.
+std::string display_path(const fs::path& root, const std::string& p) {
+  std::error_code ec;
+  fs::path abs = fs::weakly_canonical(fs::absolute(p), ec);
+  fs::path rel = abs.lexically_relative(fs::weakly_canonical(root, ec));
+  if (!rel.empty() && rel.native().rfind("..", 0) != 0) return rel.generic_string();
+  return p;
+}
+
+int cmd_parse(const fs::path& root, const std::string& path) {
+  auto text = read_text(path);
+  if (!text) {
+    std::cerr << path << ": cannot read\n";
+    return kIo;
+  }
+  std::string file = display_path(root, path);
+  std::string id = "(unnamed)";
+  std::smatch m;
+  static const std::regex hub("hf_configs/([^/]+)/([^/]+)/config\\.json");
+  if (std::regex_match(file, m, hub)) id = m[1].str() + "/" + m[2].str();
+  Diagnostics diag;
+  Generation g = run_pipeline(root, {ConfigFile{id, file, *text}}, /*emit_outputs=*/false, diag);
+  if (!diag.ok()) return report(diag);
+  const ResolvedConfig& r = g.resolved.at(0);
+  if (id == "(unnamed)") {
+    auto p = parse_config(file, *text, diag);
+    if (p && !p->name_or_path.empty()) id = p->name_or_path;
+  }
+  std::cout << "config      " << file << "\n"
+            << "id          " << id << "\n"
+            << "model_type  " << r.model_type << "\n"
+            << "family      " << r.descriptor->family << " (" << r.descriptor->file << ")\n"
+            << "dtype       " << r.dtype << "\n"
+            << "values (name = value  [origin]):\n";
+  for (const auto& [name, v] : r.values)
+    std::cout << "  " << name << " = " << value_to_display(v) << "  [" << r.origin.at(name) << "]\n";
+  const ModelTasks& mt = g.tasks.models.at(0);
+  std::cout << "ops: " << mt.ops.size() << ", tasks: " << mt.tasks.size() << "\n";
+  for (const auto& t : mt.tasks) std::cout << "  " << t << "\n";
+  return kOk;
+}
+
+int cmd_list(const fs::path& root, bool tasks) {
+  Diagnostics diag;
+  auto configs = discover_configs(root, diag);
+  Generation g = run_pipeline(root, configs, /*emit_outputs=*/false, diag);
+  if (!diag.ok()) return report(diag);
+  if (tasks) {
+    for (const auto& [name, t] : g.tasks.tasks) {
+      std::cout << name << "  kind=" << t.kind << " level=" << t.level << " archs=" << t.archs.size() << " (";
+      bool first = true;
+      for (const auto& a : t.archs) std::cout << (first ? "" : ", ") << a, first = false;
+      std::cout << ")\n";
+    }
+    std::cout << g.tasks.tasks.size() << " task(s) from " << g.tasks.models.size() << " config(s)\n";
+    return kOk;
+  }
+  for (const auto& m : g.tasks.models) {
+    const ResolvedConfig* r = nullptr;
+    for (const auto& x : g.resolved)
+      if (x.id == m.id) r = &x;
+    std::cout << m.id << "  " << m.file << "  family=" << r->descriptor->family << " model_type=" << m.model_type
+              << " ops=" << m.ops.size() << " tasks=" << m.tasks.size() << "\n";
+  }
+  std::cout << g.tasks.models.size() << " config(s), " << g.tasks.tasks.size() << " distinct task(s)\n";
+  return kOk;
+}
+
+int cmd_generate(const fs::path& root, bool check) {
+  Diagnostics diag;
+  auto configs = discover_configs(root, diag);
+  Generation g = run_pipeline(root, configs, /*emit_outputs=*/true, diag);
+  if (!diag.ok()) return report(diag);
+  if (check) {
+    CheckResult c = check_outputs(root, g.outputs);
+    if (c.clean()) {
+      std::cout << "generated/ is up to date (" << g.outputs.size() << " files)\n";
+      return kOk;
+    }
+    for (const auto& f : c.stale) std::cout << "stale:   " << f << "\n";
+    for (const auto& f : c.missing) std::cout << "missing: " << f << "\n";
+    for (const auto& f : c.extra) std::cout << "extra:   " << f << "\n";
+    std::cout << "generated/ is out of date; run `fastkernels generate`\n";
+    return kStale;
+  }
+  WriteResult w = write_outputs(root, g.outputs, diag);
+  if (!diag.ok()) return report(diag);
+  for (const auto& f : w.written) std::cout << "wrote    " << f << "\n";
+  for (const auto& f : w.removed) std::cout << "removed  " << f << "\n";
+  std::cout << g.tasks.tasks.size() << " task(s) from " << configs.size() << " config(s): " << w.written.size()
+            << " written, " << w.unchanged.size() << " unchanged, " << w.removed.size() << " removed\n";
+  return kOk;
+}
+
+int cmd_add(const fs::path& root, const std::string& path, std::string name) {
+  auto text = read_text(path);
+  if (!text) {
+    std::cerr << path << ": cannot read\n";
+    return kIo;
+  }
+  Diagnostics diag;
+  if (name.empty()) {
+    auto parsed = parse_config(path, *text, diag);
+    if (!diag.ok()) return report(diag);
+    name = parsed->name_or_path;
+    if (name.empty()) {
+      std::cerr << path << ": no `_name_or_path` in the config; pass --name <org>/<model>\n";
+      return kInvalid;
+    }
+  }
+  static const std::regex id_re("[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*");
+  if (!std::regex_match(name, id_re) || name.find("..") != std::string::npos) {
+    std::cerr << path << ": expected <org>/<model> (letters, digits, . _ -), got " << json_quote(name)
+              << "; pass --name <org>/<model>\n";
+    return kInvalid;
+  }
+  std::string rel = "hf_configs/" + name + "/config.json";
+  auto existing = read_text(root / rel);
+  if (existing && *existing != *text) {
+    std::cerr << rel << ": already exists with different content; refusing to overwrite (remove it first, or pick another --name)\n";
+    return kInvalid;
+  }
+  // Validate against every other config first (a name clash with an existing task is an error).
+  auto configs = discover_configs(root, diag);
+  configs.erase(std::remove_if(configs.begin(), configs.end(), [&](const ConfigFile& c) { return c.id == name; }), configs.end());
+  configs.push_back({name, rel, *text});
+  run_pipeline(root, configs, /*emit_outputs=*/false, diag);
+  if (!diag.ok()) return report(diag);
+  if (!existing) {
+    write_if_changed(root, rel, *text, diag);  // stored verbatim
+    if (!diag.ok()) return report(diag);
+    std::cout << "added    " << rel << "\n";
+  } else {
+    std::cout << rel << " is already present (identical)\n";
+  }
+  return cmd_generate(root, /*check=*/false);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "fastkernels: generate production-aligned GPU kernel task sources from HF configs.\n"
+      "Passes: parse -> resolve -> lower -> dedupe -> emit -> write. Configs: hf_configs/<org>/<model>/config.json;\n"
+      "descriptors: generator/descriptors/*.json; templates: templates/<kind>.cu.mustache; output: generated/."};
+  app.footer(kExitCodes);
+  app.require_subcommand(1);
+  app.fallthrough();
+  std::string root_opt;
+  app.add_option("--root", root_opt,
+                 "Repository root (default: nearest directory at or above the current one holding hf_configs/ and generator/descriptors/)");
+
+  auto* parse = app.add_subcommand("parse", "Parse and resolve one config; print its typed values (with origins) and its tasks");
+  std::string parse_path;
+  parse->add_option("config", parse_path, "Path to a config.json")->required();
+  parse->footer(kExitCodes);
+
+  auto* list = app.add_subcommand("list", "List configs under hf_configs/ with family, op and task counts");
+  bool list_tasks = false;
+  list->add_flag("--tasks", list_tasks, "List the distinct tasks instead (name, kind, level, architectures)");
+  list->footer(kExitCodes);
+
+  auto* add = app.add_subcommand("add", "Validate a config, store it verbatim as hf_configs/<org>/<model>/config.json, then generate");
+  std::string add_path, add_name;
+  add->add_option("config", add_path, "Path to the config.json to add")->required();
+  add->add_option("--name", add_name, "<org>/<model> (default: the config's `_name_or_path`)");
+  add->footer(kExitCodes);
+
+  auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task sources + manifest); writes only changed files, removes stale ones");
+  bool check = false;
+  gen->add_flag("--check", check, "Write nothing; exit 3 listing stale, missing or extra files if generated/ is out of date");
+  gen->footer(kExitCodes);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kUsage;
+  }
+
+  auto root = root_or_complain(root_opt);
+  if (!root) return kInvalid;
+  if (*parse) return cmd_parse(*root, parse_path);
+  if (*list) return cmd_list(*root, list_tasks);
+  if (*add) return cmd_add(*root, add_path, add_name);
+  return cmd_generate(*root, check);
+}

@@ -1,0 +1,238 @@
+// The parse pass (see fk/gen/config.h): strict JSON -> ParsedConfig. Messages follow
+// `<file>: <json path>: expected <what>, got <value>`.
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "fk/gen/config.h"
+#include "fk/gen/format.h"
+
+namespace fk::gen {
+
+using nlohmann::json;
+
+std::string short_json(const std::string& dumped) {
+  if (dumped.size() <= 48) return dumped;
+  return dumped.substr(0, 45) + "...";
+}
+
+namespace {
+
+std::string got(const json& j) { return short_json(j.dump()); }
+
+class ConfigParser {
+ public:
+  ConfigParser(ParsedConfig& out, Diagnostics& diag) : out_(out), diag_(diag) {}
+
+  void object(const json& obj, const std::string& prefix, bool nested) {
+    for (const auto& [key, val] : obj.items()) {
+      std::string path = prefix + "." + key;
+      if (key == "text_config" && !nested) {
+        if (val.is_null()) continue;
+        if (!val.is_object()) {
+          err(path, "expected object or null, got " + got(val));
+          continue;
+        }
+        continue;  // handled after the top level, so nested fields take precedence
+      }
+      if (key == "_name_or_path") {
+        if (val.is_string()) out_.name_or_path = val.get<std::string>();
+        out_.unrecognised.push_back({key, path, got(val)});
+        continue;
+      }
+      const FieldSpec* spec = find_field(key);
+      if (!spec) {
+        out_.unrecognised.push_back({key, path, got(val)});
+        continue;
+      }
+      // Two spellings of one field at the same level are ambiguous.
+      std::string level_key = prefix + "|" + spec->name;
+      auto seen = seen_.find(level_key);
+      if (seen != seen_.end()) {
+        out_.invalid.insert(spec->name);
+        err(path, "expected one spelling of " + spec->name + ", got both " + seen->second + " and " + path);
+        continue;
+      }
+      seen_[level_key] = path;
+      field(*spec, val, path);
+    }
+    if (!nested && obj.contains("text_config") && obj["text_config"].is_object())
+      object(obj["text_config"], prefix + ".text_config", true);
+  }
+
+ private:
+  void err(const std::string& path, const std::string& what) { diag_.error(out_.file + ": " + path + ": " + what); }
+
+  void field(const FieldSpec& spec, const json& v, const std::string& path) {
+    auto bad = [&] {
+      out_.invalid.insert(spec.name);
+      err(path, "expected " + expected_text(spec.type) + ", got " + got(v)); };
+    Value value;
+    switch (spec.type) {
+      case FieldType::kPosInt:
+      case FieldType::kNonNegInt:
+      case FieldType::kIntOrNull: {
+        if (v.is_null() && spec.type == FieldType::kIntOrNull) {
+          value = std::monostate{};
+          break;
+        }
+        if (!v.is_number_integer()) return bad();
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return bad();
+        int64_t x = v.get<int64_t>();
+        if (x < 0 || (x == 0 && spec.type != FieldType::kNonNegInt)) return bad();
+        value = x;
+        break;
+      }
+      case FieldType::kPosNumber: {
+        if (!v.is_number()) return bad();
+        double x = v.get<double>();
+        if (!(x > 0)) return bad();
+        value = x;
+        break;
+      }
+      case FieldType::kBool:
+        if (!v.is_boolean()) return bad();
+        value = v.get<bool>();
+        break;
+      case FieldType::kString:
+        if (!v.is_string()) return bad();
+        value = v.get<std::string>();
+        break;
+      case FieldType::kDType: {
+        static const std::set<std::string> ok = {"bfloat16", "float16", "float32"};
+        if (!v.is_string() || !ok.count(v.get<std::string>())) return bad();
+        value = v.get<std::string>();
+        break;
+      }
+      case FieldType::kStringList: {
+        if (!v.is_array()) return bad();
+        std::vector<std::string> items;
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (!v[i].is_string()) {
+            out_.invalid.insert(spec.name);
+            err(path + "[" + std::to_string(i) + "]", "expected string, got " + got(v[i]));
+            return;
+          }
+          items.push_back(v[i].get<std::string>());
+        }
+        out_.architectures = items;
+        out_.architectures_path = path;
+        std::string joined;
+        for (const auto& s : items) joined += (joined.empty() ? "" : ",") + s;
+        value = joined;
+        break;
+      }
+      case FieldType::kRopeScaling:
+        rope(v, path);
+        return;
+    }
+    out_.fields[spec.name] = FieldValue{value, path};
+  }
+
+  void rope(const json& v, const std::string& path) {
+    size_t before = diag_.errors().size();
+    rope_body(v, path);
+    if (diag_.errors().size() != before) out_.invalid.insert("rope_scaling");
+  }
+
+  void rope_body(const json& v, const std::string& path) {
+    out_.rope_scaling = RopeScaling{};
+    out_.rope_scaling_path = path;
+    if (v.is_null()) return;
+    if (!v.is_object()) return err(path, "expected object or null, got " + got(v));
+    const auto& known = rope_scaling_keys();
+    std::string known_list;
+    for (const auto& [k, _] : known) known_list += (known_list.empty() ? "" : ", ") + json_quote(k);
+    // `rope_type` (current) or `type` (legacy); both must agree when both are present.
+    std::string type;
+    std::string type_path;
+    for (const char* k : {"rope_type", "type"}) {
+      if (!v.contains(k)) continue;
+      const json& t = v[k];
+      std::string p = path + "." + k;
+      if (!t.is_string()) return err(p, "expected one of " + known_list + ", got " + got(t));
+      if (!type.empty() && t.get<std::string>() != type)
+        return err(p, "expected the same value as " + type_path + " (" + json_quote(type) + "), got " + got(t));
+      type = t.get<std::string>();
+      type_path = p;
+    }
+    if (type.empty()) return err(path + ".rope_type", "expected one of " + known_list + ", got nothing");
+    auto it = known.find(type);
+    if (it == known.end()) return err(type_path, "expected one of " + known_list + ", got " + json_quote(type));
+    RopeScaling r;
+    r.type = type == "default" ? "none" : type;
+    const auto& keys = it->second;
+    for (const auto& [k, val] : v.items()) {
+      if (k == "rope_type" || k == "type") continue;
+      bool ok = false;
+      for (const auto& want : keys) ok |= (want == k);
+      if (!ok) {
+        std::string list;
+        for (const auto& want : keys) list += (list.empty() ? "" : ", ") + want;
+        err(path + "." + k, "unknown key (rope type " + json_quote(type) + " reads " + (list.empty() ? "no keys" : list) +
+                                "; other scaling parameters would change the forward pass)");
+      }
+    }
+    auto number = [&](const char* k, double* dst, bool required, double dflt) {
+      std::string p = path + "." + k;
+      if (!v.contains(k)) {
+        if (required) err(p, "expected positive number, got nothing");
+        *dst = dflt;
+        return;
+      }
+      const json& x = v[k];
+      if (!x.is_number() || !(x.get<double>() > 0)) return err(p, "expected positive number, got " + got(x));
+      *dst = x.get<double>();
+    };
+    auto integer = [&](const char* k, int64_t* dst) {
+      std::string p = path + "." + k;
+      if (!v.contains(k)) return err(p, "expected positive integer, got nothing");
+      const json& x = v[k];
+      if (!x.is_number_integer() || x.get<int64_t>() <= 0) return err(p, "expected positive integer, got " + got(x));
+      *dst = x.get<int64_t>();
+    };
+    if (type == "linear") {
+      number("factor", &r.factor, true, 0);
+    } else if (type == "llama3") {
+      number("factor", &r.factor, true, 0);
+      number("low_freq_factor", &r.low_freq_factor, true, 0);
+      number("high_freq_factor", &r.high_freq_factor, true, 0);
+      integer("original_max_position_embeddings", &r.original_max_position);
+    } else if (type == "yarn") {
+      number("factor", &r.factor, true, 0);
+      integer("original_max_position_embeddings", &r.original_max_position);
+      number("beta_fast", &r.beta_fast, false, 32);
+      number("beta_slow", &r.beta_slow, false, 1);
+    }
+    out_.rope_scaling = r;
+  }
+
+  ParsedConfig& out_;
+  Diagnostics& diag_;
+  std::map<std::string, std::string> seen_;
+};
+
+}  // namespace
+
+std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    auto pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    diag.error(file + ": invalid JSON: " + what);
+    return std::nullopt;
+  }
+  if (!root.is_object()) {
+    diag.error(file + ": $: expected object, got " + got(root));
+    return std::nullopt;
+  }
+  ParsedConfig out;
+  out.file = file;
+  ConfigParser(out, diag).object(root, "$", false);
+  return out;
+}
+
+}  // namespace fk::gen

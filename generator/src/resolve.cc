@@ -1,0 +1,203 @@
+// The resolve pass (see fk/gen/resolve.h).
+#include "fk/gen/resolve.h"
+
+#include <functional>
+#include <set>
+
+#include "fk/gen/format.h"
+
+namespace fk::gen {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+bool value_fits(FieldType t, const Value& v) {
+  switch (t) {
+    case FieldType::kPosInt:
+    case FieldType::kNonNegInt: return v.index() == 2;
+    case FieldType::kIntOrNull: return v.index() == 2 || v.index() == 0;
+    case FieldType::kPosNumber: return is_numeric(v);
+    case FieldType::kBool: return v.index() == 1;
+    case FieldType::kString:
+    case FieldType::kDType:
+    case FieldType::kStringList: return v.index() == 4;
+    case FieldType::kRopeScaling: return v.index() == 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
+                                      Diagnostics& diag) {
+  const size_t errors_before = diag.errors().size();
+  auto err = [&](const std::string& path, const std::string& what) { diag.error(cfg.file + ": " + path + ": " + what); };
+
+  // --- family ---------------------------------------------------------------------------------
+  ResolvedConfig r;
+  r.id = id;
+  r.file = cfg.file;
+  const FieldValue* mt = cfg.get("model_type");
+  const Descriptor* d = nullptr;
+  std::string known = join(descriptors.model_types(), ", ");
+  if (mt) {
+    r.model_type = std::get<std::string>(mt->value);
+    d = descriptors.by_model_type(r.model_type);
+    if (!d) {
+      err(mt->path, "unknown model_type " + json_quote(r.model_type) + "; known: " + known +
+                        "; add a descriptor under generator/descriptors/");
+      return std::nullopt;
+    }
+  } else if (!cfg.architectures.empty()) {
+    d = descriptors.by_architecture(cfg.architectures[0], &r.model_type);
+    if (!d) {
+      err("$.model_type", "expected one of " + known + ", got nothing (and architecture " + json_quote(cfg.architectures[0]) +
+                              " is in no descriptor; add a descriptor under generator/descriptors/)");
+      return std::nullopt;
+    }
+  } else {
+    err("$.model_type", "expected one of " + known + ", got nothing");
+    return std::nullopt;
+  }
+  r.descriptor = d;
+  const ModelTypeEntry& entry = d->model_types.at(r.model_type);
+  for (size_t i = 0; i < cfg.architectures.size(); ++i) {
+    bool ok = false;
+    for (const auto& a : entry.architectures) ok |= a == cfg.architectures[i];
+    if (!ok) {
+      std::vector<std::string> q;
+      for (const auto& a : entry.architectures) q.push_back(json_quote(a));
+      err(cfg.architectures_path + "[" + std::to_string(i) + "]",
+          "expected " + (q.size() == 1 ? q[0] : "one of " + join(q, ", ")) + " (model_type " + r.model_type + " in " + d->file +
+              "), got " + json_quote(cfg.architectures[i]));
+    }
+  }
+
+  // --- keys the family neither consumes nor ignores ----------------------------------------------
+  auto unknown_key = [&](const std::string& path, const std::string& key) {
+    err(path, "unknown key " + json_quote(key) + " (not used by family " + d->family + "; add it to the descriptor's ignored_keys if it does not change the forward pass)");
+  };
+  for (const auto& u : cfg.unrecognised)
+    if (!d->ignored_keys.count(u.key)) unknown_key(u.path, u.key);
+  for (const auto& [name, fv] : cfg.fields) {
+    if (name == "model_type" || name == "architectures") continue;
+    if (!d->fields.count(name) && !d->ignored_keys.count(name)) {
+      std::string key = fv.path.substr(fv.path.rfind('.') + 1);
+      unknown_key(fv.path, key);
+    }
+  }
+  if (!cfg.rope_scaling_path.empty() && !d->fields.count("rope_scaling") && !d->ignored_keys.count("rope_scaling"))
+    unknown_key(cfg.rope_scaling_path, "rope_scaling");
+
+  // --- fields, defaults, constants (evaluated on demand, each once) ---------------------------------
+  std::set<std::string> in_progress;
+  std::function<std::optional<Value>(const std::string&)> lookup;
+  auto eval_into = [&](const std::string& name, const Expr& e, const std::string& origin, const std::string& where) -> std::optional<Value> {
+    if (in_progress.count(name)) throw GenError{"'" + name + "' depends on itself"};
+    in_progress.insert(name);
+    try {
+      Value v = e.eval(lookup);
+      in_progress.erase(name);
+      r.values[name] = v;
+      r.origin[name] = origin;
+      return v;
+    } catch (const GenError& ge) {
+      in_progress.erase(name);
+      if (!in_progress.empty()) throw;  // report once, at the outermost name
+      if (!ge.message.empty()) err(where, ge.message);  // empty: the cause was already reported
+      r.values[name] = std::monostate{};  // poison: do not report again
+      r.origin[name] = "error";
+      return std::nullopt;
+    }
+  };
+  lookup = [&](const std::string& name) -> std::optional<Value> {
+    auto done = r.values.find(name);
+    if (done != r.values.end()) {
+      if (r.origin[name] == "error") throw GenError{""};
+      return done->second;
+    }
+    auto fu = d->fields.find(name);
+    if (fu != d->fields.end() && cfg.invalid.count(name)) {  // parse already reported it
+      r.values[name] = std::monostate{};
+      r.origin[name] = "error";
+      if (!in_progress.empty()) throw GenError{""};
+      return std::nullopt;
+    }
+    if (fu != d->fields.end()) {
+      const FieldValue* fv = cfg.get(name);
+      if (fv && fv->value.index() != 0) {
+        r.values[name] = fv->value;
+        r.origin[name] = fv->path;
+        return fv->value;
+      }
+      if (fu->second.required) {
+        const FieldSpec* spec = find_field(name);
+        err(fv ? fv->path : "$." + name, "expected " + expected_text(spec->type) + ", got " + (fv ? "null" : "nothing") +
+                                             " (required by family " + d->family + ")");
+        r.values[name] = std::monostate{};
+        r.origin[name] = "error";
+        if (!in_progress.empty()) throw GenError{""};
+        return std::nullopt;
+      }
+      auto v = eval_into(name, fu->second.default_value, "default",
+                         "$." + name + " (default \"" + fu->second.default_value.text() + "\" in " + d->file + ")");
+      if (v && !value_fits(find_field(name)->type, *v)) {
+        err("$." + name, "default \"" + fu->second.default_value.text() + "\" in " + d->file + " gives " + value_to_display(*v) +
+                             ", expected " + expected_text(find_field(name)->type));
+      }
+      return v;
+    }
+    if (name.rfind("rope_scaling.", 0) == 0 && d->fields.count("rope_scaling")) {
+      const RopeScaling& rs = cfg.rope_scaling;
+      std::string k = name.substr(13);
+      Value v;
+      if (k == "type") v = rs.type;
+      else if (k == "factor") v = rs.factor;
+      else if (k == "low_freq_factor") v = rs.low_freq_factor;
+      else if (k == "high_freq_factor") v = rs.high_freq_factor;
+      else if (k == "original_max_position") v = rs.original_max_position;
+      else if (k == "beta_fast") v = rs.beta_fast;
+      else if (k == "beta_slow") v = rs.beta_slow;
+      else return std::nullopt;
+      r.values[name] = v;
+      r.origin[name] = cfg.rope_scaling_path.empty() ? "default" : cfg.rope_scaling_path;
+      return v;
+    }
+    auto over = entry.constants.find(name);
+    if (over != entry.constants.end())
+      return eval_into(name, over->second, "constant",
+                       "constant " + name + " (\"" + over->second.text() + "\", model_type " + r.model_type + " in " + d->file + ")");
+    auto c = d->constants.find(name);
+    if (c != d->constants.end())
+      return eval_into(name, c->second, "constant", "constant " + name + " (\"" + c->second.text() + "\" in " + d->file + ")");
+    return std::nullopt;
+  };
+
+  for (const auto& [name, _] : d->fields) lookup(name);
+  if (d->fields.count("rope_scaling"))
+    for (const auto& n : rope_scaling_names()) lookup(n);
+  for (const auto& [name, _] : d->constants) lookup(name);
+  for (const auto& c : d->checks) {
+    if (diag.errors().size() != errors_before || !cfg.invalid.empty()) break;  // checks would read values that failed
+    try {
+      Value ok = c.require.eval(lookup);
+      if (ok != Value(true)) {
+        auto it = r.values.find(c.field);
+        std::string where = r.origin.count(c.field) && r.origin[c.field].rfind("$", 0) == 0 ? r.origin[c.field] : "$." + c.field;
+        err(where, "expected " + c.expected + ", got " + (it == r.values.end() ? "nothing" : value_to_display(it->second)));
+      }
+    } catch (const GenError& ge) {
+      err("$." + c.field, ge.message + " (check \"" + c.require.text() + "\" in " + d->file + ")");
+    }
+  }
+  if (diag.errors().size() != errors_before || !cfg.invalid.empty()) return std::nullopt;
+  r.dtype = std::get<std::string>(r.values.at("torch_dtype"));
+  return r;
+}
+
+}  // namespace fk::gen
