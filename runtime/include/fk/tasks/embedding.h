@@ -33,9 +33,7 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
  public:
   explicit EmbeddingInstance(const ShapeCase& c)
       : tokens_(c.get("num_tokens")),
-        module_((require_device_memory(double(Cfg::num_embeddings) * Cfg::embedding_dim * sizeof(T), "embedding weight"),
-                 Cfg::num_embeddings),
-                Cfg::embedding_dim) {
+        module_(checked_num_embeddings(), Cfg::embedding_dim) {
     const double set_bytes = double(tokens_) * (Cfg::embedding_dim * sizeof(T) + sizeof(int64_t));
     const int n = rotating_sets(set_bytes);
     require_device_memory(set_bytes * n, "embedding inputs");
@@ -65,6 +63,11 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
 
  private:
   using T = typename Cfg::scalar_t;
+  /// Checks that the weight fits before the module allocates it.
+  static int64_t checked_num_embeddings() {
+    require_device_memory(double(Cfg::num_embeddings) * Cfg::embedding_dim * sizeof(T), "embedding weight");
+    return Cfg::num_embeddings;
+  }
   int64_t tokens_;
   Module module_;
   std::vector<Tensor> ids_, out_;

@@ -89,13 +89,13 @@ template <class Module, class Cfg, bool kFusedAdd> class RmsNormInstance final :
     if constexpr (kFusedAdd) {
       Tensor ref_res = empty({tokens_, Cfg::hidden_size}, DType::kF32);
       fk::kernels::reference::rms_norm_ref<T>(ref.data<float>(), ref_res.data<float>(), x0_[s].data<T>(), Cfg::hidden_size,
-                                             res0_[s].data<T>(), Cfg::hidden_size, module_.weight.data<T>(), tokens_,
+                                             res0_[s].data<T>(), Cfg::hidden_size, module_.weight.template data<T>(), tokens_,
                                              Cfg::hidden_size, static_cast<float>(Cfg::eps), current_stream());
       FK_CHECK_LAUNCH();
       return {{"out", x_[s], ref, tol}, {"residual", res_[s], ref_res, tol}};
     } else {
       fk::kernels::reference::rms_norm_ref<T>(ref.data<float>(), nullptr, x_[s].data<T>(), Cfg::hidden_size, nullptr, 0,
-                                             module_.weight.data<T>(), tokens_, Cfg::hidden_size,
+                                             module_.weight.template data<T>(), tokens_, Cfg::hidden_size,
                                              static_cast<float>(Cfg::eps), current_stream());
       FK_CHECK_LAUNCH();
       return {{"out", out_[s], ref, tol}};

@@ -205,12 +205,12 @@ template <class Module, class Cfg> class RotaryEmbeddingInstance final : public 
     const T* x0 = qkv0_[s].data<T>();
     float* e = expected.data<float>();
     ref::copy_to_f32<T>(e, kWidth, x0, kWidth, tokens_, static_cast<int>(kWidth), current_stream());
-    ref::rotary_embedding_ref<T>(e, kWidth, x0, kWidth, pos_[s].data<int64_t>(), module_.cos_sin_cache.data<float>(),
+    ref::rotary_embedding_ref<T>(e, kWidth, x0, kWidth, pos_[s].data<int64_t>(), module_.cos_sin_cache.template data<float>(),
                                  tokens_, Cfg::num_heads, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style,
                                  current_stream());
     const int64_t koff = Cfg::num_heads * Cfg::head_size;
     ref::rotary_embedding_ref<T>(e + koff, kWidth, x0 + koff, kWidth, pos_[s].data<int64_t>(),
-                                 module_.cos_sin_cache.data<float>(), tokens_, Cfg::num_kv_heads, Cfg::head_size,
+                                 module_.cos_sin_cache.template data<float>(), tokens_, Cfg::num_kv_heads, Cfg::head_size,
                                  Cfg::rotary_dim, Cfg::is_neox_style, current_stream());
     FK_CHECK_LAUNCH();
     return {{"qkv (query, key rotated in place)", qkv_[s], expected, default_tolerance(dtype_of<T>)}};

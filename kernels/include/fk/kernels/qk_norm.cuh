@@ -1,0 +1,117 @@
+// Per-head RMSNorm of the query and key heads (Qwen3's q_norm / k_norm: vLLM applies
+// RMSNorm(head_dim) to q.view(T, Hq, D) and k.view(T, Hkv, D)), specialised on the head
+// counts and head size. Statistics in fp32; x * inv_rms is rounded to the model dtype before
+// the weight multiply, as vLLM's rms_norm kernel does.
+//
+// Layout: a head of D elements is kLanes = D / (16 / sizeof(T)) 16-byte vectors (D 128 bf16:
+// 16 lanes); a group of kLanes adjacent lanes owns one head and reduces with shuffles (no
+// shared memory, no __syncthreads). The q heads and k heads of all tokens form one flat list
+// of T * (Hq + Hkv) "units" (one launch for both tensors). Each thread handles kUnroll units
+// whose loads are all issued first (kUnroll independent 16-byte loads in flight, plus its two
+// weight vectors, which stay in L1).
+// Launch: 256 threads; kUnroll 4 when that still gives >= 2 blocks per SM (132 SMs), else 1
+// (1 token, 40 heads: 640 lanes busy in 3 blocks; 16384 tokens: 10240 blocks of 64 units).
+#pragma once
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels {
+
+namespace detail {
+
+template <class T, int kHq, int kHkv, int kD, int kUnroll>
+__global__ void __launch_bounds__(256)
+qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
+               const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
+               const T* __restrict__ q_weight, const T* __restrict__ k_weight, int64_t num_tokens, float eps) {
+  constexpr int kN = Vec16<T>::kN;
+  static_assert(kD % kN == 0, "head_dim must be a multiple of 16 bytes");
+  constexpr int kLanes = kD / kN;
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0,
+                "a head must be a power-of-two number of 16-byte vectors, at most a warp");
+  constexpr int kH = kHq + kHkv;
+  constexpr int kGroups = 256 / kLanes;  // units handled per block per unroll step
+
+  const int lane = threadIdx.x % kLanes;
+  const int group = threadIdx.x / kLanes;
+  const int64_t total = num_tokens * kH;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups * kUnroll + group;
+
+  const Vec16<T> wq = load16(q_weight + lane * kN);
+  const Vec16<T> wk = load16(k_weight + lane * kN);
+
+  Vec16<T> v[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t unit = base + static_cast<int64_t>(u) * kGroups;
+    if (unit < total) {
+      const int64_t tok = unit / kH;
+      const int h = static_cast<int>(unit - tok * kH);
+      const T* src = h < kHq ? q + tok * q_stride + h * kD : k + tok * k_stride + (h - kHq) * kD;
+      v[u] = load16_stream(src + lane * kN);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) v[u].v[j] = from_float<T>(0.f);
+    }
+  }
+  float ss[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const float f = to_float(v[u].v[j]);
+      s += f * f;
+    }
+    ss[u] = s;
+  }
+  // Reduce within each group of kLanes lanes (groups are aligned inside the warp).
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], o);
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t unit = base + static_cast<int64_t>(u) * kGroups;
+    if (unit < total) {
+      const int64_t tok = unit / kH;
+      const int h = static_cast<int>(unit - tok * kH);
+      const bool is_q = h < kHq;
+      T* dst = is_q ? q_out + tok * q_out_stride + h * kD : k_out + tok * k_out_stride + (h - kHq) * kD;
+      const float inv_rms = rsqrtf(ss[u] / static_cast<float>(kD) + eps);
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float normed = to_float(from_float<T>(to_float(v[u].v[j]) * inv_rms));
+        o.v[j] = from_float<T>(normed * to_float(is_q ? wq.v[j] : wk.v[j]));
+      }
+      store16(dst + lane * kN, o);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// q_out[t, h*D:(h+1)*D] = rmsnorm(q[t, h*D:(h+1)*D]) * q_weight for every head h < Hq, and the
+/// same for k with k_weight (Hkv heads). Row strides in elements (16-byte aligned; the head
+/// vectors of a row are contiguous). Outputs must not overlap the inputs.
+template <class T, int kHq, int kHkv, int kD>
+void qk_norm(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, const T* q, int64_t q_stride, const T* k,
+             int64_t k_stride, const T* q_weight, const T* k_weight, int64_t num_tokens, float eps,
+             cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  constexpr int kLanes = kD / Vec16<T>::kN;
+  constexpr int kGroups = 256 / kLanes;
+  const int64_t units = num_tokens * (kHq + kHkv);
+  constexpr int kSMs = 132;
+  if (units >= int64_t(kGroups) * 4 * kSMs * 2) {
+    detail::qk_norm_kernel<T, kHq, kHkv, kD, 4><<<ceil_div(units, kGroups * 4), 256, 0, stream>>>(
+        q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, num_tokens, eps);
+  } else {
+    detail::qk_norm_kernel<T, kHq, kHkv, kD, 1><<<ceil_div(units, kGroups), 256, 0, stream>>>(
+        q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, num_tokens, eps);
+  }
+}
+
+}  // namespace fk::kernels

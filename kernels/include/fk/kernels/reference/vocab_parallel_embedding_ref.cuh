@@ -1,0 +1,28 @@
+// Reference embedding lookup (checking only): one thread per output element, fp32 output.
+#pragma once
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels::reference {
+
+template <class T>
+__global__ void embedding_ref_kernel(float* out, const int64_t* ids, const T* weight, int64_t num_embeddings,
+                                     int64_t num_tokens, int hidden) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= num_tokens * hidden) return;
+  const int64_t t = i / hidden;
+  const int c = static_cast<int>(i % hidden);
+  const int64_t id = ids[t];
+  out[i] = (id >= 0 && id < num_embeddings) ? to_float(weight[id * hidden + c]) : 0.f;
+}
+
+/// out (fp32, contiguous [T, hidden]) = weight[ids[t]]; out-of-range ids give zero rows.
+template <class T>
+void vocab_parallel_embedding_ref(float* out, const int64_t* ids, const T* weight, int64_t num_embeddings,
+                                  int64_t num_tokens, int hidden, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  embedding_ref_kernel<T><<<ceil_div(num_tokens * hidden, 256), 256, 0, stream>>>(out, ids, weight, num_embeddings,
+                                                                                 num_tokens, hidden);
+}
+
+}  // namespace fk::kernels::reference

@@ -1,0 +1,126 @@
+// Rotary position embedding applied in place to query and key (vLLM `rotary_embedding`
+// semantics) in one launch, specialised on the head size, rotary dim, style and head counts.
+// cos_sin_cache is fp32 [max_position, rotary_dim]: cos in the first rotary_dim/2 columns, sin
+// in the last. Rotation in fp32 with the fp32 cache, rounded once to the model dtype.
+// Neox style rotates (x[i], x[i + rot/2]); GPT-J style rotates (x[2i], x[2i+1]). Elements of a
+// head beyond rotary_dim are left untouched.
+//
+// Layout: one block per token. A lane owns one 16-byte slice of a head's rotary part (neox:
+// the slice at i and its partner at i + rot/2, i.e. two vectors; gptj: one vector of pairs) and
+// the matching cos/sin values, which it loads once (fp32, 16-byte loads) and reuses for
+// kHeadsPerThread heads (q and k heads form one list of Hq + Hkv heads). All q/k loads of a
+// thread are issued before the position-dependent cos/sin loads complete.
+// Launch: head 128 bf16 neox -> 8 lanes per head; Llama (32 + 8 heads): 2 heads per thread,
+// 160 threads per block, 4 independent 16-byte loads per thread; grid = num_tokens.
+#pragma once
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels {
+
+namespace detail {
+
+template <int kC> __device__ __forceinline__ void load_f32s(const float* __restrict__ p, float (&dst)[kC]) {
+  if constexpr (kC % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kC / 4; ++i) {
+      const float4 t = __ldg(reinterpret_cast<const float4*>(p) + i);
+      dst[4 * i] = t.x, dst[4 * i + 1] = t.y, dst[4 * i + 2] = t.z, dst[4 * i + 3] = t.w;
+    }
+  } else if constexpr (kC % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < kC / 2; ++i) {
+      const float2 t = __ldg(reinterpret_cast<const float2*>(p) + i);
+      dst[2 * i] = t.x, dst[2 * i + 1] = t.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kC; ++i) dst[i] = __ldg(p + i);
+  }
+}
+
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv> struct RopeShape {
+  static constexpr int kN = Vec16<T>::kN;
+  static_assert(kRotDim <= kHeadSize && kRotDim % 2 == 0, "rotary_dim must be even and <= head_size");
+  static_assert(kHeadSize % kN == 0, "head_size must be a multiple of 16 bytes");
+  static_assert(kNeox ? (kRotDim / 2) % kN == 0 : kRotDim % kN == 0,
+                "the rotated halves must be whole 16-byte vectors");
+  static constexpr int kLanes = kNeox ? kRotDim / 2 / kN : kRotDim / kN;  // lanes per head
+  static constexpr int kC = kNeox ? kN : kN / 2;                          // cos (and sin) values per lane
+  static constexpr int kH = kHq + kHkv;
+  static constexpr int kHeadsPerThread = (kH % 2 == 0 && kH >= 4) ? 2 : 1;
+  static constexpr int kGroups = (kH + kHeadsPerThread - 1) / kHeadsPerThread;
+  static constexpr int kThreads = kLanes * kGroups;
+  static_assert(kThreads <= 1024, "too many heads for one block per token");
+};
+
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv>
+__global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>::kThreads)
+rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ query, int64_t q_stride,
+                        T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache) {
+  using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>;
+  constexpr int kN = S::kN, kC = S::kC, kHPT = S::kHeadsPerThread;
+  constexpr int kVecs = kNeox ? 2 : 1;  // vectors per (lane, head)
+  const int64_t tok = blockIdx.x;
+  const int lane = threadIdx.x % S::kLanes;
+  const int group = threadIdx.x / S::kLanes;
+
+  const int64_t pos = __ldg(positions + tok);
+
+  T* ptr[kHPT];
+  Vec16<T> v[kHPT][kVecs];
+#pragma unroll
+  for (int j = 0; j < kHPT; ++j) {
+    const int h = group + j * S::kGroups;
+    ptr[j] = nullptr;
+    if (h < S::kH) {
+      ptr[j] = (h < kHq ? query + tok * q_stride + h * kHeadSize : key + tok * k_stride + (h - kHq) * kHeadSize) +
+               lane * kN;
+      v[j][0] = load16_stream(ptr[j]);
+      if constexpr (kNeox) v[j][1] = load16_stream(ptr[j] + kRotDim / 2);
+    }
+  }
+  float cs[kC], sn[kC];
+  const float* crow = cos_sin_cache + pos * kRotDim;
+  load_f32s<kC>(crow + lane * kC, cs);
+  load_f32s<kC>(crow + kRotDim / 2 + lane * kC, sn);
+
+#pragma unroll
+  for (int j = 0; j < kHPT; ++j) {
+    if (ptr[j] == nullptr) continue;
+    if constexpr (kNeox) {
+#pragma unroll
+      for (int e = 0; e < kN; ++e) {
+        const float x1 = to_float(v[j][0].v[e]), x2 = to_float(v[j][1].v[e]);
+        v[j][0].v[e] = from_float<T>(x1 * cs[e] - x2 * sn[e]);
+        v[j][1].v[e] = from_float<T>(x2 * cs[e] + x1 * sn[e]);
+      }
+      store16(ptr[j], v[j][0]);
+      store16(ptr[j] + kRotDim / 2, v[j][1]);
+    } else {
+#pragma unroll
+      for (int p = 0; p < kN / 2; ++p) {
+        const float x1 = to_float(v[j][0].v[2 * p]), x2 = to_float(v[j][0].v[2 * p + 1]);
+        v[j][0].v[2 * p] = from_float<T>(x1 * cs[p] - x2 * sn[p]);
+        v[j][0].v[2 * p + 1] = from_float<T>(x2 * cs[p] + x1 * sn[p]);
+      }
+      store16(ptr[j], v[j][0]);
+    }
+  }
+}
+
+}  // namespace detail
+
+/// In place: query [T, Hq*head_size] (row stride q_stride) and key [T, Hkv*head_size] (row
+/// stride k_stride) rotated by cos_sin_cache[positions[t]]. Strides in elements, 16-byte aligned.
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv>
+void rotary_embedding(const int64_t* positions, T* query, int64_t q_stride, T* key, int64_t k_stride,
+                      const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>;
+  detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>
+      <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
+                                                                      cos_sin_cache);
+}
+
+}  // namespace fk::kernels

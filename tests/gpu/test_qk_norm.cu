@@ -1,0 +1,72 @@
+// qk_norm: baseline kernel vs the fp64 reference (q and k as strided views of qkv), and the harness.
+#include "fk/tasks/qk_norm.h"
+#include "mem_test_util.h"
+
+namespace fk::testing {
+namespace {
+
+template <class T, int kHq, int kHkv, int kD> void check_qk_norm(int64_t tokens) {
+  constexpr int64_t kQ = kHq * kD, kK = kHkv * kD, kW = kQ + 2 * kK;
+  const float eps = 1e-6f;
+  Tensor qkv = empty({tokens, kW}, dtype_of<T>);
+  Tensor qw = empty({kD}, dtype_of<T>), kw = empty({kD}, dtype_of<T>);
+  fill_normal(qkv, 21);
+  fill_normal(qw, 22, 1.f, 0.1f);
+  fill_normal(kw, 23, 1.f, 0.1f);
+  Tensor q_out = empty({tokens, kQ}, dtype_of<T>), k_out = empty({tokens, kK}, dtype_of<T>);
+  poison(q_out);
+  poison(k_out);
+  const T* q = qkv.data<T>();
+  const T* k = q + kQ;
+  fk::kernels::qk_norm<T, kHq, kHkv, kD>(q_out.data<T>(), kQ, k_out.data<T>(), kK, q, kW, k, kW, qw.data<T>(),
+                                         kw.data<T>(), tokens, eps, current_stream());
+  FK_CHECK_LAUNCH();
+  Tensor q_ref = empty({tokens, kQ}, DType::kF32), k_ref = empty({tokens, kK}, DType::kF32);
+  fk::kernels::reference::qk_norm_ref<T>(q_ref.data<float>(), q, kW, qw.data<T>(), tokens, kHq, kD, eps, current_stream());
+  fk::kernels::reference::qk_norm_ref<T>(k_ref.data<float>(), k, kW, kw.data<T>(), tokens, kHkv, kD, eps, current_stream());
+  FK_CHECK_LAUNCH();
+  const Tolerance tol = default_tolerance(dtype_of<T>);
+  FK_EXPECT_CLOSE(q_out, q_ref, tol);
+  FK_EXPECT_CLOSE(k_out, k_ref, tol);
+}
+
+#define FK_QKN_TESTS(D, HQ, HKV, HD)                                                                                   \
+  TEST(Kernels, QKNorm_##D##_hq##HQ##_hkv##HKV##_d##HD##_t1) { FK_REQUIRE_GPU(); check_qk_norm<D, HQ, HKV, HD>(1); }   \
+  TEST(Kernels, QKNorm_##D##_hq##HQ##_hkv##HKV##_d##HD##_t7) { FK_REQUIRE_GPU(); check_qk_norm<D, HQ, HKV, HD>(7); }   \
+  TEST(Kernels, QKNorm_##D##_hq##HQ##_hkv##HKV##_d##HD##_t256) { FK_REQUIRE_GPU(); check_qk_norm<D, HQ, HKV, HD>(256); } \
+  TEST(Kernels, QKNorm_##D##_hq##HQ##_hkv##HKV##_d##HD##_t4096) { FK_REQUIRE_GPU(); check_qk_norm<D, HQ, HKV, HD>(4096); }
+
+FK_QKN_TESTS(bf16, 32, 8, 128)
+FK_QKN_TESTS(bf16, 40, 8, 128)
+FK_QKN_TESTS(f16, 16, 8, 64)
+FK_QKN_TESTS(f32, 32, 8, 128)
+
+struct QKCfg {
+  static constexpr int64_t num_heads = 32, num_kv_heads = 8, head_dim = 128;
+  static constexpr double eps = 1e-6;
+  using scalar_t = bf16;
+};
+class TestQKNorm {  // shaped like templates/qk_norm.cu.mustache
+ public:
+  TestQKNorm(int64_t, int64_t, int64_t head_dim, double eps)
+      : q_weight(empty({head_dim}, dtype_of<bf16>)), k_weight(empty({head_dim}, dtype_of<bf16>)), variance_epsilon(eps) {}
+  std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k) {
+    return fk::tasks::qk_norm_forward<QKCfg>(q, k, q_weight, k_weight, variance_epsilon);
+  }
+  Tensor q_weight, k_weight;
+  double variance_epsilon;
+};
+
+TEST(Tasks, QKNorm_bf16_hq32_hkv8_d128_t7) {
+  FK_REQUIRE_GPU();
+  fk::tasks::QKNormInstance<TestQKNorm, QKCfg> inst(tokens_case(7));
+  check_task_instance(inst);
+}
+TEST(Tasks, QKNorm_bf16_hq32_hkv8_d128_t4096) {
+  FK_REQUIRE_GPU();
+  fk::tasks::QKNormInstance<TestQKNorm, QKCfg> inst(tokens_case(4096));
+  check_task_instance(inst);
+}
+
+}  // namespace
+}  // namespace fk::testing
