@@ -1,0 +1,48 @@
+// GEMM for the linear task kinds: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]), 16-bit in/out,
+// fp32 accumulation, W in torch layout ([out_features, in_features], row-major).
+//
+// Plain C++ (no fk runtime types, no CUDA device code): raw device pointers and a stream, so
+// any task or benchmark can call it. Implemented in kernels/src/gemm_cublaslt.cu.
+//
+//   gemm_cublaslt        cuBLASLt with a plan cached per (device, dtype, M, N, K, ld, bias):
+//                        matmul descriptor, layouts, the heuristic's first algorithm and a
+//                        32 MiB workspace per device. Bias is fused (CUBLASLT_EPILOGUE_BIAS).
+//   gemm_cublas_default  the production peer, what torch.nn.functional.linear runs: without
+//                        bias cublasGemmEx (CUBLAS_GEMM_DEFAULT, fp32 compute); with bias
+//                        cuBLASLt + bias epilogue (torch's addmm -> gemm_and_bias path).
+//   choose_faster        one-time measured choice between two callables (see Note [GEMM dispatch]).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace fk::kernels {
+
+enum class GemmDType { kBF16, kF16 };
+
+/// y = x W^T (+ bias). Row strides ldx, ldy in elements (>= K, >= N). bias may be null.
+void gemm_cublaslt(void* y, int64_t ldy, const void* x, int64_t ldx, const void* w, const void* bias, int64_t m,
+                   int64_t n, int64_t k, GemmDType dtype, cudaStream_t stream);
+
+/// The production peer (torch F.linear): cublasGemmEx without bias, cuBLASLt+bias epilogue with.
+void gemm_cublas_default(void* y, int64_t ldy, const void* x, int64_t ldx, const void* w, const void* bias,
+                         int64_t m, int64_t n, int64_t k, GemmDType dtype, cudaStream_t stream);
+
+// Note [GEMM dispatch]
+// For small M the specialised GEMV (gemv.cuh) usually beats cuBLAS, but not at every shape.
+// The linear forward glue therefore asks, once per (key, M), which of two launchers is faster:
+// choose_faster times each (after one warm-up call) kReps times with CUDA events on `stream`,
+// each call preceded by a 256 MiB L2-flushing memset, compares the medians and caches the
+// answer under `key` for the life of the process. While `stream` is being captured into a
+// CUDA graph nothing can be timed: it returns `fallback` without caching.
+// Returns true when `a` is (or is assumed) faster.
+bool choose_faster(const std::string& key, const std::function<void()>& a, const std::function<void()>& b,
+                   cudaStream_t stream, bool fallback = true);
+
+/// The cached choices so far, "key=a|b" lines (for logs).
+std::string gemm_dispatch_log();
+
+}  // namespace fk::kernels

@@ -1,0 +1,176 @@
+// Harness and forward glue for the four linear task kinds (template `linear`):
+// QKVParallelLinear, MergedColumnParallelLinear, RowParallelLinear (forward(x) ->
+// (output, output_bias)) and ParallelLMHead (logits = hidden_states · W^T), all
+// y[M, N] = x[M, K] · W[N, K]^T (+ bias) in the model dtype with fp32 accumulation.
+// Cfg (generated): in_features (K), out_features (N), has_bias, returns_bias, scalar_t.
+//
+// Dispatch (Note [GEMM dispatch] in fk/kernels/gemm.h): for M <= 16 the forward glue runs
+// either the specialised GEMV (fk/kernels/gemv.cuh, templated on K) or cuBLASLt, whichever a
+// one-time measurement at the first call with that M found faster; larger M always use
+// cuBLASLt with its cached plan. linear_forward_cublas is the plain peer (what torch's
+// F.linear runs), for benchmarks that time both in one process.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "fk/kernels/gemm.h"
+#include "fk/kernels/gemv.cuh"
+#include "fk/kernels/reference/gemm_ref.cuh"
+#include "fk/tasks/harness.h"
+
+namespace fk::tasks {
+
+/// Tag for the generated linear classes' config-only constructor (the harness builds modules
+/// from the Config; the production constructor checks its arguments and delegates to it).
+struct FromConfig {};
+inline constexpr FromConfig from_config{};
+
+namespace detail {
+template <class T> constexpr fk::kernels::GemmDType gemm_dtype() {
+  static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "linear tasks support bf16/f16");
+  return std::is_same_v<T, bf16> ? fk::kernels::GemmDType::kBF16 : fk::kernels::GemmDType::kF16;
+}
+
+/// Checks the operands and returns (M, row stride of x) for x [..., K] with unit inner stride.
+template <class Cfg> std::pair<int64_t, int64_t> linear_operands(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  using T = typename Cfg::scalar_t;
+  FK_CHECK(x.dtype() == dtype_of<T> && x.size(-1) == Cfg::in_features && x.stride(-1) == 1,
+           "linear input " + x.str() + " (in_features " + std::to_string(Cfg::in_features) + ")");
+  FK_CHECK(weight.dtype() == dtype_of<T> && weight.dim() == 2 && weight.size(0) == Cfg::out_features &&
+               weight.size(1) == Cfg::in_features && weight.is_contiguous(),
+           "linear weight " + weight.str());
+  FK_CHECK(!bias.defined() || (bias.dtype() == dtype_of<T> && bias.numel() == Cfg::out_features && bias.is_contiguous()),
+           "linear bias " + bias.str());
+  const int64_t m = x.numel() / Cfg::in_features;
+  int64_t ldx = Cfg::in_features;
+  if (x.dim() == 2) {
+    ldx = x.stride(0);
+  } else {
+    FK_CHECK(x.is_contiguous(), "linear input with more than 2 dims must be contiguous: " + x.str());
+  }
+  return {m, ldx};
+}
+
+inline Shape linear_out_shape(const Tensor& x, int64_t n) {
+  Shape s = x.sizes();
+  s.back() = n;
+  return s;
+}
+}  // namespace detail
+
+/// The production forward: out = x W^T (+ bias), a new tensor [..., out_features].
+template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t K = Cfg::in_features, N = Cfg::out_features;
+  const auto mld = detail::linear_operands<Cfg>(input, weight, bias);
+  const int64_t m = mld.first, ldx = mld.second;  // (plain names: lambdas below capture them)
+  Tensor out = empty(detail::linear_out_shape(input, N), dtype_of<T>);
+  if (m == 0) return out;
+  T* y = out.data<T>();
+  const T* x = input.data<T>();
+  const T* w = weight.data<T>();
+  const T* b = bias.defined() ? bias.data<T>() : nullptr;
+  cudaStream_t st = current_stream();
+  auto lt = [&] { fk::kernels::gemm_cublaslt(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
+  bool use_gemv = false;
+  if constexpr (fk::kernels::gemv_supported_k<K>()) {
+    if (fk::kernels::gemv_supported(m, N, x, ldx, w)) {
+      auto gv = [&] {
+        fk::kernels::gemv<K, T>(y, N, x, ldx, w, b, m, N, st);
+        FK_CHECK_LAUNCH();
+      };
+      const std::string key = std::string("linear_") + dtype_name(dtype_of<T>) + "_k" + std::to_string(K) + "_n" +
+                              std::to_string(N) + (b ? "_bias" : "_nobias") + "_m" + std::to_string(m) + " gemv|cublaslt";
+      use_gemv = fk::kernels::choose_faster(key, gv, lt, st, /*fallback=*/true);
+      if (use_gemv) gv();
+    }
+  }
+  if (!use_gemv) lt();
+  return out;
+}
+
+/// What the generated class's forward returns: (output, output_bias = undefined) for the
+/// vLLM linear layers (bias fused into the GEMM), the logits tensor for ParallelLMHead.
+template <class Cfg> auto linear_result(const Tensor& output) {
+  if constexpr (Cfg::returns_bias) {
+    return std::make_tuple(output, Tensor());
+  } else {
+    return output;
+  }
+}
+
+/// The peer, what torch.nn.functional.linear runs (cublasGemmEx; cuBLASLt + bias epilogue with bias).
+template <class Cfg> Tensor linear_forward_cublas(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  using T = typename Cfg::scalar_t;
+  const auto [m, ldx] = detail::linear_operands<Cfg>(input, weight, bias);
+  Tensor out = empty(detail::linear_out_shape(input, Cfg::out_features), dtype_of<T>);
+  fk::kernels::gemm_cublas_default(out.data_ptr(), Cfg::out_features, input.data_ptr(), ldx, weight.data_ptr(),
+                                   bias.defined() ? bias.data_ptr() : nullptr, m, Cfg::out_features, Cfg::in_features,
+                                   detail::gemm_dtype<T>(), current_stream());
+  return out;
+}
+
+/// One case of a linear task. Case dims: num_tokens (M). The weight (and bias) are one copy
+/// (weights are large and the runner flushes the L2 before every timed call); the inputs
+/// rotate. Weights ~ N(0, 1/K), inputs and bias ~ N(0, 1): outputs are O(1).
+template <class Module, class Cfg> class LinearInstance final : public TaskInstance {
+ public:
+  explicit LinearInstance(const ShapeCase& c) : m_(c.get("num_tokens")) {
+    constexpr double K = double(Cfg::in_features), N = double(Cfg::out_features);
+    const double weight_bytes = (N * K + (Cfg::has_bias ? N : 0)) * sizeof(T);
+    const double set_bytes = double(m_) * (K + N) * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    // weights + sets + the fp32 reference and one transient output while checking
+    require_device_memory(weight_bytes + set_bytes * n + double(m_) * N * (4 + sizeof(T)), "linear weights and inputs");
+    module_ = std::make_unique<Module>(from_config);
+    for (int s = 0; s < n; ++s) x_.push_back(empty({m_, Cfg::in_features}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    fill_normal(module_->weight, mix_seed(seed, 0), 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features))));
+    if constexpr (Cfg::has_bias) fill_normal(module_->bias, mix_seed(seed, 1), 0.f, 1.f);
+    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, 2 + s));
+  }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override {
+    if constexpr (Cfg::returns_bias) {
+      out_[s] = std::get<0>(module_->forward(x_[s]));
+    } else {
+      out_[s] = module_->forward(x_[s]);
+    }
+  }
+  std::vector<Tensor> inputs(int s) override {
+    if constexpr (Cfg::has_bias) return {module_->weight, module_->bias, x_[s]};
+    return {module_->weight, x_[s]};
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor ref = empty({m_, Cfg::out_features}, DType::kF32);
+    fk::kernels::reference::gemm_ref<T>(ref.data<float>(), Cfg::out_features, x_[s].data<T>(), Cfg::in_features,
+                                        module_->weight.template data<T>(), Cfg::in_features,
+                                        Cfg::has_bias ? module_->bias.template data<T>() : nullptr, m_,
+                                        Cfg::out_features, Cfg::in_features, current_stream());
+    FK_CHECK_LAUNCH();
+    // |N(0, s^2)| has mean 0.8 s; s^2 = 1 (+ 1 with bias).
+    const double typical = 0.8 * std::sqrt(Cfg::has_bias ? 2.0 : 1.0);
+    return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
+  }
+  Cost cost() const override {
+    constexpr double K = double(Cfg::in_features), N = double(Cfg::out_features);
+    const double bytes = (double(m_) * K + N * K + double(m_) * N + (Cfg::has_bias ? N : 0)) * sizeof(T);
+    return {2.0 * double(m_) * N * K, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t m_;
+  std::unique_ptr<Module> module_;
+  std::vector<Tensor> x_, out_;
+};
+
+}  // namespace fk::tasks
