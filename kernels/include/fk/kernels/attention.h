@@ -1,0 +1,56 @@
+// Causal variable-length prefill attention through cuDNN's fused SDPA (cudnn-frontend graph
+// API), the counterpart of vLLM's flash_attn_varlen_func. Plain C++: raw device pointers and a
+// stream; implemented in kernels/src/attention_cudnn.cu.
+//
+// Layout THD (packed tokens): q [total_q, Hq, D], k/v [total_k, Hkv, D], out [total_q, Hq, D],
+// contiguous; cu_seqlens_q/k [batch + 1] i32 on the device (exclusive prefix sums of the
+// lengths). GQA when Hq != Hkv. Causal mask aligned top-left within each sequence (equal q and
+// k lengths in prefill, where this is also FlashAttention's bottom-right causal).
+//
+// Note [cuDNN varlen SDPA]
+// cuDNN expresses THD through *ragged offsets*: each of Q, K, V, O is described as a
+// (B, H, S_max, D) tensor with strides (-, D, H*D, 1) plus a device tensor [B+1] of element
+// offsets (cu_seqlens * H * D) where each sequence starts; a padding mask with per-sequence
+// lengths (seq_len_q/kv [B]) bounds the rows and columns. A tiny kernel derives these five
+// device arrays from cu_seqlens on every call (cu_seqlens may change between calls; the
+// graph does not). The graph, its execution plan and the workspace are built once and cached
+// per (device, dtype, B, max_seqlen_q, max_seqlen_k, Hq, Hkv, D, scale, causal); total
+// token counts only bound the buffers and are not part of the graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fk::kernels {
+
+enum class AttnDType { kBF16, kF16 };
+
+struct VarlenAttentionArgs {
+  void* out = nullptr;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t batch = 0;
+  int64_t max_seqlen_q = 0;
+  int64_t max_seqlen_k = 0;
+  int64_t total_q = 0;  ///< rows of q/out (bounds only)
+  int64_t total_k = 0;  ///< rows of k/v (bounds only)
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float softmax_scale = 0.f;
+  bool causal = true;
+  AttnDType dtype = AttnDType::kBF16;
+};
+
+/// Runs cuDNN's fused flash attention for a packed variable-length batch. Throws
+/// std::runtime_error (naming the cuDNN message) when the graph is not supported.
+void varlen_attention_cudnn(const VarlenAttentionArgs& args, cudaStream_t stream);
+
+/// Whether this process can run cuDNN SDPA (library loads, device supported); for skipping tests.
+bool cudnn_attention_available();
+
+}  // namespace fk::kernels

@@ -1,0 +1,246 @@
+// Split-KV flash-decoding for one query token per sequence (FlashAttention's
+// flash_attn_with_kvcache at decode), specialised on (Hq, Hkv, D):
+//   q [B, Hq, D], k_cache/v_cache [B, max_len, Hkv, D], cache_seqlens [B] i32 -> out [B, Hq, D].
+//
+// Note [Flash decode]
+// Grid (splits, Hkv, B): a block owns one KV head of one sequence and a contiguous range of
+// its cached tokens. GQA: the G = Hq / Hkv query heads of that KV head are all held in
+// registers by every lane, so each K/V row is loaded once for all G heads. A token's D-wide
+// row is read by D/8 lanes with one 16-byte load each (two tokens per warp per load for
+// D = 128); each warp issues kTokIter K and V loads per lane before using any. Scores are
+// reduced across the D/8 lanes with xor-shuffles; softmax is online in fp32 (base 2, scale
+// folded into q). The per-warp/per-half-warp states are merged in shared memory; with one
+// split the block writes `out`, otherwise it writes a normalised partial and its log-sum-exp
+// and flash_decode_combine_kernel merges the splits. Splits are chosen on the host from
+// max_len (the lengths live on the device) so B * Hkv * splits fills the GPU; a block past its
+// sequence's length writes an empty partial (lse = -inf).
+#pragma once
+
+#include <math_constants.h>
+
+#include <algorithm>
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels {
+
+namespace detail {
+
+template <int kHq, int kHkv, int kD> struct DecodeShape {
+  static_assert(kHq % kHkv == 0, "Hq must be a multiple of Hkv");
+  static_assert(kD % 8 == 0 && 32 % (kD / 8) == 0, "D/8 must divide 32");
+  static constexpr int kG = kHq / kHkv;
+  static constexpr int kLanesPerTok = kD / 8;
+  static constexpr int kTokPar = 32 / kLanesPerTok;  // tokens per warp per load
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kParts = kWarps * kTokPar;    // independent softmax states per block
+};
+
+template <int kHq, int kHkv, int kD, int kTokIter, class T>
+__global__ void __launch_bounds__(DecodeShape<kHq, kHkv, kD>::kThreads)
+flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __restrict__ lse_part,
+                    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                    const int32_t* __restrict__ seqlens, int max_len, int chunk, float scale_log2) {
+  using S = DecodeShape<kHq, kHkv, kD>;
+  constexpr int kG = S::kG;
+  const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int splits = gridDim.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int sub = lane / S::kLanesPerTok, dl = lane % S::kLanesPerTok;
+  const int len = min(seqlens[b], max_len);
+  const int begin = split * chunk;
+  const int end = min(begin + chunk, len);
+
+  float qf[kG][8];
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    const Vec16<T> qv = load16(q + (static_cast<int64_t>(b) * kHq + kvh * kG + h) * kD + dl * 8);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) qf[h][j] = to_float(qv.v[j]) * scale_log2;
+  }
+  float m[kG], l[kG], o[kG][8];
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    m[h] = -CUDART_INF_F;
+    l[h] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j] = 0.f;
+  }
+  const int64_t tok_stride = static_cast<int64_t>(kHkv) * kD;
+  const T* kb = k + (static_cast<int64_t>(b) * max_len * kHkv + kvh) * kD + dl * 8;
+  const T* vb = v + (static_cast<int64_t>(b) * max_len * kHkv + kvh) * kD + dl * 8;
+  constexpr int kPerWarpIter = S::kTokPar * kTokIter;
+  constexpr int kPerBlockIter = S::kWarps * kPerWarpIter;
+
+  for (int t0 = begin + warp * kPerWarpIter; t0 < end; t0 += kPerBlockIter) {
+    Vec16<T> kv[kTokIter], vv[kTokIter];
+#pragma unroll
+    for (int i = 0; i < kTokIter; ++i) {
+      const int t = t0 + i * S::kTokPar + sub;
+      if (t < end) {
+        kv[i] = load16_stream(kb + t * tok_stride);
+        vv[i] = load16_stream(vb + t * tok_stride);
+      }
+    }
+    float s[kTokIter][kG];
+#pragma unroll
+    for (int i = 0; i < kTokIter; ++i) {
+#pragma unroll
+      for (int h = 0; h < kG; ++h) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc += qf[h][j] * to_float(kv[i].v[j]);
+        s[i][h] = acc;
+      }
+    }
+#pragma unroll
+    for (int off = S::kLanesPerTok / 2; off > 0; off >>= 1) {
+#pragma unroll
+      for (int i = 0; i < kTokIter; ++i)
+#pragma unroll
+        for (int h = 0; h < kG; ++h) s[i][h] += __shfl_xor_sync(0xffffffffu, s[i][h], off);
+    }
+#pragma unroll
+    for (int h = 0; h < kG; ++h) {
+      float mx = m[h];
+#pragma unroll
+      for (int i = 0; i < kTokIter; ++i) {
+        const int t = t0 + i * S::kTokPar + sub;
+        if (t >= end) s[i][h] = -CUDART_INF_F;
+        mx = fmaxf(mx, s[i][h]);
+      }
+      if (mx == -CUDART_INF_F) continue;  // nothing valid yet for this lane group
+      const float alpha = exp2f(m[h] - mx);
+      m[h] = mx;
+      l[h] *= alpha;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[h][j] *= alpha;
+#pragma unroll
+      for (int i = 0; i < kTokIter; ++i) {
+        const float p = exp2f(s[i][h] - mx);  // 0 for masked tokens
+        l[h] += p;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[h][j] += p * to_float(vv[i].v[j]);
+      }
+    }
+  }
+
+  // Merge the kParts states (warp, sub) of the block.
+  __shared__ float sm_m[S::kParts][kG], sm_l[S::kParts][kG];
+  __shared__ float sm_o[S::kParts][kG][kD];
+  const int part = warp * S::kTokPar + sub;
+#pragma unroll
+  for (int h = 0; h < kG; ++h) {
+    if (dl == 0) {
+      sm_m[part][h] = m[h];
+      sm_l[part][h] = l[h];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sm_o[part][h][dl * 8 + j] = o[h][j];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kG * kD; idx += S::kThreads) {
+    const int h = idx / kD, d = idx % kD;
+    float mx = -CUDART_INF_F;
+#pragma unroll
+    for (int p = 0; p < S::kParts; ++p) mx = fmaxf(mx, sm_m[p][h]);
+    float lsum = 0.f, osum = 0.f;
+    if (mx != -CUDART_INF_F) {
+#pragma unroll
+      for (int p = 0; p < S::kParts; ++p) {
+        const float w = exp2f(sm_m[p][h] - mx);
+        lsum += sm_l[p][h] * w;
+        osum += sm_o[p][h][d] * w;
+      }
+    }
+    const int64_t head = static_cast<int64_t>(b) * kHq + kvh * kG + h;
+    if (splits == 1) {
+      out[head * kD + d] = from_float<T>(lsum > 0.f ? osum / lsum : 0.f);
+    } else {
+      o_part[(head * splits + split) * kD + d] = lsum > 0.f ? osum / lsum : 0.f;
+      if (d == 0) lse_part[head * splits + split] = lsum > 0.f ? mx + log2f(lsum) : -CUDART_INF_F;
+    }
+  }
+}
+
+/// One block per (b, head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max).
+template <int kD, class T>
+__global__ void __launch_bounds__(kD)
+flash_decode_combine_kernel(T* __restrict__ out, const float* __restrict__ o_part, const float* __restrict__ lse_part,
+                            int splits) {
+  const int64_t head = blockIdx.x;
+  const float* lse = lse_part + head * splits;
+  float mx = -CUDART_INF_F;
+  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse[s]);
+  float wsum = 0.f, acc = 0.f;
+  if (mx != -CUDART_INF_F) {
+    for (int s = 0; s < splits; ++s) {
+      const float w = exp2f(lse[s] - mx);
+      wsum += w;
+      acc += w * o_part[(head * splits + s) * kD + threadIdx.x];
+    }
+  }
+  out[head * kD + threadIdx.x] = from_float<T>(wsum > 0.f ? acc / wsum : 0.f);
+}
+
+inline int num_sms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 132;
+  }();
+  return n;
+}
+
+}  // namespace detail
+
+/// The KV split used for (batch, max_len): tokens per split (a multiple of the block's
+/// per-iteration token count) and the number of splits.
+struct DecodeSplit {
+  int chunk;
+  int splits;
+};
+template <int kHq, int kHkv, int kD, int kTokIter = 4>
+DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm = 4) {
+  using S = detail::DecodeShape<kHq, kHkv, kD>;
+  constexpr int kGran = S::kWarps * S::kTokPar * kTokIter;
+  constexpr int kMinChunk = 2 * kGran;
+  const int64_t base = batch * kHkv;
+  const int64_t want = (static_cast<int64_t>(detail::num_sms()) * blocks_per_sm + base - 1) / base;
+  int64_t splits = std::max<int64_t>(1, std::min<int64_t>(want, (max_len + kMinChunk - 1) / kMinChunk));
+  int64_t chunk = (max_len + splits - 1) / splits;
+  chunk = (chunk + kGran - 1) / kGran * kGran;
+  splits = (max_len + chunk - 1) / chunk;
+  return {static_cast<int>(std::max<int64_t>(chunk, 1)), static_cast<int>(std::max<int64_t>(splits, 1))};
+}
+
+/// Bytes of fp32 workspace flash_decode needs (partials + lse); 0 when one split suffices.
+template <int kHq, int kHkv, int kD, int kTokIter = 4>
+size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_per_sm = 4) {
+  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
+  if (sp.splits == 1) return 0;
+  return static_cast<size_t>(batch) * kHq * sp.splits * (kD + 1) * sizeof(float);
+}
+
+/// out[b, h, :] = softmax(q[b, h] · K[b, :len_b, h / G]^T * scale) · V[b, :len_b, h / G].
+/// All tensors contiguous. `workspace` holds flash_decode_workspace_bytes() (16-byte aligned).
+template <int kHq, int kHkv, int kD, class T, int kTokIter = 4>
+void flash_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int32_t* cache_seqlens, int64_t batch,
+                  int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 4) {
+  if (batch == 0) return;
+  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
+  float* o_part = static_cast<float*>(workspace);
+  float* lse_part = sp.splits > 1 ? o_part + static_cast<size_t>(batch) * kHq * sp.splits * kD : nullptr;
+  const dim3 grid(sp.splits, kHkv, static_cast<unsigned>(batch));
+  constexpr float kLog2e = 1.4426950408889634f;
+  detail::flash_decode_kernel<kHq, kHkv, kD, kTokIter, T><<<grid, detail::DecodeShape<kHq, kHkv, kD>::kThreads, 0, stream>>>(
+      out, o_part, lse_part, q, k_cache, v_cache, cache_seqlens, static_cast<int>(max_len), sp.chunk, scale * kLog2e);
+  if (sp.splits > 1) {
+    detail::flash_decode_combine_kernel<kD, T><<<static_cast<unsigned>(batch * kHq), kD, 0, stream>>>(out, o_part, lse_part,
+                                                                                                   sp.splits);
+  }
+}
+
+}  // namespace fk::kernels

@@ -1,0 +1,243 @@
+// Harnesses and forward glue for the attention task kinds:
+//   flash_attn_prefill  vLLM flash_attn_varlen_func (causal, packed THD, GQA) -> cuDNN fused SDPA
+//                       (fk/kernels/attention.h)
+//   flash_attn_decode   FlashAttention flash_attn_with_kvcache (one query token per sequence)
+//                       -> split-KV flash decoding (fk/kernels/flash_decode.cuh)
+// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, scalar_t.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "fk/kernels/attention.h"
+#include "fk/kernels/flash_decode.cuh"
+#include "fk/kernels/reference/attention_ref.cuh"
+#include "fk/tasks/harness.h"
+
+namespace fk::tasks {
+
+namespace detail {
+template <class T> constexpr fk::kernels::AttnDType attn_dtype() {
+  static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "attention tasks support bf16/f16");
+  return std::is_same_v<T, bf16> ? fk::kernels::AttnDType::kBF16 : fk::kernels::AttnDType::kF16;
+}
+}  // namespace detail
+
+/// Sequence lengths of a prefill case: sequence i of `batch` has seq_len - i * seq_len / (2 * batch)
+/// tokens (docs/task-kinds.md, flash_attn_prefill).
+inline std::vector<int64_t> prefill_seq_lens(int64_t batch, int64_t seq_len) {
+  std::vector<int64_t> l;
+  for (int64_t i = 0; i < batch; ++i) l.push_back(seq_len - i * seq_len / (2 * batch));
+  return l;
+}
+
+/// Cached lengths of a decode case: sequence b attends to kv_len - b * kv_len / (2 * batch)
+/// tokens (the same deterministic spread as prefill; batch 1 uses the full kv_len).
+inline std::vector<int64_t> decode_seq_lens(int64_t batch, int64_t kv_len) { return prefill_seq_lens(batch, kv_len); }
+
+/// flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+/// softmax_scale, causal=True): out [T, Hq, D] (a new tensor).
+template <class Cfg>
+Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
+                                  const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  FK_CHECK(q.dim() == 3 && q.size(1) == Hq && q.size(2) == D && q.is_contiguous() && q.dtype() == dtype_of<T>,
+           "FlashAttnPrefill q " + q.str());
+  FK_CHECK(k.dim() == 3 && k.size(1) == Hkv && k.size(2) == D && k.is_contiguous() && k.dtype() == dtype_of<T> &&
+               v.sizes() == k.sizes() && v.is_contiguous() && v.dtype() == dtype_of<T>,
+           "FlashAttnPrefill k/v " + k.str() + ", " + v.str());
+  FK_CHECK(cu_seqlens_q.dtype() == DType::kI32 && cu_seqlens_k.dtype() == DType::kI32 &&
+               cu_seqlens_q.numel() == cu_seqlens_k.numel() && cu_seqlens_q.numel() >= 2,
+           "FlashAttnPrefill cu_seqlens " + cu_seqlens_q.str() + ", " + cu_seqlens_k.str());
+  Tensor out = empty(q.sizes(), q.dtype());
+  fk::kernels::VarlenAttentionArgs a;
+  a.out = out.data_ptr();
+  a.q = q.data_ptr();
+  a.k = k.data_ptr();
+  a.v = v.data_ptr();
+  a.cu_seqlens_q = cu_seqlens_q.data<int32_t>();
+  a.cu_seqlens_k = cu_seqlens_k.data<int32_t>();
+  a.batch = cu_seqlens_q.numel() - 1;
+  a.max_seqlen_q = max_seqlen_q;
+  a.max_seqlen_k = max_seqlen_k;
+  a.total_q = q.size(0);
+  a.total_k = k.size(0);
+  a.num_heads = static_cast<int>(Hq);
+  a.num_kv_heads = static_cast<int>(Hkv);
+  a.head_dim = static_cast<int>(D);
+  a.softmax_scale = static_cast<float>(Cfg::softmax_scale);
+  a.causal = true;
+  a.dtype = detail::attn_dtype<T>();
+  fk::kernels::varlen_attention_cudnn(a, current_stream());
+  return out;
+}
+
+/// flash_attn_with_kvcache(q [B, 1, Hq, D], k_cache, v_cache, cache_seqlens, softmax_scale):
+/// here q [B, Hq, D], caches [B, max_len, Hkv, D] contiguous, cache_seqlens [B] i32; out [B, Hq, D].
+template <class Cfg>
+Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens) {
+  using T = typename Cfg::scalar_t;
+  constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  FK_CHECK(q.dim() == 3 && q.size(1) == Hq && q.size(2) == D && q.is_contiguous() && q.dtype() == dtype_of<T>,
+           "FlashAttnDecode q " + q.str());
+  const int64_t batch = q.size(0);
+  FK_CHECK(k_cache.dim() == 4 && k_cache.size(0) == batch && k_cache.size(2) == Hkv && k_cache.size(3) == D &&
+               k_cache.is_contiguous() && k_cache.dtype() == dtype_of<T> && v_cache.sizes() == k_cache.sizes() &&
+               v_cache.is_contiguous() && v_cache.dtype() == dtype_of<T>,
+           "FlashAttnDecode caches " + k_cache.str() + ", " + v_cache.str());
+  FK_CHECK(cache_seqlens.dtype() == DType::kI32 && cache_seqlens.numel() == batch,
+           "FlashAttnDecode cache_seqlens " + cache_seqlens.str());
+  const int64_t max_len = k_cache.size(1);
+  Tensor out = empty(q.sizes(), q.dtype());
+  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len);
+  Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes / sizeof(float))}, DType::kF32) : Tensor();
+  fk::kernels::flash_decode<Hq, Hkv, D, T>(out.data<T>(), q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
+                                           cache_seqlens.data<int32_t>(), batch, max_len,
+                                           static_cast<float>(Cfg::softmax_scale), ws.data_ptr(), current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+/// One case of a flash_attn_prefill task. Case dims: batch, seq_len (lengths from
+/// prefill_seq_lens). q, k, v ~ N(0, 1) (scores ~ N(0, 1) at scale D^-0.5); the sets rotate
+/// q/k/v, cu_seqlens is shared. Reference: fp32 attention over each token's causal range.
+template <class Module, class Cfg> class FlashAttnPrefillInstance final : public TaskInstance {
+ public:
+  explicit FlashAttnPrefillInstance(const ShapeCase& c) : module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
+    lens_ = prefill_seq_lens(c.get("batch"), c.get("seq_len"));
+    std::vector<int32_t> cu{0}, begin, len;
+    for (int64_t l : lens_) {
+      for (int64_t p = 0; p < l; ++p) {
+        begin.push_back(cu.back());
+        len.push_back(static_cast<int32_t>(p + 1));
+      }
+      cu.push_back(static_cast<int32_t>(cu.back() + l));
+      max_len_ = std::max(max_len_, l);
+    }
+    total_ = cu.back();
+    const double set_bytes = double(total_) * (2 * Cfg::num_heads + 2 * Cfg::num_kv_heads) * Cfg::head_dim * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(set_bytes * n + double(total_) * Cfg::num_heads * Cfg::head_dim * 4, "attention inputs");
+    cu_ = to_device(cu, {static_cast<int64_t>(cu.size())});
+    ref_begin_ = to_device(begin, {total_});
+    ref_len_ = to_device(len, {total_});
+    for (int s = 0; s < n; ++s) {
+      q_.push_back(empty({total_, Cfg::num_heads, Cfg::head_dim}, dtype_of<T>));
+      k_.push_back(empty({total_, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<T>));
+      v_.push_back(empty({total_, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<T>));
+    }
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(q_.size()); }
+  void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) {
+      fill_normal(q_[s], mix_seed(seed, 3 * s));
+      fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
+      fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
+    }
+  }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
+  std::vector<Tensor> inputs(int s) override { return {q_[s], k_[s], v_[s], cu_}; }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor ref = empty({total_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
+    fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
+                                             k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
+                                             ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), total_,
+                                             Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
+                                             static_cast<float>(Cfg::softmax_scale), current_stream());
+    FK_CHECK_LAUNCH();
+    // Outputs are softmax-weighted means of N(0, 1) values: O(1) for the first tokens of a
+    // sequence, ~sqrt(e / n) after n keys. atol is set for rows of ~64 keys; rtol covers the rest.
+    return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, 0.1)}};
+  }
+  Cost cost() const override {
+    double pairs = 0;
+    for (int64_t l : lens_) pairs += double(l) * double(l + 1) / 2;
+    const double flops = 4.0 * pairs * Cfg::head_dim * Cfg::num_heads;
+    const double bytes = double(total_) * (2 * Cfg::num_heads + 2 * Cfg::num_kv_heads) * Cfg::head_dim * sizeof(T);
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  Module module_;
+  std::vector<int64_t> lens_;
+  int64_t total_ = 0, max_len_ = 0;
+  Tensor cu_, ref_begin_, ref_len_;
+  std::vector<Tensor> q_, k_, v_, out_;
+};
+
+/// One case of a flash_attn_decode task. Case dims: batch, kv_len. Caches [B, kv_len, Hkv, D]
+/// (max_len = kv_len), cache_seqlens from decode_seq_lens. Caches are large: they rotate only
+/// while small (the runner flushes the L2 before every timed call anyway).
+template <class Module, class Cfg> class FlashAttnDecodeInstance final : public TaskInstance {
+ public:
+  explicit FlashAttnDecodeInstance(const ShapeCase& c)
+      : batch_(c.get("batch")), max_len_(c.get("kv_len")), module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
+    lens_ = decode_seq_lens(batch_, max_len_);
+    std::vector<int32_t> lens32, begin;
+    for (int64_t b = 0; b < batch_; ++b) {
+      lens32.push_back(static_cast<int32_t>(lens_[b]));
+      begin.push_back(static_cast<int32_t>(b * max_len_));
+    }
+    const double cache_bytes = 2.0 * batch_ * max_len_ * Cfg::num_kv_heads * Cfg::head_dim * sizeof(T);
+    const double set_bytes = cache_bytes + 2.0 * batch_ * Cfg::num_heads * Cfg::head_dim * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(set_bytes * n, "decode caches");
+    FK_CHECK(batch_ * max_len_ < (int64_t(1) << 31), "decode case too large for i32 token indices");
+    seqlens_ = to_device(lens32, {batch_});
+    ref_begin_ = to_device(begin, {batch_});
+    for (int s = 0; s < n; ++s) {
+      q_.push_back(empty({batch_, Cfg::num_heads, Cfg::head_dim}, dtype_of<T>));
+      k_.push_back(empty({batch_, max_len_, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<T>));
+      v_.push_back(empty({batch_, max_len_, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<T>));
+    }
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(q_.size()); }
+  void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) {
+      fill_normal(q_[s], mix_seed(seed, 3 * s));
+      fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
+      fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
+    }
+  }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], seqlens_); }
+  std::vector<Tensor> inputs(int s) override { return {q_[s], k_[s], v_[s], seqlens_}; }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor ref = empty({batch_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
+    fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
+                                             k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
+                                             ref_begin_.data<int32_t>(), seqlens_.data<int32_t>(), batch_,
+                                             Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
+                                             static_cast<float>(Cfg::softmax_scale), current_stream());
+    FK_CHECK_LAUNCH();
+    // ~sqrt(e / n) for n >= kv_len / 2 keys (mean |N(0, s^2)| = 0.8 s).
+    const double typical = 0.8 * std::sqrt(2.72 / std::max<double>(1.0, double(max_len_) / 2));
+    return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
+  }
+  Cost cost() const override {
+    double toks = 0;
+    for (int64_t l : lens_) toks += double(l);
+    const double flops = 4.0 * toks * Cfg::head_dim * Cfg::num_heads;
+    const double bytes = (2.0 * toks * Cfg::num_kv_heads + 2.0 * batch_ * Cfg::num_heads) * Cfg::head_dim * sizeof(T) +
+                         batch_ * sizeof(int32_t);
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t batch_, max_len_;
+  Module module_;
+  std::vector<int64_t> lens_;
+  Tensor seqlens_, ref_begin_;
+  std::vector<Tensor> q_, k_, v_, out_;
+};
+
+}  // namespace fk::tasks
