@@ -32,12 +32,7 @@ class ParallelLMHead {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    fk::Tensor output = fk::tasks::linear_forward<Config>(input, weight, bias);
-    if constexpr (Config::returns_bias) {
-      return std::make_tuple(output, fk::Tensor());
-    } else {
-      return output;
-    }
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
   }
 
   fk::Tensor weight;
