@@ -1,0 +1,326 @@
+// Unit tests for the generator's pieces: canonical numbers, expressions, the alias table,
+// text_config nesting, head_dim derivation, rope scaling, task naming, case registries.
+#include <gtest/gtest.h>
+
+#include "fk/gen/format.h"
+#include "fk/gen/kinds.h"
+#include "fk/gen/pipeline.h"
+#include "test_util.h"
+
+namespace fk::gen {
+namespace {
+
+using namespace fk::gen::testing;
+
+// --- canonical numbers (Note [Canonical numbers]) ---------------------------------------------
+TEST(CanonicalDouble, ShortestRoundTrip) {
+  EXPECT_EQ(canonical_double(1e-05), "1e-05");
+  EXPECT_EQ(canonical_double(1e-06), "1e-06");
+  EXPECT_EQ(canonical_double(500000.0), "500000");
+  EXPECT_EQ(canonical_double(1000000.0), "1000000");
+  EXPECT_EQ(canonical_double(8.0), "8");
+  EXPECT_EQ(canonical_double(0.25), "0.25");
+  EXPECT_EQ(canonical_double(0.0001), "0.0001");
+  EXPECT_EQ(canonical_double(3.5), "3.5");
+  EXPECT_EQ(canonical_double(-2.5), "-2.5");
+  EXPECT_EQ(canonical_double(0.0), "0");
+  EXPECT_EQ(canonical_double(-0.0), "0");
+  EXPECT_EQ(canonical_double(1e16), "1e+16");
+  EXPECT_EQ(canonical_double(123456789012345.0), "123456789012345");
+  EXPECT_EQ(canonical_double(0.1 + 0.2), "0.30000000000000004");
+  EXPECT_EQ(canonical_double(std::pow(128.0, -0.5)), "0.08838834764831845");
+  for (double x : {1e-05, 0.1, 2.0 / 3.0, 1e300, 5e-324, 6.02214076e23})
+    EXPECT_EQ(std::strtod(canonical_double(x).c_str(), nullptr), x) << canonical_double(x);
+}
+
+TEST(CanonicalDouble, NamesDropPlus) {
+  EXPECT_EQ(name_double(1e16), "1e16");
+  EXPECT_EQ(name_double(1e-05), "1e-05");
+  EXPECT_EQ(name_double(500000.0), "500000");
+}
+
+TEST(Format, IdentAndLiterals) {
+  EXPECT_EQ(to_ident("rms_norm_h4096_eps1e-05_bf16"), "rms_norm_h4096_eps1e_05_bf16");
+  EXPECT_EQ(to_ident("a.b+c"), "a_b_c");
+  EXPECT_EQ(cpp_string_literal("a\"b\\c"), "\"a\\\"b\\\\c\"");
+}
+
+// --- expressions ----------------------------------------------------------------------------
+Value eval(const std::string& text, std::map<std::string, Value> env = {}) {
+  return Expr::parse(text).eval([&](const std::string& n) -> std::optional<Value> {
+    auto it = env.find(n);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+TEST(Expr, ArithmeticAndLogic) {
+  EXPECT_EQ(eval("hidden / heads", {{"hidden", int64_t{4096}}, {"heads", int64_t{32}}}), Value(int64_t{128}));
+  EXPECT_EQ(eval("2 + 3 * 4"), Value(int64_t{14}));
+  EXPECT_EQ(eval("(2 + 3) * 4"), Value(int64_t{20}));
+  EXPECT_EQ(eval("pow(64, -0.5)"), Value(0.125));
+  EXPECT_EQ(eval("layer == 0 || !flag", {{"layer", int64_t{3}}, {"flag", false}}), Value(true));
+  EXPECT_EQ(eval("x == null", {{"x", std::monostate{}}}), Value(true));
+  EXPECT_EQ(eval("t == 'silu'", {{"t", std::string("silu")}}), Value(true));
+  EXPECT_EQ(eval("1e-05"), Value(1e-05));
+  EXPECT_EQ(eval("rope_scaling.factor * 2", {{"rope_scaling.factor", 8.0}}), Value(16.0));
+}
+
+TEST(Expr, Errors) {
+  auto msg = [](const std::string& text) {
+    try {
+      eval(text, {{"a", int64_t{100}}, {"b", int64_t{3}}});
+    } catch (const GenError& e) {
+      return e.message;
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(msg("a / b"), "100 is not divisible by 3");
+  EXPECT_EQ(msg("c + 1"), "unknown name 'c'");
+  EXPECT_EQ(msg("a && true"), "operator && cannot apply to 100");
+  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, max, min, pow)");
+  EXPECT_EQ(msg("(a"), "invalid expression \"(a\": missing ')'");
+}
+
+// --- parse: the alias table and text_config ---------------------------------------------------
+ParsedConfig parse_ok(const std::string& text) {
+  Diagnostics diag;
+  auto p = parse_config("x/config.json", text, diag);
+  EXPECT_TRUE(diag.ok()) << diag.text();
+  return p ? *p : ParsedConfig{};
+}
+
+TEST(AliasTable, GptStyleNamesMapToCanonicalFields) {
+  ParsedConfig p = parse_ok(R"({"n_head": 12, "n_layer": 6, "n_embd": 768, "num_local_experts": 8, "dtype": "float16"})");
+  ASSERT_TRUE(p.get("num_attention_heads"));
+  EXPECT_EQ(p.get("num_attention_heads")->value, Value(int64_t{12}));
+  EXPECT_EQ(p.get("num_attention_heads")->path, "$.n_head");
+  EXPECT_EQ(p.get("num_hidden_layers")->value, Value(int64_t{6}));
+  EXPECT_EQ(p.get("hidden_size")->value, Value(int64_t{768}));
+  EXPECT_EQ(p.get("num_experts")->value, Value(int64_t{8}));
+  EXPECT_EQ(p.get("num_experts")->path, "$.num_local_experts");
+  EXPECT_EQ(p.get("torch_dtype")->value, Value(std::string("float16")));
+}
+
+TEST(AliasTable, EveryAliasIsUnique) {
+  std::set<std::string> seen;
+  for (const auto& f : field_table()) {
+    EXPECT_TRUE(seen.insert(f.name).second) << f.name;
+    for (const auto& a : f.aliases) EXPECT_TRUE(seen.insert(a).second) << a;
+    EXPECT_EQ(find_field(f.name), &f);
+  }
+}
+
+TEST(TextConfig, NestedFieldsTakePrecedence) {
+  ParsedConfig p = parse_ok(R"({"model_type": "mistral3", "hidden_size": 1, "vision_config": {},
+                               "text_config": {"model_type": "mistral", "hidden_size": 5120, "n_head": 32}})");
+  EXPECT_EQ(p.get("model_type")->value, Value(std::string("mistral")));
+  EXPECT_EQ(p.get("hidden_size")->value, Value(int64_t{5120}));
+  EXPECT_EQ(p.get("hidden_size")->path, "$.text_config.hidden_size");
+  EXPECT_EQ(p.get("num_attention_heads")->path, "$.text_config.n_head");
+  ASSERT_EQ(p.unrecognised.size(), 1u);
+  EXPECT_EQ(p.unrecognised[0].path, "$.vision_config");
+}
+
+// --- rope scaling -----------------------------------------------------------------------------
+TEST(RopeScaling, Llama3) {
+  ParsedConfig p = parse_ok(R"({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})");
+  EXPECT_EQ(p.rope_scaling.type, "llama3");
+  EXPECT_EQ(p.rope_scaling.factor, 8.0);
+  EXPECT_EQ(p.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(p.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(p.rope_scaling.original_max_position, 8192);
+}
+
+TEST(RopeScaling, LinearWithLegacyTypeKey) {
+  ParsedConfig p = parse_ok(R"({"rope_scaling": {"type": "linear", "factor": 2}})");
+  EXPECT_EQ(p.rope_scaling.type, "linear");
+  EXPECT_EQ(p.rope_scaling.factor, 2.0);
+  EXPECT_EQ(p.rope_scaling.original_max_position, 0);
+}
+
+TEST(RopeScaling, YarnDefaultsBetas) {
+  ParsedConfig p = parse_ok(R"({"rope_scaling": {"rope_type": "yarn", "type": "yarn", "factor": 4.0,
+                               "original_max_position_embeddings": 32768}})");
+  EXPECT_EQ(p.rope_scaling.type, "yarn");
+  EXPECT_EQ(p.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(p.rope_scaling.beta_slow, 1.0);
+  ParsedConfig q = parse_ok(R"({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 16, "beta_slow": 2,
+                               "original_max_position_embeddings": 32768}})");
+  EXPECT_EQ(q.rope_scaling.beta_fast, 16.0);
+  EXPECT_EQ(q.rope_scaling.beta_slow, 2.0);
+}
+
+TEST(RopeScaling, NullAndDefaultMeanNone) {
+  EXPECT_EQ(parse_ok(R"({"rope_scaling": null})").rope_scaling.type, "none");
+  EXPECT_EQ(parse_ok(R"({"rope_scaling": {"rope_type": "default"}})").rope_scaling.type, "none");
+  EXPECT_EQ(parse_ok(R"({})").rope_scaling.type, "none");
+}
+
+// --- resolve: head_dim and per-model-type constants --------------------------------------------
+ResolvedConfig resolve_ok(const std::string& text) {
+  Diagnostics diag;
+  Generation g = run_pipeline(source_dir(), {ConfigFile{"t/t", "t/config.json", text}}, false, diag);
+  EXPECT_TRUE(diag.ok()) << diag.text();
+  return g.resolved.empty() ? ResolvedConfig{} : g.resolved[0];
+}
+
+const char* kBase = R"("hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+  "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096, "torch_dtype": "bfloat16")";
+
+TEST(Resolve, HeadDimDerivedUnlessExplicit) {
+  ResolvedConfig d = resolve_ok(std::string(R"({"model_type": "llama", )") + kBase + "}");
+  EXPECT_EQ(d.values.at("head_dim"), Value(int64_t{128}));
+  EXPECT_EQ(d.origin.at("head_dim"), "default");
+  EXPECT_EQ(d.values.at("num_key_value_heads"), Value(int64_t{32}));  // defaults to num_attention_heads
+  ResolvedConfig e = resolve_ok(std::string(R"({"model_type": "qwen3", "head_dim": 64, )") + kBase + "}");
+  EXPECT_EQ(e.values.at("head_dim"), Value(int64_t{64}));
+  EXPECT_EQ(e.origin.at("head_dim"), "$.head_dim");
+  ResolvedConfig n = resolve_ok(std::string(R"({"model_type": "llama", "head_dim": null, )") + kBase + "}");
+  EXPECT_EQ(n.values.at("head_dim"), Value(int64_t{128}));
+}
+
+TEST(Resolve, ModelTypeConstants) {
+  ResolvedConfig q2 = resolve_ok(std::string(R"({"model_type": "qwen2", )") + kBase + "}");
+  EXPECT_EQ(q2.values.at("qkv_bias"), Value(true));
+  EXPECT_EQ(q2.values.at("o_proj_bias"), Value(false));
+  EXPECT_EQ(q2.values.at("qk_norm"), Value(false));
+  ResolvedConfig q3 = resolve_ok(std::string(R"({"model_type": "qwen3", )") + kBase + "}");
+  EXPECT_EQ(q3.values.at("qk_norm"), Value(true));
+  ResolvedConfig l = resolve_ok(std::string(R"({"model_type": "llama", "attention_bias": true, )") + kBase + "}");
+  EXPECT_EQ(l.values.at("qkv_bias"), Value(true));
+  EXPECT_EQ(l.values.at("o_proj_bias"), Value(true));
+  EXPECT_EQ(l.values.at("softmax_scale"), Value(std::pow(128.0, -0.5)));
+}
+
+TEST(Resolve, ModelTypeFromArchitecturesWhenAbsent) {
+  ResolvedConfig r = resolve_ok(std::string(R"({"architectures": ["MistralForCausalLM"], )") + kBase + "}");
+  EXPECT_EQ(r.model_type, "mistral");
+}
+
+// --- lower: forward-pass walk and stable op names ---------------------------------------------
+TEST(Lower, OpNamesFollowTheForwardPass) {
+  Diagnostics diag;
+  std::string text = std::string(R"({"model_type": "qwen3", )") + kBase + "}";
+  Generation g = run_pipeline(source_dir(), {ConfigFile{"t/t", "t/config.json", text}}, false, diag);
+  ASSERT_TRUE(diag.ok()) << diag.text();
+  std::vector<std::string> names;
+  for (const auto& op : g.lowered.at(0).ops) names.push_back(op.name + ":" + op.kind->kind);
+  std::vector<std::string> layer0 = {"embed_tokens:vocab_parallel_embedding",
+                                     "blk.0.input_layernorm:rms_norm",
+                                     "blk.0.qkv_proj:qkv_parallel_linear",
+                                     "blk.0.qk_norm:qk_norm",
+                                     "blk.0.rotary_emb:rotary_embedding",
+                                     "blk.0.kv_cache_write:store_kvcache",
+                                     "blk.0.attn_prefill:flash_attn_prefill",
+                                     "blk.0.attn_decode:flash_attn_decode",
+                                     "blk.0.o_proj:row_parallel_linear",
+                                     "blk.0.post_attention_layernorm:fused_add_rms_norm",
+                                     "blk.0.gate_up_proj:merged_column_parallel_linear",
+                                     "blk.0.act_fn:silu_and_mul",
+                                     "blk.0.down_proj:row_parallel_linear",
+                                     "blk.1.input_layernorm:fused_add_rms_norm"};
+  ASSERT_EQ(names.size(), 1u + 2 * 12 + 2);  // 12 ops per qwen3 layer
+  EXPECT_EQ(std::vector<std::string>(names.begin(), names.begin() + layer0.size()), layer0);
+  EXPECT_EQ(names[names.size() - 2], "norm:fused_add_rms_norm");
+  EXPECT_EQ(names.back(), "lm_head:parallel_lm_head");
+}
+
+// --- task naming (Note [Task naming]) ---------------------------------------------------------
+std::string name_of(const std::string& kind, Params p, const std::string& dtype = "bfloat16") {
+  return find_kind(kind)->name(p, dtype_suffix(dtype));
+}
+
+TEST(TaskNaming, EveryKindSpellsItsConstants) {
+  EXPECT_EQ(name_of("rms_norm", {{"hidden_size", int64_t{4096}}, {"eps", 1e-05}}), "rms_norm_h4096_eps1e-05_bf16");
+  EXPECT_EQ(name_of("fused_add_rms_norm", {{"hidden_size", int64_t{3584}}, {"eps", 1e-06}}, "float16"),
+            "fused_add_rms_norm_h3584_eps1e-06_f16");
+  EXPECT_EQ(name_of("qk_norm", {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}}, {"eps", 1e-06}}),
+            "qk_norm_hq32_hkv8_d128_eps1e-06_bf16");
+  Params rope = {{"head_size", int64_t{128}}, {"rotary_dim", int64_t{128}}, {"max_position", int64_t{131072}},
+                 {"base", 500000.0}, {"is_neox_style", true}, {"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}},
+                 {"scaling_type", std::string("llama3")}, {"scaling_factor", 8.0}, {"low_freq_factor", 1.0},
+                 {"high_freq_factor", 4.0}, {"original_max_position", int64_t{8192}}, {"beta_fast", 0.0}, {"beta_slow", 0.0}};
+  EXPECT_EQ(name_of("rotary_embedding", rope),
+            "rotary_embedding_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox_hq32_hkv8_bf16");
+  rope["scaling_type"] = std::string("linear");
+  rope["scaling_factor"] = 2.5;
+  rope["is_neox_style"] = false;
+  EXPECT_EQ(name_of("rotary_embedding", rope),
+            "rotary_embedding_d128_rot128_pos131072_base500000_linear_f2.5_gptj_hq32_hkv8_bf16");
+  rope["scaling_type"] = std::string("yarn");
+  rope["beta_fast"] = 32.0;
+  rope["beta_slow"] = 1.0;
+  EXPECT_EQ(name_of("rotary_embedding", rope),
+            "rotary_embedding_d128_rot128_pos131072_base500000_yarn_f2.5_omp8192_bf32_bs1_gptj_hq32_hkv8_bf16");
+  rope["scaling_type"] = std::string("none");
+  rope["base"] = 1e16;
+  EXPECT_EQ(name_of("rotary_embedding", rope), "rotary_embedding_d128_rot128_pos131072_base1e16_none_gptj_hq32_hkv8_bf16");
+  EXPECT_EQ(name_of("silu_and_mul", {{"intermediate_size", int64_t{14336}}}, "float32"), "silu_and_mul_i14336_f32");
+  EXPECT_EQ(name_of("vocab_parallel_embedding", {{"num_embeddings", int64_t{128256}}, {"embedding_dim", int64_t{4096}}}),
+            "vocab_parallel_embedding_v128256_h4096_bf16");
+  EXPECT_EQ(name_of("qkv_parallel_linear", {{"hidden_size", int64_t{3584}}, {"head_size", int64_t{128}}, {"num_heads", int64_t{28}},
+                                            {"num_kv_heads", int64_t{4}}, {"bias", true}}),
+            "qkv_parallel_linear_h3584_d128_hq28_hkv4_bias_bf16");
+  EXPECT_EQ(name_of("merged_column_parallel_linear",
+                    {{"input_size", int64_t{4096}}, {"n0", int64_t{14336}}, {"n1", int64_t{14336}}, {"bias", false}}),
+            "merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16");
+  EXPECT_EQ(name_of("row_parallel_linear", {{"input_size", int64_t{4096}}, {"output_size", int64_t{4096}}, {"bias", false}}),
+            "row_parallel_linear_k4096_n4096_nobias_bf16");
+  EXPECT_EQ(name_of("parallel_lm_head", {{"num_embeddings", int64_t{32768}}, {"embedding_dim", int64_t{4096}}}),
+            "parallel_lm_head_v32768_h4096_bf16");
+  Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
+                 {"softmax_scale", 0.088}, {"max_position", int64_t{32768}}};
+  EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_bf16");
+  EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_bf16");
+  EXPECT_EQ(name_of("store_kvcache", {{"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}}}), "store_kvcache_hkv8_d128_bf16");
+}
+
+TEST(TaskNaming, LinearPlaceholders) {
+  auto ph = find_kind("qkv_parallel_linear")
+                ->placeholders({{"hidden_size", int64_t{4096}}, {"head_size", int64_t{128}}, {"num_heads", int64_t{32}},
+                                {"num_kv_heads", int64_t{8}}, {"bias", false}});
+  std::map<std::string, std::string> m(ph.begin(), ph.end());
+  EXPECT_EQ(m["class_name"], "QKVParallelLinear");
+  EXPECT_EQ(m["ctor_params"], "int64_t hidden_size, int64_t head_size, int64_t total_num_heads, int64_t total_num_kv_heads, bool bias");
+  EXPECT_EQ(m["ctor_check"], "hidden_size == 4096 && head_size == 128 && total_num_heads == 32 && total_num_kv_heads == 8 && bias == false");
+  EXPECT_EQ(m["in_features"], "4096");
+  EXPECT_EQ(m["out_features"], "6144");
+  EXPECT_EQ(m["has_bias"], "false");
+  EXPECT_EQ(m["returns_bias"], "true");
+  auto lm = find_kind("parallel_lm_head")->placeholders({{"num_embeddings", int64_t{1000}}, {"embedding_dim", int64_t{64}}});
+  std::map<std::string, std::string> l(lm.begin(), lm.end());
+  EXPECT_EQ(l["returns_bias"], "false");
+  EXPECT_EQ(l["in_features"], "64");
+  EXPECT_EQ(l["out_features"], "1000");
+}
+
+// --- case registries (Note [Case registry]) ----------------------------------------------------
+std::vector<std::string> case_names(const std::string& kind, Params p) {
+  std::vector<std::string> out;
+  for (const auto& c : find_kind(kind)->cases(p)) out.push_back(c.name);
+  return out;
+}
+
+TEST(CaseRegistry, TokensAttentionAndLmHead) {
+  EXPECT_EQ(case_names("silu_and_mul", {{"intermediate_size", int64_t{8}}}),
+            (std::vector<std::string>{"t1", "t8", "t32", "t64", "t256", "t1024", "t4096", "t16384"}));
+  EXPECT_EQ(case_names("parallel_lm_head", {{"num_embeddings", int64_t{8}}, {"embedding_dim", int64_t{8}}}),
+            (std::vector<std::string>{"t1", "t8", "t32", "t64", "t256"}));
+  Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
+                 {"softmax_scale", 0.088}, {"max_position", int64_t{4096}}};
+  EXPECT_EQ(case_names("flash_attn_prefill", attn), (std::vector<std::string>{"b1_s1024", "b1_s4096", "b4_s2048", "b16_s1024"}));
+  EXPECT_EQ(case_names("flash_attn_decode", attn),
+            (std::vector<std::string>{"b1_kv1024", "b1_kv4096", "b8_kv1024", "b8_kv4096", "b32_kv1024", "b32_kv4096",
+                                      "b64_kv1024", "b64_kv4096"}));
+  attn["max_position"] = int64_t{131072};
+  EXPECT_EQ(case_names("flash_attn_decode", attn),
+            (std::vector<std::string>{"b1_kv1024", "b1_kv8192", "b1_kv32768", "b1_kv131072", "b8_kv1024", "b8_kv8192",
+                                      "b8_kv32768", "b8_kv131072", "b32_kv1024", "b32_kv8192", "b32_kv32768",
+                                      "b64_kv1024", "b64_kv8192"}));
+  EXPECT_EQ(case_initializer(find_kind("flash_attn_prefill")->cases(attn)[4]), "{\"b4_s2048\", \"prefill\", {{\"batch\", 4}, {\"seq_len\", 2048}}}");
+}
+
+}  // namespace
+}  // namespace fk::gen
