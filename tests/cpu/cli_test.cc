@@ -1,0 +1,120 @@
+// The `fastkernels` binary: verbs, --help, exit codes, `add`, and `generate --check` against the
+// committed repository tree (generated/ must be up to date in every commit).
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace fk::gen {
+namespace {
+
+using namespace fk::gen::testing;
+
+std::string bin() { return FK_FASTKERNELS_BIN; }
+std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
+
+TEST(Cli, CommittedTreeIsUpToDate) {
+  std::string out;
+  int rc = run(bin() + " generate --check --root " + q(source_dir()), &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("generated/ is up to date"), std::string::npos) << out;
+}
+
+TEST(Cli, HelpOnEveryVerbDocumentsExitCodes) {
+  for (const std::string verb : {"", " parse", " list", " add", " generate"}) {
+    std::string out;
+    EXPECT_EQ(run(bin() + verb + " --help", &out), 0) << verb;
+    EXPECT_NE(out.find("3  `generate --check`"), std::string::npos) << verb << ":\n" << out;
+    EXPECT_NE(out.find("4  I/O error"), std::string::npos) << verb;
+  }
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  std::string out;
+  EXPECT_EQ(run(bin() + " frobnicate", &out), 2) << out;
+  EXPECT_EQ(run(bin(), &out), 2) << out;
+  EXPECT_EQ(run(bin() + " parse", &out), 2) << out;  // missing positional
+  EXPECT_EQ(run(bin() + " generate --bogus", &out), 2) << out;
+}
+
+TEST(Cli, ParsePrintsResolvedValuesAndTasks) {
+  std::string out;
+  int rc = run(bin() + " parse --root " + q(source_dir()) + " " +
+                   q(fixtures() / "golden" / "root" / "hf_configs" / "tiny" / "qwen3-tiny" / "config.json"),
+               &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("model_type  qwen3"), std::string::npos) << out;
+  EXPECT_NE(out.find("  head_dim = 32  [$.head_dim]"), std::string::npos) << out;
+  EXPECT_NE(out.find("  torch_dtype = \"float16\"  [$.dtype]"), std::string::npos) << out;
+  EXPECT_NE(out.find("  qk_norm_hq4_hkv1_d32_eps1e-06_f16"), std::string::npos) << out;
+}
+
+TEST(Cli, ParseErrorsExitOneAndIoErrorsExitFour) {
+  std::string out;
+  EXPECT_EQ(run(bin() + " parse --root " + q(source_dir()) + " " + q(fixtures() / "bad_configs" / "unknown_key.json"), &out), 1);
+  EXPECT_NE(out.find("tests/fixtures/bad_configs/unknown_key.json: $.use_fancy_attention: unknown key"), std::string::npos) << out;
+  EXPECT_EQ(run(bin() + " parse --root " + q(source_dir()) + " /nonexistent/config.json", &out), 4) << out;
+}
+
+TEST(Cli, AddStoresVerbatimGeneratesAndRefusesOverwrite) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  ASSERT_EQ(run(bin() + " generate --root " + q(tmp.path()), &out), 0) << out;
+
+  // A config spelled unusually (key order, spacing) is stored byte for byte.
+  const std::string cfg =
+      "{\"vocab_size\": 300,  \"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024,\n"
+      " \"torch_dtype\": \"bfloat16\", \"_name_or_path\": \"acme/llama-mini\"}\n";
+  spit(tmp.path() / "in" / "config.json", cfg);
+  ASSERT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "config.json"), &out), 0) << out;
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "llama-mini" / "config.json"), cfg);
+  EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "parallel_lm_head_v300_h64_bf16.cu"));
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+
+  // --name wins; the same bytes again are fine; different bytes under an existing name are refused.
+  ASSERT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/other " + q(tmp.path() / "in" / "config.json"), &out), 0) << out;
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf_configs" / "acme" / "other" / "config.json"));
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/other " + q(tmp.path() / "in" / "config.json"), &out), 0) << out;
+  spit(tmp.path() / "in2" / "config.json", cfg + " ");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/other " + q(tmp.path() / "in2" / "config.json"), &out), 1);
+  EXPECT_NE(out.find("hf_configs/acme/other/config.json: already exists with different content"), std::string::npos) << out;
+
+  // No --name and no _name_or_path: asks for --name, stores nothing.
+  spit(tmp.path() / "in3" / "config.json", "{\"model_type\": \"llama\"}\n");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in3" / "config.json"), &out), 1);
+  EXPECT_NE(out.find("pass --name <org>/<model>"), std::string::npos) << out;
+
+  // An invalid config is not stored.
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/bad " + q(fixtures() / "bad_configs" / "bad_dtype.json"), &out), 1);
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "bad"));
+}
+
+TEST(Cli, CheckExitsThreeListingStaleFiles) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 3) << out;
+  EXPECT_NE(out.find("missing: generated/manifest.json"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "generated"));  // --check writes nothing
+  ASSERT_EQ(run(bin() + " generate --root " + q(tmp.path()), &out), 0) << out;
+  spit(tmp.path() / "generated" / "L1" / "silu_and_mul_i128_bf16.cu", "x\n");
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 3) << out;
+  EXPECT_NE(out.find("stale:   generated/L1/silu_and_mul_i128_bf16.cu"), std::string::npos) << out;
+}
+
+TEST(Cli, ListCountsConfigsAndTasks) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  ASSERT_EQ(run(bin() + " list --root " + q(tmp.path()), &out), 0) << out;
+  EXPECT_NE(out.find("tiny/qwen3-tiny  hf_configs/tiny/qwen3-tiny/config.json  family=llama model_type=qwen3 ops=27 tasks=14"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("4 config(s), 43 distinct task(s)"), std::string::npos) << out;
+  ASSERT_EQ(run(bin() + " list --tasks --root " + q(tmp.path()), &out), 0) << out;
+  EXPECT_NE(out.find("rms_norm_h64_eps1e-05_bf16  kind=rms_norm level=1 archs=2 (tiny/llama-tiny, tiny/mistral-tiny)"),
+            std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace fk::gen
