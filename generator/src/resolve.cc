@@ -118,7 +118,10 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   lookup = [&](const std::string& name) -> std::optional<Value> {
     auto done = r.values.find(name);
     if (done != r.values.end()) {
-      if (r.origin[name] == "error") throw GenError{""};
+      if (r.origin[name] == "error") {
+        if (in_progress.empty()) return std::nullopt;
+        throw GenError{""};  // already reported; abandon the dependent value silently
+      }
       return done->second;
     }
     auto fu = d->fields.find(name);
