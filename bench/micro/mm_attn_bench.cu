@@ -75,8 +75,9 @@ static bf16* alloc_fill(size_t n, float scale, uint32_t seed) {
   return p;
 }
 
-template <int K, int W, int U> double time_gemv(bf16* y, const bf16* x, const bf16* w, int64_t m, int64_t n) {
-  return time_us([&] { fk::kernels::gemv<K, bf16, W, U>(y, n, x, K, w, nullptr, m, n, 0); });
+template <int K, int W, int U, int Mode, int L2>
+double time_gemv(bf16* y, const bf16* x, const bf16* w, int64_t m, int64_t n) {
+  return time_us([&] { fk::kernels::gemv<K, bf16, W, U, Mode, L2>(y, n, x, K, w, nullptr, m, n, 0); });
 }
 
 template <int K> void bench_gemm(int64_t n) {
@@ -90,17 +91,23 @@ template <int K> void bench_gemm(int64_t n) {
     auto tbs = [&](double us) { return bytes / us / 1e6; };
     const double t_lt = time_us([&] { fk::kernels::gemm_cublaslt(y, n, x, K, w, nullptr, m, n, K, fk::kernels::GemmDType::kBF16, 0); });
     const double t_def = time_us([&] { fk::kernels::gemm_cublas_default(y, n, x, K, w, nullptr, m, n, K, fk::kernels::GemmDType::kBF16, 0); });
-    const double g44 = time_gemv<K, 4, 4>(y, x, w, m, n);
-    const double g84 = time_gemv<K, 8, 4>(y, x, w, m, n);
-    const double g48 = time_gemv<K, 4, 8>(y, x, w, m, n);
-    const double g82 = time_gemv<K, 8, 2>(y, x, w, m, n);
-    const double g24 = time_gemv<K, 2, 4>(y, x, w, m, n);
-    const double best = std::min({g44, g84, g48, g82, g24});
-    std::printf("GEMM M=%-3lld N=%-6lld K=%-5d | cublasGemmEx %8.2f us %5.2f TB/s | cublasLt %8.2f us %5.2f TB/s | "
-                "gemv w4u4 %7.2f (%4.2f) w8u4 %7.2f (%4.2f) w4u8 %7.2f (%4.2f) w8u2 %7.2f (%4.2f) w2u4 %7.2f (%4.2f) | "
-                "best gemv/cublasGemmEx speedup %.2fx\n",
-                (long long)m, (long long)n, K, t_def, tbs(t_def), t_lt, tbs(t_lt), g44, tbs(g44), g84, tbs(g84), g48,
-                tbs(g48), g82, tbs(g82), g24, tbs(g24), t_def / best);
+    struct V { const char* name; double us; };
+    std::vector<V> vs = {
+        {"w4u4m0p0", time_gemv<K, 4, 4, 0, 0>(y, x, w, m, n)}, {"w8u2m0p0", time_gemv<K, 8, 2, 0, 0>(y, x, w, m, n)},
+        {"w4u4m1p0", time_gemv<K, 4, 4, 1, 0>(y, x, w, m, n)}, {"w8u2m1p0", time_gemv<K, 8, 2, 1, 0>(y, x, w, m, n)},
+        {"w4u8m1p0", time_gemv<K, 4, 8, 1, 0>(y, x, w, m, n)}, {"w4u4m0p2", time_gemv<K, 4, 4, 0, 2>(y, x, w, m, n)},
+        {"w8u2m0p2", time_gemv<K, 8, 2, 0, 2>(y, x, w, m, n)}, {"w4u4m1p2", time_gemv<K, 4, 4, 1, 2>(y, x, w, m, n)},
+        {"w8u2m1p2", time_gemv<K, 8, 2, 1, 2>(y, x, w, m, n)}, {"w8u4m1p2", time_gemv<K, 8, 4, 1, 2>(y, x, w, m, n)},
+        {"w4u4m1p1", time_gemv<K, 4, 4, 1, 1>(y, x, w, m, n)}};
+    double best = 1e30;
+    const char* best_name = "";
+    std::printf("GEMM M=%-3lld N=%-6lld K=%-5d | cublasGemmEx %7.2f us %4.2f TB/s | cublasLt %7.2f us %4.2f TB/s |",
+                (long long)m, (long long)n, K, t_def, tbs(t_def), t_lt, tbs(t_lt));
+    for (const V& v : vs) {
+      std::printf(" %s %.2f", v.name, tbs(v.us));
+      if (v.us < best) best = v.us, best_name = v.name;
+    }
+    std::printf(" | best %s %.2f us %.2f TB/s = %.2fx cublasGemmEx\n", best_name, best, tbs(best), t_def / best);
   }
   cudaFree(w);
   cudaFree(x);
@@ -129,10 +136,10 @@ void bench_decode(int64_t b, int64_t L) {
   std::printf("DECODE hq32 hkv8 d128 B=%-3lld L=%-6lld |", (long long)b, (long long)L);
   for (int bps : {2, 4, 8}) {
     const double t4 = time_decode<Hq, Hkv, D, 4>(out, q, k, v, dl, b, L, bps, ws);
-    const double t8 = time_decode<Hq, Hkv, D, 8>(out, q, k, v, dl, b, L, bps, ws);
+    const double t2 = time_decode<Hq, Hkv, D, 2>(out, q, k, v, dl, b, L, bps, ws);
     const auto sp = fk::kernels::flash_decode_split<Hq, Hkv, D, 4>(b, L, bps);
-    std::printf(" bps%d(splits %d) ti4 %7.2f us %4.2f TB/s ti8 %7.2f us %4.2f TB/s |", bps, sp.splits, t4,
-                bytes / t4 / 1e6, t8, bytes / t8 / 1e6);
+    std::printf(" bps%d(splits %d) ti4 %7.2f us %4.2f TB/s ti2 %7.2f us %4.2f TB/s |", bps, sp.splits, t4,
+                bytes / t4 / 1e6, t2, bytes / t2 / 1e6);
   }
   std::printf("\n");
   cudaFree(k);

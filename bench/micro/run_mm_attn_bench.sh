@@ -8,7 +8,7 @@ what="${2:-all}"
 lib="$(find "$build" -name libfk_kernels.a | head -1)"
 cudnn_lib="$(dirname "$(find /usr/lib/x86_64-linux-gnu /usr/local/cuda/lib64 -name 'libcudnn.so*' 2>/dev/null | head -1)")"
 nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -lineinfo -I "$root/kernels/include" \
-  "$root/bench/micro/mm_attn_bench.cu" "$lib" -L"$cudnn_lib" -lcudnn -lcublasLt -lcublas -o "$build/mm_attn_bench"
+  "$root/bench/micro/mm_attn_bench.cu" "$lib" -L"$cudnn_lib" -lcudnn -lcublasLt -lcublas -lnvrtc -o "$build/mm_attn_bench"
 "$build/mm_attn_bench" "$what"
 if [[ "$what" == all || "$what" == prefill ]] && python3 -c 'import torch' 2>/dev/null; then
   python3 "$root/bench/micro/sdpa_torch.py"

@@ -13,7 +13,8 @@ namespace {
 
 enum class Path { kGemv, kCublasLt, kCublasDefault };
 
-template <class T, int kK> void check_gemm(Path path, int64_t m, int64_t n, bool with_bias) {
+template <class T, int kK, int kW = 4, int kU = 4, int kMode = 0, int kL2 = 0>
+void check_gemm(Path path, int64_t m, int64_t n, bool with_bias) {
   Tensor x = empty({m, kK}, dtype_of<T>);
   Tensor w = empty({n, kK}, dtype_of<T>);
   Tensor bias = with_bias ? empty({n}, dtype_of<T>) : Tensor();
@@ -27,7 +28,7 @@ template <class T, int kK> void check_gemm(Path path, int64_t m, int64_t n, bool
   switch (path) {
     case Path::kGemv:
       ASSERT_TRUE(fk::kernels::gemv_supported(m, n, x.data_ptr(), kK, w.data_ptr()));
-      fk::kernels::gemv<kK, T>(y.data<T>(), n, x.data<T>(), kK, w.data<T>(), b, m, n, current_stream());
+      fk::kernels::gemv<kK, T, kW, kU, kMode, kL2>(y.data<T>(), n, x.data<T>(), kK, w.data<T>(), b, m, n, current_stream());
       FK_CHECK_LAUNCH();
       break;
     case Path::kCublasLt:
@@ -52,6 +53,32 @@ TEST(Kernels, Gemv_bf16_m16_n4096_k14336) { FK_REQUIRE_GPU(); check_gemm<bf16, 1
 TEST(Kernels, Gemv_bf16_m1_n512_k3584_bias) { FK_REQUIRE_GPU(); check_gemm<bf16, 3584>(Path::kGemv, 1, 512, true); }
 TEST(Kernels, Gemv_bf16_m2_n1024_k11008) { FK_REQUIRE_GPU(); check_gemm<bf16, 11008>(Path::kGemv, 2, 1024, false); }
 TEST(Kernels, Gemv_f16_m4_n2048_k4096) { FK_REQUIRE_GPU(); check_gemm<f16, 4096>(Path::kGemv, 4, 2048, false); }
+
+// GEMV layout variants (warps x unroll, k-split mode, L2 prefetch), as timed by bench/micro.
+TEST(Kernels, GemvVariants_bf16_m1_n6144_k4096) {
+  FK_REQUIRE_GPU();
+  check_gemm<bf16, 4096, 8, 2, 0, 0>(Path::kGemv, 1, 6144, true);
+  check_gemm<bf16, 4096, 4, 4, 1, 0>(Path::kGemv, 1, 6144, true);
+  check_gemm<bf16, 4096, 8, 2, 1, 2>(Path::kGemv, 1, 6144, true);
+  check_gemm<bf16, 4096, 4, 4, 0, 2>(Path::kGemv, 1, 6144, true);
+  check_gemm<bf16, 4096, 8, 4, 1, 2>(Path::kGemv, 1, 6144, true);
+  check_gemm<bf16, 4096, 4, 8, 1, 0>(Path::kGemv, 1, 6144, true);
+}
+TEST(Kernels, GemvVariants_bf16_m13_n4096_k14336) {
+  FK_REQUIRE_GPU();
+  check_gemm<bf16, 14336, 8, 2, 0, 0>(Path::kGemv, 13, 4096, false);
+  check_gemm<bf16, 14336, 4, 4, 1, 0>(Path::kGemv, 13, 4096, false);
+  check_gemm<bf16, 14336, 8, 2, 1, 2>(Path::kGemv, 13, 4096, false);
+  check_gemm<bf16, 14336, 4, 4, 0, 2>(Path::kGemv, 13, 4096, false);
+  check_gemm<bf16, 14336, 8, 4, 1, 2>(Path::kGemv, 13, 4096, false);
+  check_gemm<bf16, 14336, 4, 8, 1, 0>(Path::kGemv, 13, 4096, false);
+}
+TEST(Kernels, GemvVariants_bf16_m2_n1024_k11008) {
+  FK_REQUIRE_GPU();
+  check_gemm<bf16, 11008, 4, 4, 1, 2>(Path::kGemv, 2, 1024, false);
+  check_gemm<bf16, 11008, 8, 2, 1, 2>(Path::kGemv, 2, 1024, false);
+  check_gemm<bf16, 11008, 4, 8, 1, 0>(Path::kGemv, 2, 1024, false);
+}
 
 // cuBLASLt with cached plans (decode and prefill M; bias epilogue).
 TEST(Kernels, Gemm_bf16_m1_n6144_k4096) { FK_REQUIRE_GPU(); check_gemm<bf16, 4096>(Path::kCublasLt, 1, 6144, false); }

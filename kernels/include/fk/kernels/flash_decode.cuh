@@ -7,7 +7,7 @@
 // its cached tokens. GQA: the G = Hq / Hkv query heads of that KV head are all held in
 // registers by every lane, so each K/V row is loaded once for all G heads. A token's D-wide
 // row is read by D/8 lanes with one 16-byte load each (two tokens per warp per load for
-// D = 128); each warp issues kTokIter K and V loads per lane before using any. Scores are
+// D = 128); each warp keeps two iterations of kTokIter K and V loads per lane in flight (software pipelining). Scores are
 // reduced across the D/8 lanes with xor-shuffles; softmax is online in fp32 (base 2, scale
 // folded into q). The per-warp/per-half-warp states are merged in shared memory; with one
 // split the block writes `out`, otherwise it writes a normalised partial and its log-sum-exp
@@ -73,16 +73,26 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
   constexpr int kPerWarpIter = S::kTokPar * kTokIter;
   constexpr int kPerBlockIter = S::kWarps * kPerWarpIter;
 
-  for (int t0 = begin + warp * kPerWarpIter; t0 < end; t0 += kPerBlockIter) {
-    Vec16<T> kv[kTokIter], vv[kTokIter];
+  // Software-pipelined: the loads of the next block-iteration are issued before the current
+  // one is used (2 * kTokIter K and V rows in flight per lane). Tokens past `end` read as zero.
+  auto load_tokens = [&](int t0, Vec16<T>(&kr)[kTokIter], Vec16<T>(&vr)[kTokIter]) {
 #pragma unroll
     for (int i = 0; i < kTokIter; ++i) {
       const int t = t0 + i * S::kTokPar + sub;
       if (t < end) {
-        kv[i] = load16_stream(kb + t * tok_stride);
-        vv[i] = load16_stream(vb + t * tok_stride);
+        kr[i] = load16_stream(kb + t * tok_stride);
+        vr[i] = load16_stream(vb + t * tok_stride);
+      } else {
+        *reinterpret_cast<uint4*>(&kr[i]) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(&vr[i]) = make_uint4(0, 0, 0, 0);
       }
     }
+  };
+  Vec16<T> kv[kTokIter], vv[kTokIter];
+  load_tokens(begin + warp * kPerWarpIter, kv, vv);
+  for (int t0 = begin + warp * kPerWarpIter; t0 < end; t0 += kPerBlockIter) {
+    Vec16<T> kn[kTokIter], vn[kTokIter];
+    if (t0 + kPerBlockIter < end) load_tokens(t0 + kPerBlockIter, kn, vn);
     float s[kTokIter][kG];
 #pragma unroll
     for (int i = 0; i < kTokIter; ++i) {
@@ -123,6 +133,11 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
 #pragma unroll
         for (int j = 0; j < 8; ++j) o[h][j] += p * to_float(vv[i].v[j]);
       }
+    }
+#pragma unroll
+    for (int i = 0; i < kTokIter; ++i) {
+      kv[i] = kn[i];
+      vv[i] = vn[i];
     }
   }
 

@@ -23,11 +23,19 @@ namespace fk::kernels {
 
 namespace detail {
 
-__device__ __forceinline__ uint4 ld_stream_u4(const void* p) {
+/// 16-byte streaming load, no L1 allocation; kL2 = 0: no L2 prefetch hint, 1: L2::128B, 2: L2::256B.
+template <int kL2> __device__ __forceinline__ uint4 ld_stream_u4(const void* p) {
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+  if constexpr (kL2 == 2) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  } else if constexpr (kL2 == 1) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  }
   return r;
 }
 
@@ -46,8 +54,9 @@ template <> __device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uin
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/// kNT: number of n8 tiles of x (M <= 8 * kNT).
-template <int kK, int kNT, int kWarps, int kUnroll, class T>
+/// kNT: number of n8 tiles of x (M <= 8 * kNT). kMode 0: the warps of a block take 32-wide k
+/// steps round-robin; 1: each warp takes a contiguous range of K. kL2: see ld_stream_u4.
+template <int kK, int kNT, int kWarps, int kUnroll, class T, int kMode, int kL2>
 __global__ void __launch_bounds__(kWarps * 32)
 gemv_kernel(T* __restrict__ y, int64_t ldy, const T* __restrict__ x, int64_t ldx, const T* __restrict__ w,
             const T* __restrict__ bias, int m) {
@@ -70,15 +79,18 @@ gemv_kernel(T* __restrict__ y, int64_t ldy, const T* __restrict__ x, int64_t ldx
 #pragma unroll
   for (int t = 0; t < kNT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
+  // The j-th step of this warp, and the first step it must not take.
+  auto step_of = [&](int j) { return kMode == 0 ? j * kWarps + warp : warp * kPerWarp + j; };
+  const int step_end = kMode == 0 ? kSteps : min(kSteps, (warp + 1) * kPerWarp);
 #pragma unroll 1
   for (int base = 0; base < kPerWarp; base += kUnroll) {
     uint4 wa[kUnroll], wb[kUnroll], xb[kUnroll][kNT];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int s = (base + u) * kWarps + warp;
-      if (s < kSteps) {
-        wa[u] = ld_stream_u4(w0 + s * 32);
-        wb[u] = ld_stream_u4(w1 + s * 32);
+      const int s = step_of(base + u);
+      if (s < step_end) {
+        wa[u] = ld_stream_u4<kL2>(w0 + s * 32);
+        wb[u] = ld_stream_u4<kL2>(w1 + s * 32);
 #pragma unroll
         for (int t = 0; t < kNT; ++t) {
           xb[u][t] = xv[t] ? __ldg(reinterpret_cast<const uint4*>(xp[t] + s * 32)) : make_uint4(0, 0, 0, 0);
@@ -87,8 +99,8 @@ gemv_kernel(T* __restrict__ y, int64_t ldy, const T* __restrict__ x, int64_t ldx
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int s = (base + u) * kWarps + warp;
-      if (s < kSteps) {
+      const int s = step_of(base + u);
+      if (s < step_end) {
 #pragma unroll
         for (int t = 0; t < kNT; ++t) {
           mma_16816<T>(acc[t], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xb[u][t].x, xb[u][t].y);
@@ -142,16 +154,16 @@ inline bool gemv_supported(int64_t m, int64_t n, const void* x, int64_t ldx, con
 
 /// y[m, n] = x[m, :kK] · W[n, :kK] (+ bias[n]); requires gemv_supported(). kWarps warps per
 /// block split K; kUnroll 32-wide k steps are in flight per warp.
-template <int kK, class T, int kWarps = 4, int kUnroll = 4>
+template <int kK, class T, int kWarps = 4, int kUnroll = 4, int kMode = 0, int kL2 = 0>
 void gemv(T* y, int64_t ldy, const T* x, int64_t ldx, const T* w, const T* bias, int64_t m, int64_t n,
           cudaStream_t stream) {
   static_assert(gemv_supported_k<kK>(), "K must be a multiple of 32");
   if (m == 0) return;
   const unsigned blocks = static_cast<unsigned>(n / 16);
   if (m <= 8) {
-    detail::gemv_kernel<kK, 1, kWarps, kUnroll, T><<<blocks, kWarps * 32, 0, stream>>>(y, ldy, x, ldx, w, bias, static_cast<int>(m));
+    detail::gemv_kernel<kK, 1, kWarps, kUnroll, T, kMode, kL2><<<blocks, kWarps * 32, 0, stream>>>(y, ldy, x, ldx, w, bias, static_cast<int>(m));
   } else {
-    detail::gemv_kernel<kK, 2, kWarps, kUnroll, T><<<blocks, kWarps * 32, 0, stream>>>(y, ldy, x, ldx, w, bias, static_cast<int>(m));
+    detail::gemv_kernel<kK, 2, kWarps, kUnroll, T, kMode, kL2><<<blocks, kWarps * 32, 0, stream>>>(y, ldy, x, ldx, w, bias, static_cast<int>(m));
   }
 }
 

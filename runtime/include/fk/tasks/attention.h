@@ -151,9 +151,11 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
                                              static_cast<float>(Cfg::softmax_scale), current_stream());
     FK_CHECK_LAUNCH();
-    // Outputs are softmax-weighted means of N(0, 1) values: O(1) for the first tokens of a
-    // sequence, ~sqrt(e / n) after n keys. atol is set for rows of ~64 keys; rtol covers the rest.
-    return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, 0.1)}};
+    // Outputs are softmax-weighted means of N(0, 1) values. Flash attention rounds the
+    // probabilities to the model dtype before P·V, so an output's error scales with the
+    // magnitude of its terms (|v| ~ 1), not with the output itself (which cancels towards 0):
+    // atol is set for |v| ~ 1; rel_l2 (1e-2; measured ~2e-3 for cuDNN) guards the whole output.
+    return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, 1.0)}};
   }
   Cost cost() const override {
     double pairs = 0;
