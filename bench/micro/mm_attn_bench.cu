@@ -134,7 +134,7 @@ void bench_decode(int64_t b, int64_t L) {
   CK(cudaMalloc(&ws, 64ull << 20));
   const double bytes = 2.0 * b * L * Hkv * D * 2;
   std::printf("DECODE hq32 hkv8 d128 B=%-3lld L=%-6lld |", (long long)b, (long long)L);
-  for (int bps : {2, 4, 8}) {
+  for (int bps : {0, 2, 4, 8}) {  // 0: the default (auto)
     const double t4 = time_decode<Hq, Hkv, D, 4>(out, q, k, v, dl, b, L, bps, ws);
     const double t2 = time_decode<Hq, Hkv, D, 2>(out, q, k, v, dl, b, L, bps, ws);
     const auto sp = fk::kernels::flash_decode_split<Hq, Hkv, D, 4>(b, L, bps);

@@ -218,8 +218,11 @@ struct DecodeSplit {
   int splits;
 };
 template <int kHq, int kHkv, int kD, int kTokIter = 4>
-DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm = 4) {
+DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm = 0) {
   using S = detail::DecodeShape<kHq, kHkv, kD>;
+  // Auto (0): aim at 2 blocks per SM while batch * Hkv is below the SM count, else 4 (the best
+  // of {2, 4, 8} at every shape measured by bench/micro/mm_attn_bench.cu on the H100).
+  if (blocks_per_sm <= 0) blocks_per_sm = batch * kHkv < detail::num_sms() ? 2 : 4;
   constexpr int kGran = S::kWarps * S::kTokPar * kTokIter;
   constexpr int kMinChunk = 2 * kGran;
   const int64_t base = batch * kHkv;
@@ -233,7 +236,7 @@ DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm
 
 /// Bytes of fp32 workspace flash_decode needs (partials + lse); 0 when one split suffices.
 template <int kHq, int kHkv, int kD, int kTokIter = 4>
-size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_per_sm = 4) {
+size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_per_sm = 0) {
   const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
   if (sp.splits == 1) return 0;
   return static_cast<size_t>(batch) * kHq * sp.splits * (kD + 1) * sizeof(float);
@@ -243,7 +246,7 @@ size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_p
 /// All tensors contiguous. `workspace` holds flash_decode_workspace_bytes() (16-byte aligned).
 template <int kHq, int kHkv, int kD, class T, int kTokIter = 4>
 void flash_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int32_t* cache_seqlens, int64_t batch,
-                  int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 4) {
+                  int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 0) {
   if (batch == 0) return;
   const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
   float* o_part = static_cast<float*>(workspace);
