@@ -9,7 +9,7 @@
 // of T * (Hq + Hkv) "units" (one launch for both tensors). Each thread handles kUnroll units
 // whose loads are all issued first (kUnroll independent 16-byte loads in flight, plus its two
 // weight vectors, which stay in L1).
-// Launch: 256 threads; kUnroll 4 when that still gives >= 2 blocks per SM (132 SMs), else 1
+// Launch: 256 threads (<= 64 registers at kUnroll 4: 4 blocks, 64 KiB in flight per SM); kUnroll 4 when that still gives >= 2 blocks per SM (132 SMs), else 1
 // (1 token, 40 heads: 640 lanes busy in 3 blocks; 16384 tokens: 10240 blocks of 64 units).
 #pragma once
 
@@ -20,7 +20,7 @@ namespace fk::kernels {
 namespace detail {
 
 template <class T, int kHq, int kHkv, int kD, int kUnroll>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, kUnroll > 1 ? 4 : 1)
 qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
                const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
                const T* __restrict__ q_weight, const T* __restrict__ k_weight, int64_t num_tokens, float eps) {
@@ -34,8 +34,8 @@ qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_ou
 
   const int lane = threadIdx.x % kLanes;
   const int group = threadIdx.x / kLanes;
-  const int64_t total = num_tokens * kH;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups * kUnroll + group;
+  const uint32_t total = static_cast<uint32_t>(num_tokens) * kH;  // 32-bit unit indices
+  const uint32_t base = blockIdx.x * (kGroups * kUnroll) + group;
 
   const Vec16<T> wq = load16(q_weight + lane * kN);
   const Vec16<T> wk = load16(k_weight + lane * kN);
@@ -43,9 +43,9 @@ qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_ou
   Vec16<T> v[kUnroll];
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t unit = base + static_cast<int64_t>(u) * kGroups;
+    const uint32_t unit = base + u * kGroups;
     if (unit < total) {
-      const int64_t tok = unit / kH;
+      const uint32_t tok = unit / kH;
       const int h = static_cast<int>(unit - tok * kH);
       const T* src = h < kHq ? q + tok * q_stride + h * kD : k + tok * k_stride + (h - kHq) * kD;
       v[u] = load16_stream(src + lane * kN);
@@ -73,9 +73,9 @@ qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_ou
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    const int64_t unit = base + static_cast<int64_t>(u) * kGroups;
+    const uint32_t unit = base + u * kGroups;
     if (unit < total) {
-      const int64_t tok = unit / kH;
+      const uint32_t tok = unit / kH;
       const int h = static_cast<int>(unit - tok * kH);
       const bool is_q = h < kHq;
       T* dst = is_q ? q_out + tok * q_out_stride + h * kD : k_out + tok * k_out_stride + (h - kHq) * kD;

@@ -16,21 +16,23 @@ namespace fk::kernels {
 
 namespace detail {
 
-template <int kHidden, class T> struct RmsNormShape {
+/// kVPT = 0: the default (4 vectors per thread where the row allows it); otherwise forced.
+template <int kHidden, class T, int kVPT = 0> struct RmsNormShape {
   static constexpr int kVecElems = Vec16<T>::kN;
   static_assert(kHidden % kVecElems == 0, "hidden size must be a multiple of 16 bytes");
   static constexpr int kVecs = kHidden / kVecElems;
   // Prefer 4 vectors per thread (enough bytes in flight), at most 1024 threads, whole warps.
-  static constexpr int kVecPerThread = kVecs >= 4096 ? kVecs / 1024 + (kVecs % 1024 != 0) : (kVecs >= 128 ? 4 : 1);
+  static constexpr int kVecPerThread =
+      kVPT > 0 ? kVPT : (kVecs >= 4096 ? kVecs / 1024 + (kVecs % 1024 != 0) : (kVecs >= 128 ? 4 : 1));
   static constexpr int kThreadsRaw = (kVecs + kVecPerThread - 1) / kVecPerThread;
   static constexpr int kThreads = ((kThreadsRaw + 31) / 32) * 32;
 };
 
-template <int kHidden, class T, bool kFusedAdd>
-__global__ void __launch_bounds__(RmsNormShape<kHidden, T>::kThreads)
+template <int kHidden, class T, bool kFusedAdd, int kVPT = 0>
+__global__ void __launch_bounds__(RmsNormShape<kHidden, T, kVPT>::kThreads)
 rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
                 T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight, float eps) {
-  using S = RmsNormShape<kHidden, T>;
+  using S = RmsNormShape<kHidden, T, kVPT>;
   constexpr int kN = S::kVecElems;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -112,22 +114,23 @@ rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x
 }  // namespace detail
 
 /// out[r, :] = rmsnorm(x[r, :]) * weight for r < rows. Row strides in elements (16-byte aligned).
-template <int kHidden, class T>
+/// kVPT forces the 16-byte vectors per thread (0: default); for tuning only.
+template <int kHidden, class T, int kVPT = 0>
 void rms_norm(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, int64_t rows, float eps,
               cudaStream_t stream) {
   if (rows == 0) return;
-  using S = detail::RmsNormShape<kHidden, T>;
-  detail::rms_norm_kernel<kHidden, T, false>
+  using S = detail::RmsNormShape<kHidden, T, kVPT>;
+  detail::rms_norm_kernel<kHidden, T, false, kVPT>
       <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(out, out_stride, x, x_stride, nullptr, 0, weight, eps);
 }
 
 /// residual += x (rounded to T); x = rmsnorm(residual) * weight. In place, as vLLM's kernel.
-template <int kHidden, class T>
+template <int kHidden, class T, int kVPT = 0>
 void fused_add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t res_stride, const T* weight, int64_t rows,
                         float eps, cudaStream_t stream) {
   if (rows == 0) return;
-  using S = detail::RmsNormShape<kHidden, T>;
-  detail::rms_norm_kernel<kHidden, T, true>
+  using S = detail::RmsNormShape<kHidden, T, kVPT>;
+  detail::rms_norm_kernel<kHidden, T, true, kVPT>
       <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(x, x_stride, x, x_stride, residual, res_stride, weight, eps);
 }
 

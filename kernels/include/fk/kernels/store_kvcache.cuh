@@ -26,17 +26,17 @@ store_kvcache_kernel(const T* __restrict__ key, int64_t key_stride, int64_t key_
   static_assert(kD % kN == 0, "head_dim must be a multiple of 16 bytes");
   constexpr int kHeadVecs = kD / kN;
   constexpr int kRowVecs = kHkv * kHeadVecs;
-  const int64_t total = num_tokens * kRowVecs;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kVecPerThread + threadIdx.x;
+  const uint32_t total = static_cast<uint32_t>(num_tokens) * kRowVecs;  // 32-bit indices
+  const uint32_t base = blockIdx.x * (kThreads * kVecPerThread) + threadIdx.x;
 
   Vec16<T> kv[kVecPerThread], vv[kVecPerThread];
   int64_t slot[kVecPerThread];
 #pragma unroll
   for (int i = 0; i < kVecPerThread; ++i) {
-    const int64_t idx = base + static_cast<int64_t>(i) * kThreads;
+    const uint32_t idx = base + i * kThreads;
     slot[i] = -1;
     if (idx < total) {
-      const int64_t tok = idx / kRowVecs;
+      const uint32_t tok = idx / kRowVecs;
       const int c = static_cast<int>(idx - tok * kRowVecs);
       const int h = c / kHeadVecs, e = (c % kHeadVecs) * kN;
       slot[i] = __ldg(slot_mapping + tok);
@@ -46,9 +46,9 @@ store_kvcache_kernel(const T* __restrict__ key, int64_t key_stride, int64_t key_
   }
 #pragma unroll
   for (int i = 0; i < kVecPerThread; ++i) {
-    const int64_t idx = base + static_cast<int64_t>(i) * kThreads;
+    const uint32_t idx = base + i * kThreads;
     if (idx < total && slot[i] >= 0) {
-      const int64_t tok = idx / kRowVecs;
+      const uint32_t tok = idx / kRowVecs;
       const int c = static_cast<int>(idx - tok * kRowVecs);
       const int64_t off = slot[i] * kRowVecs * kN + static_cast<int64_t>(c) * kN;
       store16(k_cache + off, kv[i]);
