@@ -140,14 +140,14 @@ int main(int argc, char** argv) {
              [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H2, bf16>(x, H2, r, H2, w, t, 1e-6f, s); });
     }
     // Tuning: vectors per thread (threads per row = 512 / vpt) at decode and prefill sizes.
-    for (int64_t t : {int64_t(1), int64_t(32), int64_t(256), int64_t(4096)}) {
+    for (int64_t t : {int64_t(1), int64_t(256), int64_t(4096), int64_t(16384)}) {
       const double by = 2.0 * t * H * 2 + H * 2;
       report(b, "tune_rms_norm_h4096_vpt1", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 1>(o, H, x, H, w, t, 1e-5f, s); });
-      report(b, "tune_rms_norm_h4096_vpt2", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 2>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_vpt4", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 4>(o, H, x, H, w, t, 1e-5f, s); });
       report(b, "tune_rms_norm_h4096_vpt8", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 8>(o, H, x, H, w, t, 1e-5f, s); });
       const double byf = 4.0 * t * H * 2 + H * 2;
       report(b, "tune_fused_add_rms_norm_h4096_vpt1", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 1>(x, H, r, H, w, t, 1e-5f, s); });
-      report(b, "tune_fused_add_rms_norm_h4096_vpt2", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 2>(x, H, r, H, w, t, 1e-5f, s); });
+      report(b, "tune_fused_add_rms_norm_h4096_vpt4", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 4>(x, H, r, H, w, t, 1e-5f, s); });
       report(b, "tune_fused_add_rms_norm_h4096_vpt8", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 8>(x, H, r, H, w, t, 1e-5f, s); });
     }
     CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(o)); CK(cudaFree(w));
