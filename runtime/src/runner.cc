@@ -159,12 +159,14 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
     }
     inst.reset();
     FK_CUDA_CHECK(cudaStreamSynchronize(s));
+    release_cached_memory();
   } catch (const std::exception& e) {
     out.status = "RUNTIME_ERROR";
     out.message = e.what();
     cudaGetLastError();
     cudaStreamSynchronize(s);
     cudaGetLastError();
+    release_cached_memory();
   }
   rec["status"] = out.status;
   if (!out.message.empty()) rec["message"] = out.message;
@@ -196,6 +198,7 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
     const std::string failure = check_case(*inst, opt, mix_seed(seed, std::hash<std::string>{}(task.name + "/" + shape.name)), check);
     inst.reset();
     FK_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+    release_cached_memory();
     if (!failure.empty()) return {"INCORRECT", failure};
     return {"PASSED", ""};
   } catch (const std::exception& e) {

@@ -1,6 +1,9 @@
 // Tensor views and stream-ordered allocation (a memory pool that keeps freed blocks, so steady
 // state allocation costs no device synchronisation and no GPU time, like PyTorch's allocator).
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <numeric>
 #include <sstream>
 
@@ -13,19 +16,65 @@ namespace {
 thread_local cudaStream_t g_stream = nullptr;
 std::atomic<bool> g_poison{false};
 
-void setup_pool_once() {
-  static bool done = [] {
-    int dev = 0;
-    FK_CUDA_CHECK(cudaGetDevice(&dev));
-    cudaMemPool_t pool;
-    FK_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-    uint64_t threshold = UINT64_MAX;  // keep freed memory in the pool
-    FK_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-    return true;
-  }();
-  (void)done;
+// Note [Caching allocator]
+// Like PyTorch's CUDA caching allocator: freed blocks go to a free list keyed by (stream,
+// rounded size) and are handed out again on the same stream, where stream order makes reuse
+// safe. Steady-state allocation is host-side bookkeeping only: it puts nothing on the GPU
+// timeline, so a `forward` that allocates its output (as production modules do) is timed
+// fairly. A tensor used on another stream than it was allocated on must outlive that work
+// (the runner uses one stream per task).
+class CachingAllocator {
+ public:
+  void* allocate(size_t bytes, cudaStream_t s) {
+    const size_t rounded = round(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find({s, rounded});
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, rounded);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_all();
+      err = cudaMalloc(&p, rounded);
+    }
+    if (err != cudaSuccess) throw_cuda_error(err, "cudaMalloc (caching allocator)", __FILE__, __LINE__);
+    return p;
+  }
+  void deallocate(void* p, size_t bytes, cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[{s, round(bytes)}].push_back(p);
+  }
+  void release_all() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return;
+    cudaDeviceSynchronize();
+    for (auto& [key, blocks] : free_)
+      for (void* p : blocks) cudaFree(p);
+    free_.clear();
+  }
+
+ private:
+  static size_t round(size_t bytes) {
+    const size_t unit = bytes < (size_t(1) << 20) ? 512 : (size_t(2) << 20);
+    return (bytes + unit - 1) / unit * unit;
+  }
+  std::mutex mu_;
+  std::map<std::pair<cudaStream_t, size_t>, std::vector<void*>> free_;
+};
+
+CachingAllocator& allocator() {
+  static CachingAllocator* a = new CachingAllocator();  // never destroyed: outlives static teardown
+  return *a;
 }
 }  // namespace
+
+void release_cached_memory() { allocator().release_all(); }
 
 size_t dtype_size(DType d) {
   switch (d) {
@@ -131,18 +180,17 @@ bool poison_allocations() { return g_poison; }
 
 Tensor empty(Shape shape, DType dtype) {
   for (int64_t d : shape) FK_CHECK(d >= 0, "negative dimension in empty()");
-  setup_pool_once();
   Shape st = contiguous_strides(shape);
   const size_t bytes = static_cast<size_t>(std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>())) *
                        dtype_size(dtype);
   void* p = nullptr;
   cudaStream_t s = current_stream();
   if (bytes > 0) {
-    FK_CUDA_CHECK(cudaMallocAsync(&p, bytes, s));
+    p = allocator().allocate(bytes, s);
     if (g_poison) FK_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, s));
   }
-  std::shared_ptr<void> storage(p, [s](void* q) {
-    if (q) cudaFreeAsync(q, s);  // errors at teardown cannot be reported usefully
+  std::shared_ptr<void> storage(p, [bytes, s](void* q) {
+    if (q) allocator().deallocate(q, bytes, s);
   });
   return Tensor(std::move(storage), p, dtype, std::move(shape), std::move(st));
 }

@@ -85,7 +85,7 @@ TimingResult time_graph(const std::function<void(int)>& call, cudaStream_t strea
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   FK_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FK_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  FK_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   try {
     for (int i = 0; i < per_graph; ++i) call(i);
   } catch (...) {

@@ -1,7 +1,7 @@
 // The runtime's tensor view: what `torch.Tensor` is in the production signatures the tasks
 // mirror. Device memory only; shape + strides (elements); storage shared by views.
-// Allocation is stream-ordered on the current stream (like PyTorch's caching allocator, the
-// allocation itself adds no GPU time), so `forward` may allocate its outputs as production does.
+// Allocation goes through a caching allocator bound to the current stream (like PyTorch's: in
+// steady state it adds no GPU work), so `forward` may allocate its outputs as production does.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -89,8 +89,10 @@ class StreamGuard {
   cudaStream_t prev_;
 };
 
-/// Uninitialised device tensor, allocated stream-ordered on the current stream.
+/// Uninitialised device tensor for use on the current stream (caching allocator, Note [Caching allocator]).
 Tensor empty(Shape shape, DType dtype);
+/// Frees every cached block (synchronises the device); the runner calls it between cases.
+void release_cached_memory();
 inline Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.dtype()); }
 
 /// Copies (device to device, current stream); shapes and dtypes must match, both contiguous.
