@@ -139,16 +139,20 @@ int main(int argc, char** argv) {
       report(b, "fused_add_rms_norm_h3584_bf16", t, 4.0 * t * H2 * 2 + H2 * 2,
              [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H2, bf16>(x, H2, r, H2, w, t, 1e-6f, s); });
     }
-    // Tuning: vectors per thread (threads per row = 512 / vpt) at decode and prefill sizes.
-    for (int64_t t : {int64_t(1), int64_t(256), int64_t(4096), int64_t(16384)}) {
-      const double by = 2.0 * t * H * 2 + H * 2;
-      report(b, "tune_rms_norm_h4096_vpt1", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 1>(o, H, x, H, w, t, 1e-5f, s); });
-      report(b, "tune_rms_norm_h4096_vpt4", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 4>(o, H, x, H, w, t, 1e-5f, s); });
-      report(b, "tune_rms_norm_h4096_vpt8", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 8>(o, H, x, H, w, t, 1e-5f, s); });
-      const double byf = 4.0 * t * H * 2 + H * 2;
-      report(b, "tune_fused_add_rms_norm_h4096_vpt1", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 1>(x, H, r, H, w, t, 1e-5f, s); });
-      report(b, "tune_fused_add_rms_norm_h4096_vpt4", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 4>(x, H, r, H, w, t, 1e-5f, s); });
-      report(b, "tune_fused_add_rms_norm_h4096_vpt8", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 8>(x, H, r, H, w, t, 1e-5f, s); });
+    // Tuning: grid (0: one block per row; k: k blocks per SM striding over rows, next row prefetched).
+    for (int64_t t : {int64_t(256), int64_t(4096), int64_t(16384)}) {
+      const double by = 2.0 * t * H * 2 + H * 2, byf = 4.0 * t * H * 2 + H * 2;
+      report(b, "tune_rms_norm_h4096_bps0", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 0, 0>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_bps2", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 0, 2>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_bps4", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 0, 4>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_bps6", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 0, 6>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_bps8", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 0, 8>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_vpt4_bps4", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 4, 4>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_rms_norm_h4096_vpt4_bps8", t, by, [&](cudaStream_t s) { fk::kernels::rms_norm<H, bf16, 4, 8>(o, H, x, H, w, t, 1e-5f, s); });
+      report(b, "tune_fused_add_rms_norm_h4096_bps0", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 0, 0>(x, H, r, H, w, t, 1e-5f, s); });
+      report(b, "tune_fused_add_rms_norm_h4096_bps2", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 0, 2>(x, H, r, H, w, t, 1e-5f, s); });
+      report(b, "tune_fused_add_rms_norm_h4096_bps4", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 0, 4>(x, H, r, H, w, t, 1e-5f, s); });
+      report(b, "tune_fused_add_rms_norm_h4096_bps8", t, byf, [&](cudaStream_t s) { fk::kernels::fused_add_rms_norm<H, bf16, 0, 8>(x, H, r, H, w, t, 1e-5f, s); });
     }
     CK(cudaFree(x)); CK(cudaFree(r)); CK(cudaFree(o)); CK(cudaFree(w));
   }
@@ -161,6 +165,27 @@ int main(int argc, char** argv) {
     for (int64_t t : {int64_t(1), int64_t(4096), int64_t(16384)})
       report(b, "silu_and_mul_i18944_bf16", t, 3.0 * t * I2 * 2,
              [&](cudaStream_t s) { fk::kernels::silu_and_mul<bf16, I2>(o, I2, x, 2 * I2, t, s); });
+    // Tuning: threads x vectors, grid (bps 0: exact; k: k blocks per SM striding), prefetch, streaming stores.
+    for (int64_t t : {int64_t(256), int64_t(4096), int64_t(16384)}) {
+      const double by = 3.0 * t * I * 2;
+#define FK_SILU_TUNE(NAME, VPT, TH, PF, CS, BPS)                                                          \
+  report(b, "tune_silu_i14336_" NAME, t, by, [&](cudaStream_t s) {                                          \
+    fk::kernels::silu_and_mul_tune<bf16, I, VPT, TH, PF, CS>(o, I, x, 2 * I, t, BPS, s);                   \
+  })
+      FK_SILU_TUNE("128x1_exact", 1, 128, false, false, 0);
+      FK_SILU_TUNE("128x1_exact_cs", 1, 128, false, true, 0);
+      FK_SILU_TUNE("256x1_exact", 1, 256, false, false, 0);
+      FK_SILU_TUNE("256x2_exact", 2, 256, false, false, 0);
+      FK_SILU_TUNE("256x4_exact", 4, 256, false, false, 0);
+      FK_SILU_TUNE("256x4_exact_cs", 4, 256, false, true, 0);
+      FK_SILU_TUNE("256x4_bps4", 4, 256, false, false, 4);
+      FK_SILU_TUNE("256x4_bps4_pf", 4, 256, true, false, 4);
+      FK_SILU_TUNE("256x2_bps8_pf", 2, 256, true, false, 8);
+      FK_SILU_TUNE("256x2_bps4_pf", 2, 256, true, false, 4);
+      FK_SILU_TUNE("128x2_bps16_pf", 2, 128, true, false, 16);
+      FK_SILU_TUNE("512x2_exact", 2, 512, false, false, 0);
+#undef FK_SILU_TUNE
+    }
     CK(cudaFree(x)); CK(cudaFree(o));
   }
   {  // qk_norm and rotary_embedding over q/k views of qkv (Llama/Qwen3: 32/8 heads, d128)
@@ -171,6 +196,18 @@ int main(int argc, char** argv) {
       report(b, "qk_norm_hq32_hkv8_d128_bf16", t, 2.0 * t * (Hq + Hkv) * D * 2, [&](cudaStream_t s) {
         fk::kernels::qk_norm<bf16, Hq, Hkv, D>(qo, Hq * D, ko, Hkv * D, qkv, W, qkv + Hq * D, W, qw, kw, t, 1e-6f, s);
       });
+    for (int64_t t : toks) {
+      const double by = 2.0 * t * (Hq + Hkv) * D * 2;
+      report(b, "tune_qk_norm_token_hpt1", t, by, [&](cudaStream_t s) {
+        fk::kernels::qk_norm_per_token<bf16, Hq, Hkv, D, 1>(qo, Hq * D, ko, Hkv * D, qkv, W, qkv + Hq * D, W, qw, kw, t, 1e-6f, s);
+      });
+      report(b, "tune_qk_norm_token_hpt2", t, by, [&](cudaStream_t s) {
+        fk::kernels::qk_norm_per_token<bf16, Hq, Hkv, D, 2>(qo, Hq * D, ko, Hkv * D, qkv, W, qkv + Hq * D, W, qw, kw, t, 1e-6f, s);
+      });
+      report(b, "tune_qk_norm_token_hpt4", t, by, [&](cudaStream_t s) {
+        fk::kernels::qk_norm_per_token<bf16, Hq, Hkv, D, 4>(qo, Hq * D, ko, Hkv * D, qkv, W, qkv + Hq * D, W, qw, kw, t, 1e-6f, s);
+      });
+    }
     float* cache = dalloc<float>(int64_t(MaxPos) * D);
     CK(cudaMemset(cache, 0, int64_t(MaxPos) * D * 4));
     int64_t* pos = dalloc<int64_t>(kMaxT);
@@ -179,6 +216,11 @@ int main(int argc, char** argv) {
       report(b, "rotary_embedding_neox_hq32_hkv8_d128_bf16", t, 2.0 * t * (Hq + Hkv) * D * 2 + t * 8.0 + t * D * 4.0,
              [&](cudaStream_t s) {
                fk::kernels::rotary_embedding<bf16, D, D, true, Hq, Hkv>(pos, qkv, W, qkv + Hq * D, W, cache, t, s);
+             });
+    for (int64_t t : toks)
+      report(b, "tune_rope_hq32_hkv8_hpt1", t, 2.0 * t * (Hq + Hkv) * D * 2 + t * 8.0 + t * D * 4.0,
+             [&](cudaStream_t s) {
+               fk::kernels::rotary_embedding<bf16, D, D, true, Hq, Hkv, 1>(pos, qkv, W, qkv + Hq * D, W, cache, t, s);
              });
     for (int64_t t : {int64_t(1), int64_t(4096), int64_t(16384)})
       report(b, "rotary_embedding_neox_hq28_hkv4_d128_bf16", t, 2.0 * t * 32 * D * 2 + t * 8.0 + t * D * 4.0,

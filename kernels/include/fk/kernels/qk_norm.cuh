@@ -9,8 +9,13 @@
 // of T * (Hq + Hkv) "units" (one launch for both tensors). Each thread handles kUnroll units
 // whose loads are all issued first (kUnroll independent 16-byte loads in flight, plus its two
 // weight vectors, which stay in L1).
-// Launch: 256 threads (<= 64 registers at kUnroll 4: 4 blocks, 64 KiB in flight per SM); kUnroll 4 when that still gives >= 2 blocks per SM (132 SMs), else 1
-// (1 token, 40 heads: 640 lanes busy in 3 blocks; 16384 tokens: 10240 blocks of 64 units).
+// Launch: small (< 2 blocks of 16 units per SM, i.e. < ~106 tokens of 40 heads): the flat kernel,
+// 256 threads, kUnroll 1 (1 token, 40 heads: 640 lanes busy in 3 blocks). Larger: one block per
+// token with every head of it, 1 head (16 lanes, 1 vector each) per thread, 640 threads for
+// 32 + 8 heads. Measured on H100 (results_h100.txt run 4, cold L2): per-token t256 5.98 us,
+// t4096 33.9 us, t16384 118.4 us vs the flat kernel (kUnroll 4 when >= 2 waves) 6.50 / 35.8 /
+// 129.9; 2 or 4 heads per thread were slower (t4096 34.5 / 37.3); at 1-32 tokens the flat kernel
+// is faster (t1 4.10 vs 4.45 us).
 #pragma once
 
 #include "fk/kernels/common.cuh"
@@ -91,6 +96,77 @@ qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_ou
   }
 }
 
+/// One block per token (all Hq + Hkv heads of it, like rotary_embedding): kLanes lanes per head,
+/// kHPT heads per thread (heads group, group + kGroups, ...), all loads issued first.
+template <class T, int kHq, int kHkv, int kD, int kHPT> struct QKNormTokenShape {
+  static constexpr int kLanes = kD / Vec16<T>::kN;
+  static constexpr int kH = kHq + kHkv;
+  static constexpr int kGroups = (kH + kHPT - 1) / kHPT;
+  static constexpr int kThreads = (kLanes * kGroups + 31) / 32 * 32;
+};
+
+template <class T, int kHq, int kHkv, int kD, int kHPT>
+__global__ void __launch_bounds__(QKNormTokenShape<T, kHq, kHkv, kD, kHPT>::kThreads)
+qk_norm_token_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
+                     const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
+                     const T* __restrict__ q_weight, const T* __restrict__ k_weight, float eps) {
+  using S = QKNormTokenShape<T, kHq, kHkv, kD, kHPT>;
+  constexpr int kN = Vec16<T>::kN;
+  constexpr int kLanes = S::kLanes;
+  static_assert(kLanes >= 1 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0,
+                "a head must be a power-of-two number of 16-byte vectors, at most a warp");
+  const int64_t tok = blockIdx.x;
+  const int lane = threadIdx.x % kLanes;
+  const int group = threadIdx.x / kLanes;
+  const int g0 = group < S::kGroups ? group : S::kH;  // padding threads own no head
+  Vec16<T> v[kHPT];
+#pragma unroll
+  for (int j = 0; j < kHPT; ++j) {
+    const int h = g0 + j * S::kGroups;
+    if (h < S::kH) {
+      const T* src = h < kHq ? q + tok * q_stride + h * kD : k + tok * k_stride + (h - kHq) * kD;
+      v[j] = load16_stream(src + lane * kN);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kN; ++e) v[j].v[e] = from_float<T>(0.f);
+    }
+  }
+  const Vec16<T> wq = load16(q_weight + lane * kN);
+  const Vec16<T> wk = load16(k_weight + lane * kN);
+  float ss[kHPT];
+#pragma unroll
+  for (int j = 0; j < kHPT; ++j) {
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < kN; ++e) {
+      const float f = to_float(v[j].v[e]);
+      s += f * f;
+    }
+    ss[j] = s;
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) {
+#pragma unroll
+    for (int j = 0; j < kHPT; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], o);
+  }
+#pragma unroll
+  for (int j = 0; j < kHPT; ++j) {
+    const int h = g0 + j * S::kGroups;
+    if (h < S::kH) {
+      const bool is_q = h < kHq;
+      T* dst = is_q ? q_out + tok * q_out_stride + h * kD : k_out + tok * k_out_stride + (h - kHq) * kD;
+      const float inv_rms = rsqrtf(ss[j] / static_cast<float>(kD) + eps);
+      Vec16<T> o;
+#pragma unroll
+      for (int e = 0; e < kN; ++e) {
+        const float normed = to_float(from_float<T>(to_float(v[j].v[e]) * inv_rms));
+        o.v[e] = from_float<T>(normed * to_float(is_q ? wq.v[e] : wk.v[e]));
+      }
+      store16(dst + lane * kN, o);
+    }
+  }
+}
+
 }  // namespace detail
 
 /// q_out[t, h*D:(h+1)*D] = rmsnorm(q[t, h*D:(h+1)*D]) * q_weight for every head h < Hq, and the
@@ -103,15 +179,30 @@ void qk_norm(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, con
   if (num_tokens == 0) return;
   constexpr int kLanes = kD / Vec16<T>::kN;
   constexpr int kGroups = 256 / kLanes;
-  const int64_t units = num_tokens * (kHq + kHkv);
+  constexpr int kH = kHq + kHkv;
+  const int64_t units = num_tokens * kH;
   constexpr int kSMs = 132;
-  if (units >= int64_t(kGroups) * 4 * kSMs * 2) {
-    detail::qk_norm_kernel<T, kHq, kHkv, kD, 4><<<ceil_div(units, kGroups * 4), 256, 0, stream>>>(
-        q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, num_tokens, eps);
+  if (units >= int64_t(kGroups) * kSMs * 2) {
+    // One block per token, 1 head per thread (2 when that would exceed 1024 threads).
+    constexpr int kHPT = (kLanes * kH + 1023) / 1024;
+    using S = detail::QKNormTokenShape<T, kHq, kHkv, kD, kHPT>;
+    detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
+        q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, eps);
   } else {
     detail::qk_norm_kernel<T, kHq, kHkv, kD, 1><<<ceil_div(units, kGroups), 256, 0, stream>>>(
         q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, num_tokens, eps);
   }
+}
+
+/// Tuning entry: the per-token kernel with kHPT heads per thread.
+template <class T, int kHq, int kHkv, int kD, int kHPT>
+void qk_norm_per_token(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, const T* q, int64_t q_stride,
+                       const T* k, int64_t k_stride, const T* q_weight, const T* k_weight, int64_t num_tokens, float eps,
+                       cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  using S = detail::QKNormTokenShape<T, kHq, kHkv, kD, kHPT>;
+  detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
+      q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, eps);
 }
 
 }  // namespace fk::kernels

@@ -9,7 +9,10 @@
 // Launch: hidden 4096 bf16 -> 256 threads x 2 vectors; 3584 -> 224 threads x 2; grid = rows.
 #pragma once
 
+#include <algorithm>
+
 #include "fk/kernels/common.cuh"
+#include "fk/kernels/launch_util.cuh"
 
 namespace fk::kernels {
 
@@ -32,107 +35,119 @@ template <int kHidden, class T, int kVPT = 0> struct RmsNormShape {
 template <int kHidden, class T, bool kFusedAdd, int kVPT = 0>
 __global__ void __launch_bounds__(RmsNormShape<kHidden, T, kVPT>::kThreads)
 rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
-                T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight, float eps) {
+                T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight, int64_t rows, float eps) {
   using S = RmsNormShape<kHidden, T, kVPT>;
   constexpr int kN = S::kVecElems;
+  constexpr int kV = S::kVecPerThread;
   __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const T* xr = x + row * x_stride;
-  T* rr = kFusedAdd ? residual + row * res_stride : nullptr;
 
-  Vec16<T> v[S::kVecPerThread];
-  Vec16<T> w[S::kVecPerThread];
-  float sumsq = 0.f;
+  // Rows blockIdx.x, blockIdx.x + gridDim.x, ...; the loads of the next row are issued before
+  // the reduction and stores of the current one (with grid = rows the loop runs once).
+  Vec16<T> v[kV], r[kV], w[kV];
+  int64_t row = blockIdx.x;
+  auto load_row = [&](int64_t rw, Vec16<T>(&dv)[kV], Vec16<T>(&dr)[kV]) {
 #pragma unroll
-  for (int i = 0; i < S::kVecPerThread; ++i) {
+    for (int i = 0; i < kV; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+        dv[i] = load16_stream(x + rw * x_stride + vi * kN);
+        if constexpr (kFusedAdd) dr[i] = load16_stream(residual + rw * res_stride + vi * kN);
+      }
+    }
+  };
+  load_row(row, v, r);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
     const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
-      v[i] = load16_stream(xr + vi * kN);
-    }
+    if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
   }
-  if constexpr (kFusedAdd) {
-    Vec16<T> r[S::kVecPerThread];
+  while (true) {
+    const int64_t next = row + gridDim.x;
+    Vec16<T> vn[kV], rn[kV];
+    if (next < rows) load_row(next, vn, rn);
+    float sumsq = 0.f;
 #pragma unroll
-    for (int i = 0; i < S::kVecPerThread; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) r[i] = load16_stream(rr + vi * kN);
-    }
-#pragma unroll
-    for (int i = 0; i < S::kVecPerThread; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
-    }
-#pragma unroll
-    for (int i = 0; i < S::kVecPerThread; ++i) {
+    for (int i = 0; i < kV; ++i) {
       const int vi = threadIdx.x + i * S::kThreads;
       if (vi < S::kVecs) {
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          const float z = to_float(v[i].v[j]) + to_float(r[i].v[j]);
+          float z = to_float(v[i].v[j]);
+          if constexpr (kFusedAdd) {
+            z += to_float(r[i].v[j]);
+            v[i].v[j] = from_float<T>(z);  // residual is kept in the model dtype, as in vLLM
+          }
           sumsq += z * z;
-          v[i].v[j] = from_float<T>(z);  // residual is kept in the model dtype, as in vLLM
         }
-        store16(rr + vi * kN, v[i]);
+        if constexpr (kFusedAdd) store16(residual + row * res_stride + vi * kN, v[i]);
       }
     }
-  } else {
+    const float total = block_sum<S::kThreads>(sumsq, scratch);
+    const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
+    T* orow = out + row * out_stride;
 #pragma unroll
-    for (int i = 0; i < S::kVecPerThread; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
-    }
-#pragma unroll
-    for (int i = 0; i < S::kVecPerThread; ++i) {
+    for (int i = 0; i < kV; ++i) {
       const int vi = threadIdx.x + i * S::kThreads;
       if (vi < S::kVecs) {
+        Vec16<T> o;
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          const float f = to_float(v[i].v[j]);
-          sumsq += f * f;
+          // vLLM rounds x * inv_rms to the model dtype before the weight multiply.
+          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
         }
+        store16(orow + vi * kN, o);
       }
+    }
+    if (next >= rows) break;
+    row = next;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      v[i] = vn[i];
+      if constexpr (kFusedAdd) r[i] = rn[i];
     }
   }
-  const float total = block_sum<S::kThreads>(sumsq, scratch);
-  const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
-  T* orow = out + row * out_stride;
-#pragma unroll
-  for (int i = 0; i < S::kVecPerThread; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
-      Vec16<T> o;
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        // vLLM rounds x * inv_rms to the model dtype before the weight multiply.
-        const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
-        o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
-      }
-      store16(orow + vi * kN, o);
-    }
+}
+
+/// Grid of the row kernels: kBlocksPerSM = 0: one block per row; > 0: at most that many blocks
+/// per SM, each striding over rows; -1: the default (below). Default one block per row: measured
+/// on H100 (results_h100.txt run 4, h4096) the persistent grid with next-row prefetch was no
+/// faster at 256/4096 rows (2, 4, 6, 8 blocks/SM: t4096 29.9 / 27.8 / 28.1 / 27.3 us vs 27.9) and
+/// slower at 16384 (97.8-104.5 vs 96.4 us; fused add 190-195 vs 184).
+template <int kBlocksPerSM> inline unsigned rms_norm_grid(int64_t rows) {
+  constexpr int kDefault = 0;
+  constexpr int k = kBlocksPerSM < 0 ? kDefault : kBlocksPerSM;
+  if constexpr (k == 0) {
+    return static_cast<unsigned>(rows);
+  } else {
+    return static_cast<unsigned>(std::min<int64_t>(rows, int64_t(k) * sm_count()));
   }
 }
 
 }  // namespace detail
 
 /// out[r, :] = rmsnorm(x[r, :]) * weight for r < rows. Row strides in elements (16-byte aligned).
-/// kVPT forces the 16-byte vectors per thread (0: default); for tuning only.
-template <int kHidden, class T, int kVPT = 0>
+/// kVPT forces the 16-byte vectors per thread (0: default) and kBlocksPerSM the grid (-1:
+/// default, 0: one block per row, k: k blocks per SM striding over rows); for tuning only.
+template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1>
 void rms_norm(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, int64_t rows, float eps,
               cudaStream_t stream) {
   if (rows == 0) return;
   using S = detail::RmsNormShape<kHidden, T, kVPT>;
   detail::rms_norm_kernel<kHidden, T, false, kVPT>
-      <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(out, out_stride, x, x_stride, nullptr, 0, weight, eps);
+      <<<detail::rms_norm_grid<kBlocksPerSM>(rows), S::kThreads, 0, stream>>>(out, out_stride, x, x_stride, nullptr, 0,
+                                                                              weight, rows, eps);
 }
 
 /// residual += x (rounded to T); x = rmsnorm(residual) * weight. In place, as vLLM's kernel.
-template <int kHidden, class T, int kVPT = 0>
+template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1>
 void fused_add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t res_stride, const T* weight, int64_t rows,
                         float eps, cudaStream_t stream) {
   if (rows == 0) return;
   using S = detail::RmsNormShape<kHidden, T, kVPT>;
   detail::rms_norm_kernel<kHidden, T, true, kVPT>
-      <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(x, x_stride, x, x_stride, residual, res_stride, weight, eps);
+      <<<detail::rms_norm_grid<kBlocksPerSM>(rows), S::kThreads, 0, stream>>>(x, x_stride, x, x_stride, residual,
+                                                                              res_stride, weight, rows, eps);
 }
 
 }  // namespace fk::kernels

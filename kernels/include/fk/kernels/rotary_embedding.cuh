@@ -39,7 +39,7 @@ template <int kC> __device__ __forceinline__ void load_f32s(const float* __restr
   }
 }
 
-template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv> struct RopeShape {
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPT = 0> struct RopeShape {
   static constexpr int kN = Vec16<T>::kN;
   static_assert(kRotDim <= kHeadSize && kRotDim % 2 == 0, "rotary_dim must be even and <= head_size");
   static_assert(kHeadSize % kN == 0, "head_size must be a multiple of 16 bytes");
@@ -48,17 +48,17 @@ template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv> st
   static constexpr int kLanes = kNeox ? kRotDim / 2 / kN : kRotDim / kN;  // lanes per head
   static constexpr int kC = kNeox ? kN : kN / 2;                          // cos (and sin) values per lane
   static constexpr int kH = kHq + kHkv;
-  static constexpr int kHeadsPerThread = (kH % 2 == 0 && kH >= 4) ? 2 : 1;
+  static constexpr int kHeadsPerThread = kHPT > 0 ? kHPT : ((kH % 2 == 0 && kH >= 4) ? 2 : 1);
   static constexpr int kGroups = (kH + kHeadsPerThread - 1) / kHeadsPerThread;
   static constexpr int kThreads = kLanes * kGroups;
   static_assert(kThreads <= 1024, "too many heads for one block per token");
 };
 
-template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv>
-__global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>::kThreads)
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPTForce>
+__global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>::kThreads)
 rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ query, int64_t q_stride,
                         T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache) {
-  using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>;
+  using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>;
   constexpr int kN = S::kN, kC = S::kC, kHPT = S::kHeadsPerThread;
   constexpr int kVecs = kNeox ? 2 : 1;  // vectors per (lane, head)
   const int64_t tok = blockIdx.x;
@@ -113,12 +113,13 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
 
 /// In place: query [T, Hq*head_size] (row stride q_stride) and key [T, Hkv*head_size] (row
 /// stride k_stride) rotated by cos_sin_cache[positions[t]]. Strides in elements, 16-byte aligned.
-template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv>
+/// kHPT forces the heads per thread (0: default); for tuning only.
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPT = 0>
 void rotary_embedding(const int64_t* positions, T* query, int64_t q_stride, T* key, int64_t k_stride,
                       const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream) {
   if (num_tokens == 0) return;
-  using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>;
-  detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv>
+  using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>;
+  detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>
       <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
                                                                       cos_sin_cache);
 }

@@ -5,10 +5,11 @@
 // Layout: the output is a flat list of T * I / (16 / sizeof(T)) 16-byte vectors (32-bit
 // indices); a thread owns kVecPerThread of them per step, kThreads apart (coalesced), and issues
 // all 2 * kVecPerThread loads (gate and up halves) before computing.
-// Launch: large (>= 2 blocks of 256 x 4 per SM on 132 SMs): 256 threads x 4 vectors (8 loads,
-// 128 B in flight per thread), grid = the blocks resident on the GPU at once, striding over the
-// rest (no partial last wave); small (decode): 128 threads x 1 vector, one step, so that 1 token
-// of I = 14336 spreads over 14 SMs and 32 tokens over 448 blocks.
+// Launch: 128 threads x 1 vector, exact grid (one step per block) at every size: 1 token of
+// I = 14336 spreads over 14 SMs. Measured on H100 (bench/micro/results_h100.txt, run 4, cold L2,
+// I 14336): t256 12.1 us, t4096 122.1 us (2.89 TB/s), t16384 473 us (2.98 TB/s); the former
+// resident grid of 256 x 4 striding was 13.5 / 129.9 / 504 us, with next-step prefetch 13.0 /
+// 128.5 / 502, and 256 x 4 exact 13.8 / 124.0 / 476. Streaming stores (st.global.cs) were slower.
 #pragma once
 
 #include <algorithm>
@@ -20,7 +21,7 @@ namespace fk::kernels {
 
 namespace detail {
 
-template <class T, int kI, int kVecPerThread, int kThreads>
+template <class T, int kI, int kVecPerThread, int kThreads, bool kPrefetch = false, bool kStreamStore = false>
 __global__ void __launch_bounds__(kThreads)
 silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
                     uint32_t total) {
@@ -28,17 +29,28 @@ silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict
   static_assert(kI % kN == 0, "intermediate size must be a multiple of 16 bytes");
   constexpr uint32_t kRowVecs = kI / kN;
   constexpr uint32_t kStep = kThreads * kVecPerThread;
-  for (uint32_t base = blockIdx.x * kStep + threadIdx.x; base < total; base += gridDim.x * kStep) {
-    Vec16<T> g[kVecPerThread], u[kVecPerThread];
+  const uint32_t stride = gridDim.x * kStep;
+  Vec16<T> g[kVecPerThread], u[kVecPerThread];
+  auto load = [&](uint32_t b, Vec16<T>(&dg)[kVecPerThread], Vec16<T>(&du)[kVecPerThread]) {
 #pragma unroll
     for (int i = 0; i < kVecPerThread; ++i) {
-      const uint32_t idx = base + i * kThreads;
+      const uint32_t idx = b + i * kThreads;
       if (idx < total) {
         const uint32_t row = idx / kRowVecs, c = idx - row * kRowVecs;
         const T* p = x + row * x_stride + c * kN;
-        g[i] = load16_stream(p);
-        u[i] = load16_stream(p + kI);
+        dg[i] = load16_stream(p);
+        du[i] = load16_stream(p + kI);
       }
+    }
+  };
+  uint32_t base = blockIdx.x * kStep + threadIdx.x;
+  if (kPrefetch && base < total) load(base, g, u);
+  for (; base < total; base += stride) {
+    Vec16<T> gn[kVecPerThread], un[kVecPerThread];
+    if constexpr (kPrefetch) {
+      if (base + stride < total) load(base + stride, gn, un);
+    } else {
+      load(base, g, u);
     }
 #pragma unroll
     for (int i = 0; i < kVecPerThread; ++i) {
@@ -52,8 +64,17 @@ silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict
           const float act = to_float(from_float<T>(__fdividef(a, 1.f + __expf(-a))));
           o.v[j] = from_float<T>(act * to_float(u[i].v[j]));
         }
-        store16(out + row * out_stride + c * kN, o);
+        T* dst = out + row * out_stride + c * kN;
+        if constexpr (kStreamStore) {
+          __stcs(reinterpret_cast<uint4*>(dst), *reinterpret_cast<const uint4*>(&o));
+        } else {
+          store16(dst, o);
+        }
       }
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int i = 0; i < kVecPerThread; ++i) g[i] = gn[i], u[i] = un[i];
     }
   }
 }
@@ -67,15 +88,21 @@ void silu_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int6
   if (num_tokens == 0) return;
   constexpr int kN = Vec16<T>::kN;
   const int64_t total = num_tokens * (kI / kN);
-  constexpr int64_t kLargeBlockVecs = 256 * 4;
-  if (total >= kLargeBlockVecs * 132 * 2) {
-    constexpr auto kernel = detail::silu_and_mul_kernel<T, kI, 4, 256>;
-    const int grid = static_cast<int>(std::min<int64_t>(ceil_div(total, kLargeBlockVecs), resident_blocks<kernel>(256)));
-    kernel<<<grid, 256, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
-  } else {
-    detail::silu_and_mul_kernel<T, kI, 1, 128>
-        <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
-  }
+  detail::silu_and_mul_kernel<T, kI, 1, 128>
+      <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
+}
+
+/// Tuning entry: kVPT vectors x kThreads threads; blocks_per_sm = 0: exact grid (one step per
+/// block), k > 0: min(exact, k blocks per SM) striding; kPrefetch: next step's loads issued first.
+template <class T, int kI, int kVPT, int kThreads, bool kPrefetch, bool kStreamStore>
+void silu_and_mul_tune(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t num_tokens, int blocks_per_sm,
+                       cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  const int64_t total = num_tokens * (kI / Vec16<T>::kN);
+  int64_t grid = ceil_div(total, int64_t(kVPT) * kThreads);
+  if (blocks_per_sm > 0) grid = std::min<int64_t>(grid, int64_t(blocks_per_sm) * sm_count());
+  detail::silu_and_mul_kernel<T, kI, kVPT, kThreads, kPrefetch, kStreamStore>
+      <<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
 }
 
 }  // namespace fk::kernels
