@@ -160,6 +160,9 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
     const double typical = 0.8 * std::sqrt(Cfg::has_bias ? 2.0 : 1.0);
     return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
   }
+  /// cuBLAS as torch's F.linear calls it, timed beside the task in the same run.
+  std::string peer_name() const override { return "cublas"; }
+  void run_peer(int s) override { peer_out_ = linear_forward_cublas<Cfg>(x_[s], module_->weight, module_->bias); }
   Cost cost() const override {
     constexpr double K = double(Cfg::in_features), N = double(Cfg::out_features);
     const double bytes = (double(m_) * K + N * K + double(m_) * N + (Cfg::has_bias ? N : 0)) * sizeof(T);
@@ -171,6 +174,7 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
   int64_t m_;
   std::unique_ptr<Module> module_;
   std::vector<Tensor> x_, out_;
+  Tensor peer_out_;
 };
 
 }  // namespace fk::tasks
