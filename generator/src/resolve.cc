@@ -131,6 +131,12 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       if (!in_progress.empty()) throw GenError{""};
       return std::nullopt;
     }
+    if (fu != d->fields.end() && name == "rope_scaling" && !cfg.rope_scaling_path.empty()) {
+      // The object itself is parsed into cfg.rope_scaling (rope_scaling.* values); show its type here.
+      r.values[name] = Value(cfg.rope_scaling.type);
+      r.origin[name] = cfg.rope_scaling_path;
+      return r.values[name];
+    }
     if (fu != d->fields.end()) {
       const FieldValue* fv = cfg.get(name);
       if (fv && fv->value.index() != 0) {
