@@ -150,7 +150,7 @@ void bench_decode(int64_t b, int64_t L) {
   cudaFree(ws);
 }
 
-void bench_prefill(const std::vector<int64_t>& lens, const char* label) {
+void bench_prefill(const std::vector<int64_t>& lens, const char* label, bool allow_dense = true) {
   constexpr int Hq = 32, Hkv = 8, D = 128;
   std::vector<int32_t> cu{0};
   int64_t mx = 0;
@@ -182,9 +182,11 @@ void bench_prefill(const std::vector<int64_t>& lens, const char* label) {
   a.num_kv_heads = Hkv;
   a.head_dim = D;
   a.softmax_scale = 1.f / std::sqrt(float(D));
+  a.allow_dense = allow_dense;
   const double us = time_us([&] { fk::kernels::varlen_attention_cudnn(a, 0); });
   const double flops = 4.0 * pairs * D * Hq;
-  std::printf("PREFILL cudnn varlen hq32 hkv8 d128 %-12s T=%-6lld %9.1f us %6.1f TFLOP/s (causal flops)\n", label,
+  std::printf("PREFILL cudnn %-6s hq32 hkv8 d128 %-12s T=%-6lld %9.1f us %6.1f TFLOP/s (causal flops)\n",
+              allow_dense && T == int64_t(lens.size()) * mx ? "dense" : "ragged", label,
               (long long)T, us, flops / us / 1e6);
   cudaFree(q);
   cudaFree(k);
@@ -205,6 +207,8 @@ int main(int argc, char** argv) {
     bench_gemm<4096>(28672);
     bench_gemm<14336>(4096);
     bench_gemm<4096>(128256);
+    bench_gemm<3584>(4608);
+    bench_gemm<3584>(3584);
   }
   if (what == "all" || what == "decode") {
     for (auto [b, L] : std::vector<std::pair<int64_t, int64_t>>{{1, 1024}, {1, 8192}, {1, 32768}, {1, 131072}, {8, 8192},
@@ -221,6 +225,9 @@ int main(int argc, char** argv) {
     bench_prefill(l4, "b4_s2048");
     bench_prefill(l16, "b16_s1024");
     bench_prefill({2048, 2048}, "b2_s2048eq");
+    bench_prefill({4096}, "b1_s4096", false);
+    bench_prefill({8192}, "b1_s8192", false);
+    bench_prefill({2048, 2048}, "b2_s2048eq", false);
   }
   return 0;
 }

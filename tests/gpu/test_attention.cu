@@ -19,7 +19,7 @@ constexpr int kHq = 32, kHkv = 8, kD = 128;
     if (!fk::kernels::cudnn_attention_available()) GTEST_SKIP() << "cuDNN SDPA not available here"; \
   } while (0)
 
-void check_prefill(const std::vector<int64_t>& lens) {
+void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true) {
   std::vector<int32_t> cu{0}, begin, len;
   int64_t max_len = 0;
   for (int64_t l : lens) {
@@ -53,6 +53,7 @@ void check_prefill(const std::vector<int64_t>& lens) {
   a.num_kv_heads = kHkv;
   a.head_dim = kD;
   a.softmax_scale = scale;
+  a.allow_dense = allow_dense;
   fk::kernels::varlen_attention_cudnn(a, current_stream());
   Tensor ref = empty({total, kHq, kD}, DType::kF32);
   fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), kHq * kD, k.data<bf16>(), v.data<bf16>(),
@@ -63,6 +64,13 @@ void check_prefill(const std::vector<int64_t>& lens) {
 }
 
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b1_s1024) { FK_REQUIRE_GPU(); FK_REQUIRE_CUDNN(); check_prefill({1024}); }
+// Equal lengths: the dense graph (Note [cuDNN SDPA, equal lengths]); b1_s1024 above takes it too.
+TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b3_s320_equal) { FK_REQUIRE_GPU(); FK_REQUIRE_CUDNN(); check_prefill({320, 320, 320}); }
+TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b3_s320_equal_ragged) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill({320, 320, 320}, /*allow_dense=*/false);
+}
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b4_varlen) { FK_REQUIRE_GPU(); FK_REQUIRE_CUDNN(); check_prefill({700, 513, 1, 64}); }
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b16_s128) {
   FK_REQUIRE_GPU();

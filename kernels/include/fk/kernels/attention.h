@@ -16,6 +16,15 @@
 // graph does not). The graph, its execution plan and the workspace are built once and cached
 // per (device, dtype, B, max_seqlen_q, max_seqlen_k, Hq, Hkv, D, scale, causal); total
 // token counts only bound the buffers and are not part of the graph.
+//
+// Note [cuDNN SDPA, equal lengths]
+// When total_q == batch * max_seqlen_q and total_k == batch * max_seqlen_k, every sequence has
+// exactly max_seqlen tokens (no length exceeds the max), which is known on the host without
+// reading cu_seqlens. Then the packed tensors are ordinary strided (B, H, S, D) tensors with
+// strides (S*H*D, D, H*D, 1): a separate cached graph without padding mask and ragged offsets
+// (a faster cuDNN kernel variant, and no auxiliary kernel) runs them; cu_seqlens is not read.
+// Hence the contract: max_seqlen_q/k must be the true maxima (as for flash_attn_varlen_func)
+// and cu_seqlens must start at 0.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,13 +45,14 @@ struct VarlenAttentionArgs {
   int64_t batch = 0;
   int64_t max_seqlen_q = 0;
   int64_t max_seqlen_k = 0;
-  int64_t total_q = 0;  ///< rows of q/out (bounds only)
+  int64_t total_q = 0;  ///< rows of q/out (bounds; == batch * max_seqlen_q selects the equal-length path)
   int64_t total_k = 0;  ///< rows of k/v (bounds only)
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
   float softmax_scale = 0.f;
   bool causal = true;
+  bool allow_dense = true;  ///< false: always the ragged graph (tests, benchmarks)
   AttnDType dtype = AttnDType::kBF16;
 };
 
