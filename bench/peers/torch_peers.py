@@ -256,6 +256,12 @@ def main():
         print("torch_peers: no CUDA device", file=sys.stderr)
         return 3
     FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    # One compiled function serves many shapes: keep every specialisation (the default limit of 8
+    # would silently fall back to eager) and never switch to dynamic shapes.
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = 4096
+    torch._dynamo.config.accumulated_cache_size_limit = 1 << 16
+    torch._dynamo.config.automatic_dynamic_shapes = False
     cases = json.load(open(args.cases))
     t0 = time.time()
     with open(args.out, "w") as out:
