@@ -256,18 +256,18 @@ def main():
         print("torch_peers: no CUDA device", file=sys.stderr)
         return 3
     FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    # One compiled function serves many shapes: keep every specialisation (the default limit of 8
-    # would silently fall back to eager) and never switch to dynamic shapes.
-    import torch._dynamo
-    torch._dynamo.config.cache_size_limit = 4096
-    torch._dynamo.config.accumulated_cache_size_limit = 1 << 16
-    torch._dynamo.config.automatic_dynamic_shapes = False
+    # Each case compiles afresh (torch._dynamo.reset() below): one specialisation per compiled
+    # function, so neither the recompile limit (silent eager fallback) nor guard checks over
+    # hundreds of cached shapes distort the peer; never switch to dynamic shapes.
+    import torch._dynamo as dynamo
+    dynamo.config.automatic_dynamic_shapes = False
     cases = json.load(open(args.cases))
     t0 = time.time()
     with open(args.out, "w") as out:
         out.write(json.dumps({"type": "peer_env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                               "cudnn": torch.backends.cudnn.version()}) + "\n")
         for idx, c in enumerate(cases):
+            dynamo.reset()
             try:
                 peers, nsets = build(c["kind"], c["task"], c["dims"], not args.no_compile)
             except Exception as e:  # a peer that cannot be built is reported, not fatal

@@ -6,9 +6,10 @@
 //
 // Dispatch (Note [GEMM dispatch] in fk/kernels/gemm.h): for M <= 16 the forward glue runs
 // either the specialised GEMV (fk/kernels/gemv.cuh, templated on K) or cuBLASLt, whichever a
-// one-time measurement at the first call with that M found faster; larger M always use
-// cuBLASLt with its cached plan. linear_forward_cublas is the plain peer (what torch's
-// F.linear runs), for benchmarks that time both in one process.
+// one-time measurement at the first call with that M found faster; the library path itself is
+// cuBLASLt's cached heuristic plan or plain cublasGemmEx, again by a one-time measurement per M.
+// linear_forward_cublas is the plain peer (what torch's F.linear runs), for benchmarks that
+// time both in one process.
 #pragma once
 
 #include <cmath>
@@ -76,7 +77,14 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
   const T* w = weight.data<T>();
   const T* b = bias.defined() ? bias.data<T>() : nullptr;
   cudaStream_t st = current_stream();
-  auto lt = [&] { fk::kernels::gemm_cublaslt(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
+  auto cublaslt = [&] { fk::kernels::gemm_cublaslt(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
+  auto cublas = [&] { fk::kernels::gemm_cublas_default(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
+  const std::string shape_key = std::string("linear_") + dtype_name(dtype_of<T>) + "_k" + std::to_string(K) + "_n" +
+                                std::to_string(N) + (b ? "_bias" : "_nobias") + "_m" + std::to_string(m);
+  // Library path: cuBLASLt's heuristic plan, or cublasGemmEx's own choice where that measured
+  // faster for this M (with a bias both are the cuBLASLt epilogue, so there is nothing to choose).
+  const bool use_lt = b != nullptr || fk::kernels::choose_faster(shape_key + " cublaslt|cublas", cublaslt, cublas, st);
+  auto lt = [&] { use_lt ? cublaslt() : cublas(); };
   bool use_gemv = false;
   if constexpr (fk::kernels::gemv_supported_k<K>()) {
     if (fk::kernels::gemv_supported(m, N, x, ldx, w)) {
@@ -84,9 +92,7 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
         fk::kernels::gemv<K, T>(y, N, x, ldx, w, b, m, N, st);
         FK_CHECK_LAUNCH();
       };
-      const std::string key = std::string("linear_") + dtype_name(dtype_of<T>) + "_k" + std::to_string(K) + "_n" +
-                              std::to_string(N) + (b ? "_bias" : "_nobias") + "_m" + std::to_string(m) + " gemv|cublaslt";
-      use_gemv = fk::kernels::choose_faster(key, gv, lt, st, /*fallback=*/true);
+      use_gemv = fk::kernels::choose_faster(shape_key + " gemv|library", gv, lt, st, /*fallback=*/true);
       if (use_gemv) gv();
     }
   }
