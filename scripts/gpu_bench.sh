@@ -49,4 +49,7 @@ if [ "$skip_peers" = 0 ]; then
   echo "[gpu] peers rc=$? $(( $(date +%s) - t0 ))s"
   python3 bench/report.py "$OUT/results.jsonl" "$OUT/peers.jsonl" --out "$OUT/report.md"
 fi
+# The device tool returns at most 8 files: keep results, peers, report and the bench/test logs
+# as files and pack the rest.
+(cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls nvidia-smi.txt configure.log build.log cases.json peers.log 2>/dev/null))
 exit $(( rc_tests || rc_bench ))
