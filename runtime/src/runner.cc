@@ -181,30 +181,38 @@ std::string perf_cell(const json& r) {
 
 }  // namespace
 
-CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int rounds, uint64_t seed) {
+CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed) {
   RunnerOptions opt;
   opt.rounds = rounds;
-  opt.seed = seed;
   opt.time = false;
-  TaskScope scope(task.name + "/" + shape.name);
   try {
-    std::unique_ptr<TaskInstance> inst;
-    try {
-      inst = task.make(shape);
-    } catch (const SkipCase& e) {
-      return {"SKIPPED", e.what()};
-    }
     json check;
-    const std::string failure = check_case(*inst, opt, mix_seed(seed, std::hash<std::string>{}(task.name + "/" + shape.name)), check);
-    inst.reset();
+    const std::string failure = check_case(inst, opt, seed, check);
     FK_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
-    release_cached_memory();
     if (!failure.empty()) return {"INCORRECT", failure};
     return {"PASSED", ""};
   } catch (const std::exception& e) {
     cudaGetLastError();
     return {"RUNTIME_ERROR", e.what()};
   }
+}
+
+CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int rounds, uint64_t seed) {
+  TaskScope scope(task.name + "/" + shape.name);
+  std::unique_ptr<TaskInstance> inst;
+  try {
+    inst = task.make(shape);
+  } catch (const SkipCase& e) {
+    return {"SKIPPED", e.what()};
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    return {"RUNTIME_ERROR", e.what()};
+  }
+  CheckOutcome out = check_instance(*inst, rounds, mix_seed(seed, std::hash<std::string>{}(task.name + "/" + shape.name)));
+  inst.reset();
+  cudaStreamSynchronize(current_stream());
+  release_cached_memory();
+  return out;
 }
 
 std::vector<Selection> select_cases(const RunnerOptions& opt) {

@@ -49,6 +49,9 @@ struct CheckOutcome {
 /// Runs the correctness protocol of Note [Task protocol] for one case on the current stream.
 CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int rounds, uint64_t seed);
 
+/// The same protocol on an instance that is already made (e.g. a harness built by a test).
+CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed);
+
 /// Checks and times every selected case; returns an ExitCode.
 int run_benchmark(const RunnerOptions& opt, std::ostream& log);
 
