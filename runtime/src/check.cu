@@ -62,7 +62,6 @@ __global__ void compare_int_kernel(const I* a, const I* e, int64_t n, Stats* st)
 
 }  // namespace
 
-// The float kernels read via to_float; provide it for the integer-free float types only.
 std::string CompareResult::summary() const {
   std::ostringstream os;
   os << (passed ? "ok" : "MISMATCH") << ": " << mismatches << "/" << numel << " outside tolerance, " << nonfinite

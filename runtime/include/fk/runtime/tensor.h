@@ -44,7 +44,7 @@ class Tensor {
   /// Non-owning view over memory that outlives the tensor.
   static Tensor from_blob(void* data, DType dtype, Shape shape);
 
-  bool defined() const { return data_ != nullptr || numel() == 0 && !shape_.empty(); }
+  bool defined() const { return data_ != nullptr || (!shape_.empty() && numel() == 0); }
   DType dtype() const { return dtype_; }
   const Shape& sizes() const { return shape_; }
   const Shape& strides() const { return strides_; }
