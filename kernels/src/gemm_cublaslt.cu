@@ -155,6 +155,20 @@ void gemm_cublas_default(void* y, int64_t ldy, const void* x, int64_t ldx, const
                      static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void gemm_f32_out(float* c, int64_t ldc, const void* x, int64_t ldx, const void* w, int64_t m, int64_t n, int64_t k,
+                  GemmDType dtype, cudaStream_t stream) {
+  if (m == 0) return;
+  check_args(c, x, w, m, n, k, ldx, ldc);
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceState& st = device_state();
+  FK_LT(cublasSetStream(st.blas, stream));
+  const cudaDataType_t t = cuda_type(dtype);
+  const float alpha = 1.f, beta = 0.f;
+  FK_LT(cublasGemmEx(st.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                     &alpha, w, t, static_cast<int>(k), x, t, static_cast<int>(ldx), &beta, c, CUDA_R_32F,
+                     static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 namespace {
 std::map<std::string, bool>& choices() {
   static std::map<std::string, bool> c;

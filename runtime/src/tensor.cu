@@ -1,5 +1,6 @@
 // Tensor views and stream-ordered allocation (a memory pool that keeps freed blocks, so steady
 // state allocation costs no device synchronisation and no GPU time, like PyTorch's allocator).
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -44,6 +45,9 @@ class CachingAllocator {
       err = cudaMalloc(&p, rounded);
     }
     if (err != cudaSuccess) throw_cuda_error(err, "cudaMalloc (caching allocator)", __FILE__, __LINE__);
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ += rounded;
+    peak_ = std::max(peak_, reserved_);
     return p;
   }
   void deallocate(void* p, size_t bytes, cudaStream_t s) {
@@ -55,8 +59,19 @@ class CachingAllocator {
     if (free_.empty()) return;
     cudaDeviceSynchronize();
     for (auto& [key, blocks] : free_)
-      for (void* p : blocks) cudaFree(p);
+      for (void* p : blocks) {
+        cudaFree(p);
+        reserved_ -= key.second;
+      }
     free_.clear();
+  }
+  size_t reserved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+  size_t peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_;
   }
 
  private:
@@ -66,6 +81,7 @@ class CachingAllocator {
   }
   std::mutex mu_;
   std::map<std::pair<cudaStream_t, size_t>, std::vector<void*>> free_;
+  size_t reserved_ = 0, peak_ = 0;
 };
 
 CachingAllocator& allocator() {
@@ -75,6 +91,8 @@ CachingAllocator& allocator() {
 }  // namespace
 
 void release_cached_memory() { allocator().release_all(); }
+size_t allocator_reserved_bytes() { return allocator().reserved(); }
+size_t allocator_peak_reserved_bytes() { return allocator().peak(); }
 
 size_t dtype_size(DType d) {
   switch (d) {
@@ -161,6 +179,14 @@ Tensor Tensor::narrow_last(int64_t start, int64_t len) const {
   Tensor t = *this;
   t.data_ = static_cast<char*>(data_) + start * stride(-1) * static_cast<int64_t>(dtype_size(dtype_));
   t.shape_.back() = len;
+  return t;
+}
+
+Tensor Tensor::narrow_first(int64_t start, int64_t len) const {
+  FK_CHECK(dim() >= 1 && start >= 0 && len >= 0 && start + len <= size(0), "narrow_first out of range for " + str());
+  Tensor t = *this;
+  t.data_ = static_cast<char*>(data_) + start * stride(0) * static_cast<int64_t>(dtype_size(dtype_));
+  t.shape_.front() = len;
   return t;
 }
 

@@ -31,6 +31,12 @@ void gemm_cublaslt(void* y, int64_t ldy, const void* x, int64_t ldx, const void*
 void gemm_cublas_default(void* y, int64_t ldy, const void* x, int64_t ldx, const void* w, const void* bias,
                          int64_t m, int64_t n, int64_t k, GemmDType dtype, cudaStream_t stream);
 
+/// c (fp32, row stride ldc) = x W^T with fp32 accumulation and an fp32 result (cublasGemmEx,
+/// CUDA_R_32F output): for references of composite tasks, which round to the model dtype
+/// themselves. No bias (the reference adds it in fp32).
+void gemm_f32_out(float* c, int64_t ldc, const void* x, int64_t ldx, const void* w, int64_t m, int64_t n, int64_t k,
+                  GemmDType dtype, cudaStream_t stream);
+
 // Note [GEMM dispatch]
 // For small M the specialised GEMV (gemv.cuh) usually beats cuBLAS, but not at every shape.
 // The linear forward glue therefore asks, once per (key, M), which of two launchers is faster:

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "fk/runtime/model.h"
 #include "fk/runtime/tensor.h"
 
 namespace fk {
@@ -98,6 +99,8 @@ struct TaskInfo {
   std::vector<ShapeCase> cases;
   bool memory_bound = true;  ///< report % of copy bandwidth (true) or % of matrix peak (false)
   std::function<std::unique_ptr<TaskInstance>(const ShapeCase&)> make;
+  /// L4 tasks only: the whole model with `num_layers` decoder layers (fk_model, parity).
+  std::function<std::unique_ptr<CausalLM>(int64_t num_layers)> make_model = nullptr;
 };
 
 /// Adds a task; a second task with the same name is a hard error (names are identities).

@@ -62,6 +62,8 @@ class Tensor {
   Tensor view(Shape shape) const;
   /// Columns [start, start+len) of the last dimension (a strided view, like torch's split).
   Tensor narrow_last(int64_t start, int64_t len) const;
+  /// Rows [start, start+len) of the first dimension (a contiguous tensor stays contiguous).
+  Tensor narrow_first(int64_t start, int64_t len) const;
 
   std::string str() const;  ///< e.g. "bf16[4096, 4096]"
 
@@ -93,6 +95,9 @@ class StreamGuard {
 Tensor empty(Shape shape, DType dtype);
 /// Frees every cached block (synchronises the device); the runner calls it between cases.
 void release_cached_memory();
+/// Bytes the caching allocator holds from cudaMalloc now, and the most it has held.
+size_t allocator_reserved_bytes();
+size_t allocator_peak_reserved_bytes();
 inline Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.dtype()); }
 
 /// Copies (device to device, current stream); shapes and dtypes must match, both contiguous.

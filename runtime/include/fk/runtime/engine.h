@@ -1,0 +1,67 @@
+// A small greedy-generation engine over any CausalLM (an L4 task): variable-length prefill,
+// decode steps over the KV cache, optionally replayed from a CUDA graph per batch size.
+//
+// Note [Decode graphs]
+// A decode step reads only persistent device buffers (token ids, positions, slots, KV lengths)
+// and ends with a kernel that picks each sequence's greedy token and advances those buffers,
+// so step after step is the same GPU work: the step is captured once per batch size (after one
+// eager step, which also settles every measured GEMM choice) and replayed with no host work.
+// Graph memory: the step runs on the engine's own stream; the caching allocator keys free
+// blocks by stream, so blocks the captured step used (and freed) are only handed out again to
+// work on this stream, which is stream-ordered with the replays. Every persistent buffer is
+// allocated before capture; nothing allocated on this stream after a capture may outlive a
+// replay (the engine allocates nothing after capture).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "fk/runtime/model.h"
+#include "fk/tasks/forward_context.h"
+
+namespace fk {
+
+class Engine {
+ public:
+  /// Allocates the model's KV cache and the step buffers for up to max_seqs x max_len tokens.
+  Engine(CausalLM& model, int64_t max_seqs, int64_t max_len, int64_t max_steps);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Prefill of one prompt per sequence (token ids); picks token 0 of every sequence.
+  /// Returns the last-token logits [B, V] (model dtype).
+  Tensor prefill(const std::vector<std::vector<int64_t>>& prompts);
+  /// One greedy decode step for the batch of the last prefill (eager, or replay of the
+  /// captured step when use_graph; the first graph step runs eagerly and captures).
+  void decode_step(bool use_graph);
+  /// Logits [B, V] of the last step (the captured step's output tensor while graphs are used).
+  const Tensor& last_logits() const { return last_logits_; }
+  int64_t batch() const { return batch_; }
+  int64_t steps_done() const { return steps_; }
+  /// Greedy tokens [B, steps_done + 1] and the logit of each when chosen (host copies).
+  std::vector<int64_t> tokens() const;
+  std::vector<float> token_logits() const;
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  void run_decode_body();
+
+  CausalLM& model_;
+  int64_t max_seqs_, max_len_, max_steps_;
+  cudaStream_t stream_ = nullptr;
+  Tensor ids_, pos_, slot_, seqlens_, step_, hist_tok_, hist_logit_;
+  Tensor last_logits_;
+  tasks::AttnMetadata decode_meta_;
+  int64_t batch_ = 0, steps_ = 0;
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    Tensor logits;  ///< the captured step's output, kept alive with the graph
+  };
+  std::map<int64_t, Captured> graphs_;
+};
+
+}  // namespace fk

@@ -1,0 +1,42 @@
+// A whole model (an L4 task) behind one interface, so that tools that drive models (fk_model:
+// generation, parity dumps, end-to-end benchmarks) work with every generated L4 task.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fk/runtime/tensor.h"
+
+namespace fk {
+
+/// A parameter with its stable (HF transformers) name and its seeded-initialisation scale
+/// (Note [Seeded weights] in fk/tasks/llama.h). `tensor` views the module's storage.
+struct NamedParam {
+  std::string name;
+  Tensor tensor;
+  float init_mean = 0.f;
+  float init_std = 1.f;
+};
+using ParamList = std::vector<NamedParam>;
+
+/// A causal language model as vLLM's model runner sees it: forward(input_ids, positions) under
+/// a forward context (fk/tasks/forward_context.h) -> hidden states; compute_logits(hidden).
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual std::string task_name() const = 0;
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  virtual int64_t max_position() const = 0;
+  virtual DType dtype() const = 0;
+  /// Every parameter once, HF names, in a fixed order.
+  virtual ParamList named_parameters() = 0;
+  /// (Re)allocates every layer's KV cache for up to max_seqs sequences of max_len tokens.
+  virtual void allocate_kv_cache(int64_t max_seqs, int64_t max_len) = 0;
+  virtual Tensor forward(const Tensor& input_ids, const Tensor& positions) = 0;
+  virtual Tensor compute_logits(const Tensor& hidden_states) = 0;
+};
+
+}  // namespace fk

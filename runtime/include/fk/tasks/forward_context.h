@@ -1,0 +1,61 @@
+// What vLLM's attention layers read from `get_forward_context()`: the batch's attention
+// metadata, set by whoever runs the model (the L4 model runner, or a task harness). Modules
+// keep their production `forward` signatures; the metadata travels beside them, as in vLLM.
+//
+// Note [KV cache layout]
+// Each attention layer owns k_cache and v_cache of shape [max_seqs, max_len, Hkv, D] (dense per
+// sequence: sequence b's token at position p lives in row b * max_len + p of the flattened
+// cache). slot_mapping gives that row for every token of the step. Decode reads the first
+// num_seqs sequences of the cache with cache_seqlens (the length including this step's token).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/tensor.h"
+
+namespace fk::tasks {
+
+/// Mirrors the fields of vLLM's FlashAttentionMetadata the Llama family uses.
+struct AttnMetadata {
+  bool is_prefill = true;
+  int64_t num_seqs = 0;
+  int64_t num_tokens = 0;
+  Tensor cu_seqlens;       ///< i32 [num_seqs + 1], prefill: token offsets of the sequences
+  int64_t max_seqlen = 0;  ///< prefill: the longest sequence
+  Tensor cache_seqlens;    ///< i32 [num_seqs], decode: KV length including this step's token
+  Tensor slot_mapping;     ///< i64 [num_tokens], see Note [KV cache layout]
+};
+
+/// The metadata of the forward pass in progress; throws when none is set.
+const AttnMetadata& forward_context();
+bool has_forward_context();
+
+/// RAII: makes `m` the forward context for this scope (mirrors vllm set_forward_context).
+class ForwardContextGuard {
+ public:
+  explicit ForwardContextGuard(const AttnMetadata* m);
+  ~ForwardContextGuard();
+  ForwardContextGuard(const ForwardContextGuard&) = delete;
+  ForwardContextGuard& operator=(const ForwardContextGuard&) = delete;
+
+ private:
+  const AttnMetadata* prev_;
+};
+
+/// Stands in for the q/k norm of families that have none (the composite kinds' fallback type).
+struct NoQKNorm {
+  NoQKNorm(int64_t, int64_t, int64_t, double) {}
+};
+
+/// Called by LlamaModel.forward after every decoder layer with (layer, hidden_states, residual);
+/// empty by default. The parity dump uses it to read the residual stream per layer.
+using LayerHook = std::function<void(int, const Tensor&, const Tensor&)>;
+void set_layer_hook(LayerHook hook);
+void call_layer_hook(int layer, const Tensor& hidden_states, const Tensor& residual);
+
+/// A contiguous copy of a 2-D view whose last dimension is dense (e.g. columns of the qkv output).
+Tensor contiguous_rows(const Tensor& t);
+
+}  // namespace fk::tasks

@@ -1,0 +1,589 @@
+// Glue and harnesses for the Llama family's composite kinds (L2 qkv_rope_cache,
+// attention_o_proj, gate_up_silu, llama_mlp, llama_attention; L3 llama_decoder_layer; L4
+// llama_for_causal_lm). The generated classes hold their children (the L1/L2 task modules) as
+// members named as in vLLM and call them in `forward`; what is common to several kinds lives
+// here. Members every attention-carrying composite has: qkv_proj, qk_norm, rotary_emb,
+// kv_cache_write, attn_prefill, attn_decode, o_proj and the layer's k_cache / v_cache
+// (Note [KV cache layout]); the MLP ones: gate_up_proj, act_fn, down_proj.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "fk/runtime/model.h"
+#include "fk/tasks/attention.h"
+#include "fk/tasks/forward_context.h"
+#include "fk/tasks/harness.h"
+#include "fk/tasks/linear.h"
+#include "fk/tasks/reference_ops.h"
+
+namespace fk::tasks {
+
+template <class N> inline constexpr bool kHasQKNorm = !std::is_same_v<N, NoQKNorm>;
+
+// ---------------------------------------------------------------------------------------------
+// Forward glue (the baseline composition; every call goes through the child modules).
+
+/// qkv_proj -> split -> q/k norm (when present) -> rotary_emb (in place) -> KV-cache write.
+/// Returns (q [T, Hq*D], k [T, Hkv*D], v [T, Hkv*D]); q and k may be views of the qkv output.
+template <class Cfg, class M>
+std::tuple<Tensor, Tensor, Tensor> qkv_rope_cache_forward(M& m, const Tensor& positions, const Tensor& hidden_states) {
+  constexpr int64_t q_size = Cfg::num_heads * Cfg::head_dim, kv_size = Cfg::num_kv_heads * Cfg::head_dim;
+  const AttnMetadata& meta = forward_context();
+  Tensor qkv = std::get<0>(m.qkv_proj.forward(hidden_states));
+  Tensor q = qkv.narrow_last(0, q_size), k = qkv.narrow_last(q_size, kv_size), v = qkv.narrow_last(q_size + kv_size, kv_size);
+  if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) std::tie(q, k) = m.qk_norm.forward(q, k);
+  m.rotary_emb.forward(positions, q, k);
+  m.kv_cache_write.forward(k, v, m.k_cache, m.v_cache, meta.slot_mapping);
+  return {q, k, v};
+}
+
+/// Attention over the step (prefill: the fresh k/v of each sequence, causal; decode: the cache,
+/// which already holds this step's k/v) followed by o_proj. Returns [T, hidden].
+template <class Cfg, class M> Tensor attention_o_proj_forward(M& m, const Tensor& q, const Tensor& k, const Tensor& v) {
+  constexpr int64_t Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  const AttnMetadata& meta = forward_context();
+  const int64_t tokens = q.size(0);
+  Tensor attn;
+  if (meta.is_prefill) {
+    Tensor qc = contiguous_rows(q).view({tokens, Hq, D});
+    Tensor kc = contiguous_rows(k).view({tokens, Hkv, D});
+    Tensor vc = contiguous_rows(v).view({tokens, Hkv, D});
+    attn = m.attn_prefill.forward(qc, kc, vc, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
+  } else {
+    FK_CHECK(tokens == meta.num_seqs, "decode step with " + std::to_string(tokens) + " tokens for " +
+                                          std::to_string(meta.num_seqs) + " sequences");
+    Tensor qc = contiguous_rows(q).view({tokens, Hq, D});
+    attn = m.attn_decode.forward(qc, m.k_cache.narrow_first(0, tokens), m.v_cache.narrow_first(0, tokens), meta.cache_seqlens);
+  }
+  return std::get<0>(m.o_proj.forward(attn.view({tokens, Hq * D})));
+}
+
+/// gate_up_proj -> SiluAndMul. Returns [T, intermediate].
+template <class M> Tensor gate_up_silu_forward(M& m, const Tensor& x) {
+  return m.act_fn.forward(std::get<0>(m.gate_up_proj.forward(x)));
+}
+
+/// Allocates a layer's KV cache (Note [KV cache layout]).
+template <class Cfg, class M> void allocate_kv_cache(M& m, int64_t max_seqs, int64_t max_len) {
+  m.k_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
+  m.v_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters: HF transformers names, seeded initialisation.
+//
+// Note [Seeded weights]
+// Every parameter has a stable name, the one HF transformers uses (model.layers.3.self_attn.
+// q_proj.weight), so an independent implementation can load exactly our weights from a
+// safetensors file. Fused production parameters (qkv_proj, gate_up_proj) are row ranges of one
+// tensor and appear as their HF parts. Values are N(mean, std) from a counter-based generator
+// seeded with (seed, hash of the name): the same name gets the same values whatever the layer
+// count or the order of initialisation. Scales keep activations O(1) through the network so
+// logits are far from ties: linear weights std 1/sqrt(fan_in), biases 0.1, norm weights
+// 1 +- 0.1, embeddings std 1.
+
+/// FNV-1a of a name (the per-parameter seed stream).
+inline uint64_t name_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+inline void init_param(const NamedParam& p, uint64_t seed) {
+  Tensor t = p.tensor;
+  fill_normal(t, mix_seed(seed, name_hash(p.name)), p.init_mean, p.init_std);
+}
+
+/// A linear layer as one HF parameter per row range: parts = {(name, rows), ...}.
+template <class L>
+void add_linear(ParamList& out, L& lin, const std::vector<std::pair<std::string, int64_t>>& parts) {
+  const int64_t k = lin.weight.size(1);
+  const float std = 1.f / std::sqrt(static_cast<float>(k));
+  int64_t row = 0;
+  for (const auto& [name, rows] : parts) {
+    out.push_back({name + ".weight", lin.weight.narrow_first(row, rows), 0.f, std});
+    if (lin.bias.defined()) out.push_back({name + ".bias", lin.bias.narrow_first(row, rows), 0.f, 0.1f});
+    row += rows;
+  }
+  FK_CHECK(row == lin.weight.size(0), "parameter split of " + parts.front().first + " does not cover the weight");
+}
+template <class N> void add_norm(ParamList& out, N& norm, const std::string& name) {
+  out.push_back({name + ".weight", norm.weight, 1.f, 0.1f});
+}
+template <class N> void add_qk_norm(ParamList& out, N& n, const std::string& prefix) {
+  if constexpr (kHasQKNorm<N>) {
+    out.push_back({prefix + "q_norm.weight", n.q_weight, 1.f, 0.1f});
+    out.push_back({prefix + "k_norm.weight", n.k_weight, 1.f, 0.1f});
+  }
+}
+template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.qkv_proj, {{prefix + "q_proj", Cfg::num_heads * Cfg::head_dim},
+                               {prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim},
+                               {prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim}});
+  add_qk_norm(out, m.qk_norm, prefix);
+}
+template <class M, class = void> struct has_down_proj : std::false_type {};
+template <class M> struct has_down_proj<M, std::void_t<decltype(std::declval<M&>().down_proj)>> : std::true_type {};
+
+template <class Cfg, class M> void add_mlp_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.gate_up_proj, {{prefix + "gate_proj", Cfg::intermediate_size}, {prefix + "up_proj", Cfg::intermediate_size}});
+  if constexpr (has_down_proj<M>::value) add_linear(out, m.down_proj, {{prefix + "down_proj", Cfg::hidden_size}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// References (Note [Composite references]).
+
+/// The host view of the step's metadata that references need.
+struct RefMeta {
+  bool is_prefill = true;
+  std::vector<int32_t> cu;    ///< prefill token offsets
+  std::vector<int32_t> lens;  ///< decode KV lengths (including this step)
+};
+
+template <class Cfg, class M>
+std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positions, const Tensor& h) {
+  constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  Tensor qkv = ref::linear(h, m.qkv_proj.weight, m.qkv_proj.bias);
+  Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hkv * D), v = qkv.narrow_last((Hq + Hkv) * D, Hkv * D);
+  if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
+    q = ref::head_rms_norm(q, Hq, D, m.qk_norm.q_weight, m.qk_norm.variance_epsilon);
+    k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon);
+  }
+  const int rot = static_cast<int>(m.rotary_emb.rotary_dim);
+  q = ref::rope(q, positions, m.rotary_emb.cos_sin_cache, Hq, D, rot, m.rotary_emb.is_neox_style);
+  k = ref::rope(k, positions, m.rotary_emb.cos_sin_cache, Hkv, D, rot, m.rotary_emb.is_neox_style);
+  v = contiguous_rows(v);
+  return {q, k, v};
+}
+
+/// Writes this step's reference k/v into the layer's cache (over what the task wrote there).
+template <class Cfg, class M> void ref_store(M& m, const Tensor& k, const Tensor& v) {
+  Tensor kc = m.k_cache, vc = m.v_cache;
+  ref::store_rows(kc, k, forward_context().slot_mapping);
+  ref::store_rows(vc, v, forward_context().slot_mapping);
+}
+
+template <class Cfg, class M>
+Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tensor& k, const Tensor& v) {
+  constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  Tensor attn = rm.is_prefill
+                    ? ref::attention_prefill(q, k, v, rm.cu, Hq, Hkv, D, m.attn_prefill.softmax_scale)
+                    : ref::attention_decode(q, m.k_cache.narrow_first(0, q.size(0)), m.v_cache.narrow_first(0, q.size(0)),
+                                            rm.lens, Hq, Hkv, D, m.attn_prefill.softmax_scale);
+  return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
+}
+
+template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
+  Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias));
+  return ref::linear(act, m.down_proj.weight, m.down_proj.bias);
+}
+
+template <class Cfg, class A>
+Tensor ref_llama_attention(A& a, const RefMeta& rm, const Tensor& positions, const Tensor& h) {
+  auto [q, k, v] = ref_qkv_rope_cache<Cfg>(a, positions, h);
+  ref_store<Cfg>(a, k, v);
+  return ref_attention_o_proj<Cfg>(a, rm, q, k, v);
+}
+
+/// LlamaDecoderLayer reference: (hidden_states, residual) -> (hidden_states, residual).
+template <class Cfg, class L>
+std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tensor& positions, const Tensor& h,
+                                            const Tensor& residual) {
+  Tensor x, res;
+  if (residual.defined()) {
+    std::tie(x, res) = ref::add_rms_norm(h, residual, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+  } else {
+    res = h;
+    x = ref::rms_norm(h, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+  }
+  Tensor attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
+  std::tie(x, res) = ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
+  return {ref_mlp(l.mlp, x), res};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step inputs shared by the harnesses: sequences, positions, slots (Note [KV cache layout]).
+
+/// One step over `batch` sequences: prefill of prefill_seq_lens(batch, seq_len) tokens, or one
+/// decode token per sequence with KV lengths decode_seq_lens(batch, kv_len).
+struct StepInputs {
+  RefMeta host;
+  AttnMetadata meta;
+  Tensor positions;  ///< i64 [T]
+  int64_t max_len = 0;
+  std::vector<int32_t> last_rows;  ///< the row of each sequence's last token
+
+  StepInputs(const ShapeCase& c) {
+    const int64_t batch = c.get("batch");
+    meta.num_seqs = batch;
+    std::vector<int64_t> pos, slots;
+    if (c.has("seq_len")) {
+      const auto lens = prefill_seq_lens(batch, c.get("seq_len"));
+      max_len = c.get("seq_len");
+      host.cu = {0};
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t p = 0; p < lens[b]; ++p) {
+          pos.push_back(p);
+          slots.push_back(b * max_len + p);
+        }
+        host.cu.push_back(static_cast<int32_t>(host.cu.back() + lens[b]));
+        last_rows.push_back(host.cu.back() - 1);
+        meta.max_seqlen = std::max<int64_t>(meta.max_seqlen, lens[b]);
+      }
+      meta.is_prefill = host.is_prefill = true;
+      meta.cu_seqlens = to_device(host.cu, {batch + 1});
+    } else {
+      const auto lens = decode_seq_lens(batch, c.get("kv_len"));
+      max_len = c.get("kv_len");
+      for (int64_t b = 0; b < batch; ++b) {
+        pos.push_back(lens[b] - 1);
+        slots.push_back(b * max_len + lens[b] - 1);
+        host.lens.push_back(static_cast<int32_t>(lens[b]));
+        last_rows.push_back(static_cast<int32_t>(b));
+      }
+      meta.is_prefill = host.is_prefill = false;
+      meta.cache_seqlens = to_device(host.lens, {batch});
+    }
+    meta.num_tokens = static_cast<int64_t>(pos.size());
+    positions = to_device(pos, {meta.num_tokens});
+    meta.slot_mapping = to_device(slots, {meta.num_tokens});
+  }
+  int64_t tokens() const { return meta.num_tokens; }
+  /// KV tokens attended per query token, summed (for FLOP counts).
+  double attended_pairs() const {
+    double s = 0;
+    if (host.is_prefill) {
+      for (size_t b = 0; b + 1 < host.cu.size(); ++b) {
+        const double l = host.cu[b + 1] - host.cu[b];
+        s += l * (l + 1) / 2;
+      }
+    } else {
+      for (int32_t l : host.lens) s += l;
+    }
+    return s;
+  }
+  /// KV tokens that must be read from the cache (decode) — prefill reads its own fresh k/v.
+  double cached_kv_tokens() const {
+    double s = 0;
+    if (!host.is_prefill)
+      for (int32_t l : host.lens) s += l;
+    return s;
+  }
+};
+
+/// Tolerance for composite outputs: elementwise bounds loose enough for bf16 rounding that a
+/// chain of ops amplifies, the relative L2 error tight (Note [Composite references]).
+inline Tolerance composite_tolerance(DType d, double typical_abs, double rel_l2) {
+  Tolerance t = matmul_tolerance(d, typical_abs);
+  t.atol *= 4;
+  t.rtol = std::max(t.rtol, 0.05);
+  t.max_rel_l2 = rel_l2;
+  return t;
+}
+
+/// Parameter bytes of a parameter list.
+inline double param_bytes(const ParamList& ps) {
+  double b = 0;
+  for (const auto& p : ps) b += static_cast<double>(p.tensor.nbytes());
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harnesses (Note [Task protocol]).
+
+/// Weights of a module, initialised by name (Note [Seeded weights]).
+inline void init_params(const ParamList& ps, uint64_t seed) {
+  for (const auto& p : ps) init_param(p, seed);
+}
+inline std::vector<Tensor> param_tensors(const ParamList& ps) {
+  std::vector<Tensor> out;
+  for (const auto& p : ps) out.push_back(p.tensor);
+  return out;
+}
+
+/// gate_up_silu (kDown = false) and llama_mlp (kDown = true). Case dims: num_tokens.
+template <class Module, class Cfg, bool kDown> class MlpInstance final : public TaskInstance {
+ public:
+  explicit MlpInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+    module_.named_parameters("model.layers.0.mlp.", params_);
+    const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(n * set_bytes + 3.0 * tokens_ * Cfg::intermediate_size * sizeof(T) * 2, "mlp activations");
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, 1000 + s));
+  }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(x_[s]); }
+  std::vector<Tensor> inputs(int s) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_[s]);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    Tensor act = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias));
+    Tensor ref = kDown ? ref::linear(act, module_.down_proj.weight, module_.down_proj.bias) : act;
+    return {{"out", out_[s], to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    const double H = Cfg::hidden_size, I = Cfg::intermediate_size, t = double(tokens_);
+    const double flops = 2 * t * H * 2 * I + (kDown ? 2 * t * I * H : 0.0);
+    return {flops, param_bytes(params_) + t * H * sizeof(T) + t * (kDown ? H : I) * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  ParamList params_;
+  std::vector<Tensor> x_, out_;
+};
+
+enum class AttnKind { kQKVRopeCache, kAttentionOProj, kLlamaAttention, kDecoderLayer };
+
+/// qkv_rope_cache, attention_o_proj, llama_attention (L2) and llama_decoder_layer (L3) over one
+/// step of `batch` sequences (StepInputs). The layer's KV cache is random for decode; the step
+/// writes its own k/v into it (the reference overwrites those rows with its own before reading).
+template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final : public TaskInstance {
+ public:
+  explicit AttnStepInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+    constexpr int64_t Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
+    const int64_t t = step_.tokens(), b = step_.meta.num_seqs;
+    const double cache_bytes = 2.0 * b * step_.max_len * Hkv * D * sizeof(T);
+    const double act_bytes = double(t) * (H * 4 + (Hq + 2 * Hkv) * D * 4) * sizeof(T) +
+                             (kKind == AttnKind::kDecoderLayer ? 3.0 * t * Cfg::intermediate_size * 2 * sizeof(T) : 0.0);
+    require_device_memory(cache_bytes + 2 * act_bytes, "attention step (KV cache and activations)");
+    collect_params();
+    allocate_kv_cache<Cfg>(attn(), b, step_.max_len);
+    if constexpr (kKind == AttnKind::kAttentionOProj) {
+      q_ = empty({t, Hq * D}, dtype_of<T>);
+      k_ = empty({t, Hkv * D}, dtype_of<T>);
+      v_ = empty({t, Hkv * D}, dtype_of<T>);
+    } else {
+      x_ = empty({t, H}, dtype_of<T>);
+      if constexpr (kKind == AttnKind::kDecoderLayer) {
+        res_ = empty({t, H}, dtype_of<T>);
+        x0_ = empty({t, H}, dtype_of<T>);
+        res0_ = empty({t, H}, dtype_of<T>);
+      }
+    }
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    if (!step_.meta.is_prefill) {
+      fill_normal(attn().k_cache, mix_seed(seed, 2001));
+      fill_normal(attn().v_cache, mix_seed(seed, 2002));
+    }
+    if constexpr (kKind == AttnKind::kAttentionOProj) {
+      fill_normal(q_, mix_seed(seed, 2003));
+      fill_normal(k_, mix_seed(seed, 2004));
+      fill_normal(v_, mix_seed(seed, 2005));
+    } else {
+      fill_normal(x_, mix_seed(seed, 2006));
+      if constexpr (kKind == AttnKind::kDecoderLayer) {
+        fill_normal(res_, mix_seed(seed, 2007));
+        copy_(x0_, x_);
+        copy_(res0_, res_);
+      }
+    }
+  }
+  void prepare(int) override {
+    out_.clear();
+    if constexpr (kKind == AttnKind::kDecoderLayer) {  // in place: restore both inputs
+      copy_(x_, x0_);
+      copy_(res_, res0_);
+    }
+  }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    if constexpr (kKind == AttnKind::kQKVRopeCache) {
+      auto [q, k, v] = module_.forward(step_.positions, x_);
+      out_ = {q, k, v};
+    } else if constexpr (kKind == AttnKind::kAttentionOProj) {
+      out_ = {module_.forward(q_, k_, v_)};
+    } else if constexpr (kKind == AttnKind::kLlamaAttention) {
+      out_ = {module_.forward(step_.positions, x_)};
+    } else {
+      auto [h, r] = module_.forward(step_.positions, x_, res_);
+      out_ = {h, r};
+    }
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    for (const Tensor& t : {q_, k_, v_, x0_, res0_}) if (t.defined()) v.push_back(t);
+    if (kKind != AttnKind::kAttentionOProj && kKind != AttnKind::kDecoderLayer) v.push_back(x_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    const Tolerance tol = composite_tolerance(dtype_of<T>, 1.0, 0.01);
+    const RefMeta& rm = step_.host;
+    if constexpr (kKind == AttnKind::kQKVRopeCache) {
+      auto [q, k, v] = ref_qkv_rope_cache<Cfg>(module_, step_.positions, x_);
+      return {{"q", contiguous_rows(out_[0]), to_f32(q), tol},
+              {"k", contiguous_rows(out_[1]), to_f32(k), tol},
+              {"v", contiguous_rows(out_[2]), to_f32(v), tol}};
+    } else if constexpr (kKind == AttnKind::kAttentionOProj) {
+      return {{"out", out_[0], to_f32(ref_attention_o_proj<Cfg>(module_, rm, q_, k_, v_)), tol}};
+    } else if constexpr (kKind == AttnKind::kLlamaAttention) {
+      return {{"out", out_[0], to_f32(ref_llama_attention<Cfg>(module_, rm, step_.positions, x_)), tol}};
+    } else {
+      auto [h, r] = ref_decoder_layer<Cfg>(module_, rm, step_.positions, x0_, res0_);
+      return {{"hidden_states", out_[0], to_f32(h), tol}, {"residual", out_[1], to_f32(r), tol}};
+    }
+  }
+  Cost cost() const override {
+    constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
+    const double t = double(step_.tokens()), es = sizeof(T);
+    double flops = 0, bytes = param_bytes(params_);
+    const double attn_flops = 4.0 * step_.attended_pairs() * D * Hq;
+    const double kv_read = step_.cached_kv_tokens() * 2 * Hkv * D * es;
+    const double qkv_flops = 2 * t * H * (Hq + 2 * Hkv) * D, o_flops = 2 * t * Hq * D * H;
+    switch (kKind) {
+      case AttnKind::kQKVRopeCache: flops = qkv_flops; bytes += t * (H + (Hq + 4 * Hkv) * D) * es; break;
+      case AttnKind::kAttentionOProj: flops = attn_flops + o_flops; bytes += kv_read + t * ((Hq + 2 * Hkv) * D + H) * es; break;
+      case AttnKind::kLlamaAttention: flops = qkv_flops + attn_flops + o_flops; bytes += kv_read + t * 2 * (H + Hkv * D) * es; break;
+      case AttnKind::kDecoderLayer:
+        flops = qkv_flops + attn_flops + o_flops + 6 * t * H * Cfg::intermediate_size;
+        bytes += kv_read + t * (4 * H + 2 * Hkv * D) * es;
+        break;
+    }
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  auto& attn() {
+    if constexpr (kKind == AttnKind::kDecoderLayer) return (module_.self_attn);
+    else return (module_);
+  }
+  void collect_params() {
+    if constexpr (kKind == AttnKind::kDecoderLayer) module_.named_parameters("model.layers.0.", params_);
+    else module_.named_parameters("model.layers.0.self_attn.", params_);
+  }
+  StepInputs step_;
+  Module module_;
+  ParamList params_;
+  Tensor q_, k_, v_, x_, res_, x0_, res0_;
+  std::vector<Tensor> out_;
+};
+
+/// The whole model (L4) as vLLM's model runner calls it for one step: forward over the step's
+/// tokens, then compute_logits on each sequence's last token. Checked against the composite
+/// reference over every layer (Note [Composite references]); HF transformers is the external
+/// check (bench/parity/).
+template <class Model, class Cfg> class CausalLMInstance final : public TaskInstance {
+ public:
+  explicit CausalLMInstance(const ShapeCase& c) : step_(c) {
+    constexpr int64_t Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
+    const int64_t b = step_.meta.num_seqs, t = step_.tokens();
+    const double weights = double(Cfg::num_hidden_layers) *
+                               (H * (Cfg::num_heads + 2 * Hkv) * D + Cfg::num_heads * D * H + 3.0 * H * Cfg::intermediate_size) +
+                           2.0 * Cfg::vocab_size * H;
+    const double cache = 2.0 * Cfg::num_hidden_layers * b * step_.max_len * Hkv * D;
+    const double act = double(t) * (6 * H + 4 * Cfg::intermediate_size) + 2.0 * b * Cfg::vocab_size;
+    require_device_memory((weights + cache + 2 * act) * sizeof(T), "the whole model (weights, KV cache, activations)");
+    model_ = std::make_unique<Model>();
+    model_->named_parameters(params_);
+    for (auto& layer : model_->model.layers) allocate_kv_cache<Cfg>(layer.self_attn, b, step_.max_len);
+    ids_ = empty({t}, DType::kI64);
+    last_rows_ = to_device(step_.last_rows, {b});
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    fill_randint(ids_, mix_seed(seed, 3001), 0, Cfg::vocab_size);
+    if (!step_.meta.is_prefill)
+      for (auto& layer : model_->model.layers) {
+        fill_normal(layer.self_attn.k_cache, mix_seed(seed, 3002));
+        fill_normal(layer.self_attn.v_cache, mix_seed(seed, 3003));
+      }
+  }
+  void prepare(int) override { logits_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    Tensor hidden = model_->forward(ids_, step_.positions);
+    logits_ = model_->compute_logits(gather_last(hidden));
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(ids_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    auto& m = model_->model;
+    Tensor h = ref::embedding(ids_, m.embed_tokens.weight), res;
+    for (auto& layer : m.layers) std::tie(h, res) = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
+    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
+    Tensor logits = ref::linear(gather_last(normed), model_->lm_head.weight, model_->lm_head.bias);
+    return {{"logits", logits_, to_f32(logits), composite_tolerance(dtype_of<T>, 1.0, 0.02)}};
+  }
+  Cost cost() const override {
+    constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
+    const double t = double(step_.tokens()), b = double(step_.meta.num_seqs), L = double(model_->model.layers.size());
+    const double per_layer = 2 * t * H * (Hq + 2 * Hkv) * D + 2 * t * Hq * D * H + 6 * t * H * Cfg::intermediate_size;
+    const double flops = L * (per_layer + 4.0 * step_.attended_pairs() * D * Hq) + 2 * b * H * Cfg::vocab_size;
+    // Every weight except the embedding table (only T rows of it are read) + the KV cache read.
+    const double bytes = param_bytes(params_) - double(Cfg::vocab_size) * H * sizeof(T) +
+                         L * step_.cached_kv_tokens() * 2 * Hkv * D * sizeof(T);
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  Tensor gather_last(const Tensor& hidden) const;
+  StepInputs step_;
+  std::unique_ptr<Model> model_;
+  ParamList params_;
+  Tensor ids_, last_rows_, logits_;
+};
+
+/// Rows `rows` (i32, device) of x [T, C] -> [len(rows), C] (the last token of each sequence).
+Tensor gather_rows(const Tensor& x, const Tensor& rows);
+
+template <class Model, class Cfg> Tensor CausalLMInstance<Model, Cfg>::gather_last(const Tensor& hidden) const {
+  return gather_rows(hidden, last_rows_);
+}
+
+/// The generated LlamaForCausalLM behind the CausalLM interface (fk_model, the engine).
+template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM {
+ public:
+  /// num_layers 0: the config's layer count.
+  CausalLMAdapter(std::string task_name, int64_t num_layers)
+      : name_(std::move(task_name)), m_(num_layers > 0 ? num_layers : Cfg::num_hidden_layers) {}
+  std::string task_name() const override { return name_; }
+  int64_t num_layers() const override { return static_cast<int64_t>(m_.model.layers.size()); }
+  int64_t vocab_size() const override { return Cfg::vocab_size; }
+  int64_t hidden_size() const override { return Cfg::hidden_size; }
+  int64_t max_position() const override { return Cfg::max_position; }
+  DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
+  ParamList named_parameters() override {
+    ParamList p;
+    m_.named_parameters(p);
+    return p;
+  }
+  void allocate_kv_cache(int64_t max_seqs, int64_t max_len) override {
+    for (auto& layer : m_.model.layers) fk::tasks::allocate_kv_cache<Cfg>(layer.self_attn, max_seqs, max_len);
+  }
+  Tensor forward(const Tensor& input_ids, const Tensor& positions) override { return m_.forward(input_ids, positions); }
+  Tensor compute_logits(const Tensor& hidden_states) override { return m_.compute_logits(hidden_states); }
+
+ private:
+  std::string name_;
+  Model m_;
+};
+
+}  // namespace fk::tasks

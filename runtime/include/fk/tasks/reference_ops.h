@@ -1,0 +1,51 @@
+// References for composite tasks (L2-L4): the forward pass of a model-dtype network, op by op.
+//
+// Note [Composite references]
+// Each op computes in fp32 from model-dtype (bf16/f16) inputs and rounds its result to the
+// model dtype, which is where a bf16 network (vLLM's, HF transformers') rounds too. Only the
+// rounding points are shared with the task; the arithmetic is independent of the task's
+// kernels: the simple reference kernels of kernels/reference, and for GEMMs cublasGemmEx with
+// an fp32 result (an fp32-accumulating library GEMM, not the task's GEMV/cuBLASLt choice), so a
+// reference for a whole model stays affordable. The whole-model reference that shares nothing
+// with us is HF transformers (bench/parity/).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "fk/runtime/tensor.h"
+
+namespace fk::tasks::ref {
+
+/// x [M, K] (row stride free, last dim dense) @ w[N, K]^T + bias[N]? -> [M, N].
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+/// rmsnorm(x) * w.
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
+/// (rmsnorm(x + residual) * w, x + residual).
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps);
+/// Per-head rmsnorm of x [T, heads * head_dim] with weight [head_dim].
+Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps);
+/// RoPE of x [T, heads * head_size] with the fp32 cos/sin cache [rows, rotary_dim].
+Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cache, int heads, int head_size,
+            int rotary_dim, bool neox);
+/// silu(x[:, :d]) * x[:, d:].
+Tensor silu_and_mul(const Tensor& x);
+/// weight[ids].
+Tensor embedding(const Tensor& ids, const Tensor& weight);
+/// cache_rows[slot_mapping[t]] = x[t] for a cache viewed as [slots, row] rows.
+void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
+/// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
+/// given by host token offsets cu (size B+1). Returns [T, Hq*D].
+Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
+                         int hkv, int d, double scale);
+/// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
+/// lens: host KV lengths. Returns [B, Hq*D].
+Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
+                        int hq, int hkv, int d, double scale);
+/// a + b elementwise, fp32 result (for comparing residual streams).
+Tensor add_f32(const Tensor& a, const Tensor& b);
+/// fp32 -> dtype, rounding to nearest even.
+Tensor round_to(const Tensor& f32, DType dtype);
+
+}  // namespace fk::tasks::ref

@@ -1,0 +1,409 @@
+// fk_model: runs a whole generated model (an L4 task) — greedy generation, the dump the HF
+// transformers parity check reads, and end-to-end throughput.
+//
+//   fk_model --list
+//   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --layers 4 --save-weights w.safetensors \
+//            --dump d.safetensors --prompt-lens 7,33,64,128 --decode-steps 64
+//   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl r.jsonl --markdown r.md
+//
+// The dump and weights formats are the contract with bench/parity/hf_parity.py (docs/parity.md).
+// Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/engine.h"
+#include "fk/runtime/env.h"
+#include "fk/runtime/random.h"
+#include "fk/runtime/runner.h"
+#include "fk/runtime/safetensors.h"
+#include "fk/runtime/task.h"
+#include "fk/tasks/forward_context.h"
+#include "fk/tasks/harness.h"
+#include "fk/tasks/llama.h"
+#include "fk/tasks/reference_ops.h"
+
+namespace {
+
+using fk::Tensor;
+
+struct Options {
+  std::string arch;
+  int64_t layers = 0;
+  uint64_t seed = 1;
+  std::string load_weights, save_weights, dump;
+  std::vector<int64_t> prompt_lens = {7, 33, 64, 128};
+  int64_t decode_steps = 64;
+  bool no_graph = false;
+  bool bench = false;
+  std::vector<int64_t> decode_batches = {1, 8, 32, 64};
+  int64_t prompt_len = 128;
+  std::vector<std::string> prefill = {"1x2048", "8x2048"};
+  int64_t mem_steps = 1000;
+  std::string jsonl, markdown;
+};
+
+const char* st_dtype(fk::DType d) {
+  switch (d) {
+    case fk::DType::kBF16: return "BF16";
+    case fk::DType::kF16: return "F16";
+    case fk::DType::kF32: return "F32";
+    case fk::DType::kI32: return "I32";
+    case fk::DType::kI64: return "I64";
+    default: return "U8";
+  }
+}
+
+std::vector<uint8_t> host_bytes(const Tensor& t) {
+  FK_CHECK(t.is_contiguous(), "host_bytes: contiguous tensor expected, got " + t.str());
+  std::vector<uint8_t> b(t.nbytes());
+  FK_CUDA_CHECK(cudaDeviceSynchronize());
+  FK_CUDA_CHECK(cudaMemcpy(b.data(), t.data_ptr(), b.size(), cudaMemcpyDeviceToHost));
+  return b;
+}
+
+void add_tensor(fk::SafetensorsWriter& w, const std::string& name, const Tensor& t) {
+  const auto b = host_bytes(t);
+  w.add(name, st_dtype(t.dtype()), t.sizes(), b.data(), b.size());
+}
+
+template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
+                                 const std::vector<T>& v) {
+  w.add(name, dtype, std::move(shape), v.data(), v.size() * sizeof(T));
+}
+
+void save_weights(fk::CausalLM& m, const Options& o, const std::string& path) {
+  fk::SafetensorsWriter w;
+  for (const auto& p : m.named_parameters()) add_tensor(w, p.name, p.tensor);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.write(path);
+}
+
+void load_weights(fk::CausalLM& m, const std::string& path) {
+  auto f = fk::SafetensorsFile::open(path);
+  const auto params = m.named_parameters();
+  std::set<std::string> expected;
+  for (const auto& p : params) {
+    expected.insert(p.name);
+    if (!f.contains(p.name)) throw std::runtime_error(path + ": missing tensor " + p.name);
+    const auto& info = f.info(p.name);
+    if (info.dtype != st_dtype(p.tensor.dtype()) || info.shape != p.tensor.sizes())
+      throw std::runtime_error(path + ": tensor " + p.name + " is " + info.dtype + " with another shape; expected " +
+                               st_dtype(p.tensor.dtype()) + " " + p.tensor.str());
+    std::vector<uint8_t> b(info.nbytes());
+    f.read_into(p.name, b.data(), b.size());
+    FK_CUDA_CHECK(cudaMemcpy(p.tensor.data_ptr(), b.data(), b.size(), cudaMemcpyHostToDevice));
+  }
+  for (const auto& t : f.tensors())
+    if (!expected.count(t.name)) throw std::runtime_error(path + ": unexpected tensor " + t.name + " (not a parameter of " + m.task_name() + ")");
+}
+
+const fk::TaskInfo* find_model(const std::string& arch) {
+  for (const fk::TaskInfo* t : fk::all_tasks())
+    if (t->level == 4 && t->make_model && std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end()) return t;
+  return nullptr;
+}
+
+std::vector<std::vector<int64_t>> random_prompts(const std::vector<int64_t>& lens, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t n : lens) {
+    std::vector<int64_t> p(n);
+    for (auto& x : p) x = dist(rng);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+double gib(double b) { return b / double(1ull << 30); }
+
+// --------------------------------------------------------------------------------------------
+// The parity dump (docs/parity.md).
+
+int run_dump(fk::CausalLM& m, const Options& o) {
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  int64_t longest = 0, total = 0;
+  for (const auto& p : prompts) {
+    longest = std::max<int64_t>(longest, p.size());
+    total += p.size();
+  }
+  fk::Engine engine(m, static_cast<int64_t>(prompts.size()), longest + o.decode_steps + 1, o.decode_steps);
+  std::vector<std::vector<float>> layer_out(m.num_layers());
+  fk::tasks::set_layer_hook([&](int i, const Tensor& h, const Tensor& r) {
+    Tensor s = fk::tasks::ref::add_f32(h, r);
+    layer_out[i] = fk::to_host<float>(s);
+  });
+  Tensor logits = engine.prefill(prompts);
+  fk::tasks::set_layer_hook(nullptr);
+  Tensor prefill_logits;
+  {
+    fk::StreamGuard g(engine.stream());
+    prefill_logits = fk::tasks::to_f32(logits);
+  }
+  const auto prefill_logits_host = host_bytes(prefill_logits);
+  for (int64_t s = 0; s < o.decode_steps; ++s) engine.decode_step(!o.no_graph);
+  Tensor last;
+  {
+    fk::StreamGuard g(engine.stream());
+    last = fk::tasks::to_f32(engine.last_logits());
+  }
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = m.vocab_size(), H = m.hidden_size();
+  fk::SafetensorsWriter w;
+  std::vector<int64_t> ids;
+  std::vector<int32_t> cu{0};
+  for (const auto& p : prompts) {
+    ids.insert(ids.end(), p.begin(), p.end());
+    cu.push_back(cu.back() + static_cast<int32_t>(p.size()));
+  }
+  add_host(w, "input_ids", "I64", {total}, ids);
+  add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
+  for (int64_t i = 0; i < m.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {total, H}, layer_out[i]);
+  w.add("prefill.logits", "F32", {B, V}, prefill_logits_host.data(), prefill_logits_host.size());
+  add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
+  add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
+  add_tensor(w, "decode.logits_last", last);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.set_metadata("graph", o.no_graph ? "false" : "true");
+  w.write(o.dump);
+  std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts, " << total << " tokens, " << o.decode_steps
+            << " decode steps)\n";
+  return fk::kExitOk;
+}
+
+// --------------------------------------------------------------------------------------------
+// End-to-end throughput.
+
+double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0;
+  FK_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
+int run_bench(fk::CausalLM& m, const Options& o) {
+  std::vector<nlohmann::json> rows;
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  auto base = [&](const std::string& mode) {
+    nlohmann::json j;
+    j["tool"] = "fk_model";
+    j["arch"] = o.arch;
+    j["task"] = m.task_name();
+    j["layers"] = m.num_layers();
+    j["mode"] = mode;
+    return j;
+  };
+  // Decode: tokens/s over the decode loop (prefill excluded), graphs on (and off for batch 1).
+  for (int64_t b : o.decode_batches) {
+    for (bool graph : {true, false}) {
+      if (!graph && b != o.decode_batches.front()) continue;
+      fk::release_cached_memory();
+      const int64_t steps = std::max<int64_t>(o.decode_steps, 8);
+      fk::Engine engine(m, b, o.prompt_len + steps + 1, steps);
+      engine.prefill(random_prompts(std::vector<int64_t>(b, o.prompt_len), m.vocab_size(), fk::mix_seed(o.seed, b)));
+      engine.decode_step(graph);
+      engine.decode_step(graph);  // first replay (graph) / second eager step
+      const int64_t timed = steps - 2;
+      FK_CUDA_CHECK(cudaEventRecord(e0, engine.stream()));
+      for (int64_t s = 0; s < timed; ++s) engine.decode_step(graph);
+      FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
+      FK_CUDA_CHECK(cudaEventSynchronize(e1));
+      const double ms = elapsed_ms(e0, e1);
+      nlohmann::json j = base("decode");
+      j["batch"] = b;
+      j["prompt_len"] = o.prompt_len;
+      j["steps"] = timed;
+      j["graph"] = graph;
+      j["ms_per_step"] = ms / timed;
+      j["tokens_per_s"] = 1000.0 * b * timed / ms;
+      j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+      std::cerr << "decode b" << b << (graph ? " graph" : " eager") << ": " << std::fixed << std::setprecision(2)
+                << j["ms_per_step"].get<double>() << " ms/step, " << j["tokens_per_s"].get<double>() << " tokens/s\n";
+      rows.push_back(j);
+    }
+  }
+  // Prefill: tokens/s of one step over B sequences of S tokens (forward + last-token logits).
+  for (const std::string& spec : o.prefill) {
+    const auto x = spec.find('x');
+    const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
+    fk::release_cached_memory();
+    fk::Engine engine(m, b, s, 0);
+    const auto prompts = random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b));
+    for (int i = 0; i < 2; ++i) engine.prefill(prompts);
+    std::vector<double> ms;
+    for (int i = 0; i < 5; ++i) {
+      FK_CUDA_CHECK(cudaEventRecord(e0, engine.stream()));
+      engine.prefill(prompts);
+      FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
+      FK_CUDA_CHECK(cudaEventSynchronize(e1));
+      ms.push_back(elapsed_ms(e0, e1));
+    }
+    std::sort(ms.begin(), ms.end());
+    nlohmann::json j = base("prefill");
+    j["batch"] = b;
+    j["seq_len"] = s;
+    j["ms"] = ms[ms.size() / 2];
+    j["ms_min"] = ms.front();
+    j["ms_max"] = ms.back();
+    j["tokens_per_s"] = 1000.0 * b * s / ms[ms.size() / 2];
+    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    std::cerr << "prefill " << spec << ": " << j["ms"].get<double>() << " ms, " << j["tokens_per_s"].get<double>() << " tokens/s\n";
+    rows.push_back(j);
+  }
+  // Memory over a long decode: device memory in use must not grow.
+  if (o.mem_steps > 0) {
+    fk::release_cached_memory();
+    fk::Engine engine(m, 1, o.prompt_len + o.mem_steps + 1, o.mem_steps);
+    engine.prefill(random_prompts({o.prompt_len}, m.vocab_size(), fk::mix_seed(o.seed, 5)));
+    engine.decode_step(true);
+    engine.decode_step(true);
+    FK_CUDA_CHECK(cudaStreamSynchronize(engine.stream()));
+    size_t free0 = 0, total = 0, free1 = 0;
+    FK_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    const size_t reserved0 = fk::allocator_reserved_bytes();
+    FK_CUDA_CHECK(cudaEventRecord(e0, engine.stream()));
+    for (int64_t s = 2; s < o.mem_steps; ++s) engine.decode_step(true);
+    FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
+    FK_CUDA_CHECK(cudaEventSynchronize(e1));
+    FK_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    const size_t reserved1 = fk::allocator_reserved_bytes();
+    nlohmann::json j = base("memory");
+    j["batch"] = 1;
+    j["steps"] = o.mem_steps;
+    j["device_used_gib_before"] = gib(double(total - free0));
+    j["device_used_gib_after"] = gib(double(total - free1));
+    j["reserved_gib_before"] = gib(double(reserved0));
+    j["reserved_gib_after"] = gib(double(reserved1));
+    j["growth_bytes"] = static_cast<double>(free0) - static_cast<double>(free1);
+    j["tokens_per_s"] = 1000.0 * (o.mem_steps - 2) / elapsed_ms(e0, e1);
+    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    std::cerr << "memory over " << o.mem_steps << " decode steps: " << j["device_used_gib_before"].get<double>() << " -> "
+              << j["device_used_gib_after"].get<double>() << " GiB used\n";
+    rows.push_back(j);
+  }
+  const nlohmann::json env = fk::environment_json(0);
+  if (!o.jsonl.empty()) {
+    std::ofstream f(o.jsonl);
+    for (auto& j : rows) {
+      j["env"] = env;
+      f << j.dump() << "\n";
+    }
+  }
+  if (!o.markdown.empty()) {
+    std::ofstream f(o.markdown);
+    f << "| arch | layers | mode | batch | tokens | graph | ms | tokens/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& j : rows) {
+      const std::string mode = j["mode"];
+      f << "| " << o.arch << " | " << j["layers"] << " | " << mode << " | " << j["batch"] << " | "
+        << (mode == "prefill" ? j["seq_len"] : j.value("prompt_len", int64_t(0))) << " | "
+        << (j.contains("graph") ? (j["graph"].get<bool>() ? "yes" : "no") : "-") << " | "
+        << std::fixed << std::setprecision(2) << (mode == "prefill" ? j["ms"].get<double>() : j.value("ms_per_step", 0.0))
+        << " | " << std::setprecision(1) << j["tokens_per_s"].get<double>() << " | " << std::setprecision(2)
+        << j["peak_reserved_gib"].get<double>() << " |\n";
+    }
+  }
+  return fk::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fk_model: run a generated whole model (L4): greedy generation, the HF parity dump, throughput"};
+  app.footer("Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.");
+  Options o;
+  bool list = false;
+  app.add_flag("--list", list, "list the models (L4 tasks) and their architectures");
+  app.add_option("--arch", o.arch, "config id, e.g. meta-llama/Llama-3.1-8B-Instruct");
+  app.add_option("--layers", o.layers, "decoder layers to build (0 = the config's)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "seed of the weights (Note [Seeded weights]) and prompts");
+  app.add_option("--load-weights", o.load_weights, "load the weights from this safetensors file (HF names)");
+  app.add_option("--save-weights", o.save_weights, "save the weights to this safetensors file (HF names)");
+  app.add_option("--dump", o.dump, "run the parity dump and write it here (docs/parity.md)");
+  app.add_option("--prompt-lens", o.prompt_lens, "dump: prompt lengths, one sequence each")->delimiter(',');
+  app.add_option("--decode-steps", o.decode_steps, "decode steps (dump; bench decode loop)")->check(CLI::Range(1, 100000));
+  app.add_flag("--no-graph", o.no_graph, "dump: decode eagerly instead of replaying a CUDA graph");
+  app.add_flag("--bench", o.bench, "measure decode and prefill throughput and memory");
+  app.add_option("--decode-batches", o.decode_batches, "bench: decode batch sizes")->delimiter(',');
+  app.add_option("--prompt-len", o.prompt_len, "bench: prompt length before decoding")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prefill", o.prefill, "bench: prefill shapes BxS")->delimiter(',');
+  app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
+  app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
+  app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : fk::kExitUsage;
+  }
+  if (list) {
+    for (const fk::TaskInfo* t : fk::all_tasks()) {
+      if (t->level != 4 || !t->make_model) continue;
+      for (const auto& a : t->archs) std::cout << a << "  " << t->name << "\n";
+    }
+    return fk::kExitOk;
+  }
+  if (o.arch.empty()) {
+    std::cerr << "fk_model: --arch is required (see --list)\n";
+    return fk::kExitUsage;
+  }
+  for (const std::string& spec : o.prefill) {
+    const auto x = spec.find('x');
+    if (x == std::string::npos || x == 0 || x + 1 == spec.size() ||
+        spec.find_first_not_of("0123456789x") != std::string::npos) {
+      std::cerr << "fk_model: --prefill: '" << spec << "' is not BxS (e.g. 8x2048)\n";
+      return fk::kExitUsage;
+    }
+  }
+  if (o.dump.empty() && !o.bench && o.save_weights.empty()) {
+    std::cerr << "fk_model: nothing to do: give --dump, --bench or --save-weights\n";
+    return fk::kExitUsage;
+  }
+  const fk::TaskInfo* task = find_model(o.arch);
+  if (!task) {
+    std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
+    return fk::kExitUsage;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::cerr << "fk_model: no CUDA device\n";
+    return fk::kExitNoGpu;
+  }
+  try {
+    std::unique_ptr<fk::CausalLM> model = task->make_model(o.layers);  // 0: the config's layer count
+    if (!o.load_weights.empty()) {
+      load_weights(*model, o.load_weights);
+    } else {
+      fk::tasks::init_params(model->named_parameters(), o.seed);
+    }
+    FK_CUDA_CHECK(cudaDeviceSynchronize());
+    std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, "
+              << std::fixed << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
+    if (!o.save_weights.empty()) save_weights(*model, o, o.save_weights);
+    int rc = fk::kExitOk;
+    if (!o.dump.empty()) rc = run_dump(*model, o);
+    if (rc == fk::kExitOk && o.bench) rc = run_bench(*model, o);
+    return rc;
+  } catch (const std::exception& e) {
+    std::cerr << "fk_model: " << e.what() << "\n";
+    return fk::kExitFailed;
+  }
+}

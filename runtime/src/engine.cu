@@ -1,0 +1,257 @@
+// The greedy-generation engine (fk/runtime/engine.h, Note [Decode graphs]).
+#include "fk/runtime/engine.h"
+
+#include <cfloat>
+#include <string>
+
+#include "fk/runtime/cuda_check.h"
+
+namespace fk {
+
+namespace {
+
+constexpr int kArgmaxThreads = 1024;
+
+// One block per sequence: the greedy token of logits row b (lowest index on ties), recorded at
+// column `step` of the history; then the sequence's step buffers advance by one token.
+template <class T>
+__global__ void __launch_bounds__(kArgmaxThreads)
+pick_and_advance_kernel(const T* __restrict__ logits, int64_t vocab, const int32_t* __restrict__ step, int64_t hist_cols,
+                        int64_t* __restrict__ hist_tok, float* __restrict__ hist_logit, int64_t* __restrict__ ids,
+                        int64_t* __restrict__ pos, int64_t* __restrict__ slot, int32_t* __restrict__ seqlens, int advance) {
+  const int b = blockIdx.x;
+  const T* row = logits + b * vocab;
+  float best = -FLT_MAX;
+  int64_t arg = 0;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = static_cast<float>(row[i]);
+    if (v > best) {  // strict: the first (lowest) index of this thread's stride wins ties
+      best = v;
+      arg = i;
+    }
+  }
+  __shared__ float s_val[kArgmaxThreads / 32];
+  __shared__ int64_t s_arg[kArgmaxThreads / 32];
+  for (int off = 16; off > 0; off /= 2) {
+    const float ov = __shfl_down_sync(0xffffffffu, best, off);
+    const int64_t oa = __shfl_down_sync(0xffffffffu, arg, off);
+    if (ov > best || (ov == best && oa < arg)) {
+      best = ov;
+      arg = oa;
+    }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    s_val[warp] = best;
+    s_arg[warp] = arg;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < blockDim.x / 32; ++w)
+      if (s_val[w] > best || (s_val[w] == best && s_arg[w] < arg)) {
+        best = s_val[w];
+        arg = s_arg[w];
+      }
+    const int64_t col = *step;
+    hist_tok[b * hist_cols + col] = arg;
+    hist_logit[b * hist_cols + col] = best;
+    ids[b] = arg;
+    if (advance) {  // the new token sits at the next position of the sequence
+      pos[b] += 1;
+      slot[b] += 1;
+      seqlens[b] += 1;
+    }
+  }
+}
+
+__global__ void increment_kernel(int32_t* step) { *step += 1; }
+
+template <class T> __global__ void gather_rows_kernel(T* out, const T* in, const int32_t* rows, int64_t cols) {
+  const int64_t r = rows[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = in[r * cols + c];
+}
+
+}  // namespace
+
+Engine::Engine(CausalLM& model, int64_t max_seqs, int64_t max_len, int64_t max_steps)
+    : model_(model), max_seqs_(max_seqs), max_len_(max_len), max_steps_(max_steps) {
+  FK_CHECK(max_seqs > 0 && max_len > 0 && max_steps >= 0, "Engine: bad sizes");
+  FK_CHECK(max_len <= model.max_position(), "Engine: max_len " + std::to_string(max_len) + " exceeds the model's " +
+                                                std::to_string(model.max_position()) + " positions");
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  StreamGuard g(stream_);
+  model_.allocate_kv_cache(max_seqs, max_len);
+  ids_ = empty({max_seqs}, DType::kI64);
+  pos_ = empty({max_seqs}, DType::kI64);
+  slot_ = empty({max_seqs}, DType::kI64);
+  seqlens_ = empty({max_seqs}, DType::kI32);
+  step_ = empty({1}, DType::kI32);
+  hist_tok_ = empty({max_seqs, max_steps + 1}, DType::kI64);
+  hist_logit_ = empty({max_seqs, max_steps + 1}, DType::kF32);
+  FK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Engine::~Engine() {
+  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+namespace {
+template <class F> void with_model_dtype(DType d, F&& f) {
+  if (d == DType::kBF16) f(bf16{});
+  else if (d == DType::kF16) f(f16{});
+  else FK_CHECK(false, std::string("Engine: unsupported model dtype ") + dtype_name(d));
+}
+}  // namespace
+
+Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
+  const int64_t batch = static_cast<int64_t>(prompts.size());
+  FK_CHECK(batch > 0 && batch <= max_seqs_, "prefill of " + std::to_string(batch) + " sequences; the engine holds " +
+                                                std::to_string(max_seqs_));
+  StreamGuard g(stream_);
+  std::vector<int64_t> ids, pos, slot, next_pos, next_slot;
+  std::vector<int32_t> cu{0}, last, next_len;
+  int64_t max_seqlen = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = static_cast<int64_t>(prompts[b].size());
+    FK_CHECK(n > 0 && n + max_steps_ <= max_len_, "prompt " + std::to_string(b) + " has " + std::to_string(n) +
+                                                      " tokens; with " + std::to_string(max_steps_) +
+                                                      " decode steps the engine holds " + std::to_string(max_len_));
+    for (int64_t p = 0; p < n; ++p) {
+      FK_CHECK(prompts[b][p] >= 0 && prompts[b][p] < model_.vocab_size(), "prompt token id out of range");
+      ids.push_back(prompts[b][p]);
+      pos.push_back(p);
+      slot.push_back(b * max_len_ + p);
+    }
+    cu.push_back(static_cast<int32_t>(cu.back() + n));
+    last.push_back(cu.back() - 1);
+    next_pos.push_back(n);
+    next_slot.push_back(b * max_len_ + n);
+    next_len.push_back(static_cast<int32_t>(n + 1));
+    max_seqlen = std::max(max_seqlen, n);
+  }
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  tasks::AttnMetadata meta;
+  meta.is_prefill = true;
+  meta.num_seqs = batch;
+  meta.num_tokens = tokens;
+  meta.cu_seqlens = to_device(cu, {batch + 1});
+  meta.max_seqlen = max_seqlen;
+  meta.slot_mapping = to_device(slot, {tokens});
+  Tensor input_ids = to_device(ids, {tokens}), positions = to_device(pos, {tokens});
+  Tensor hidden;
+  {
+    tasks::ForwardContextGuard ctx(&meta);
+    hidden = model_.forward(input_ids, positions);
+  }
+  const int64_t H = model_.hidden_size();
+  Tensor last_rows = to_device(last, {batch});
+  Tensor last_hidden = empty({batch, H}, hidden.dtype());
+  with_model_dtype(hidden.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    gather_rows_kernel<T><<<batch, 256, 0, stream_>>>(last_hidden.data<T>(), hidden.data<T>(), last_rows.data<int32_t>(), H);
+  });
+  FK_CHECK_LAUNCH();
+  Tensor logits = model_.compute_logits(last_hidden);
+  // Decode state: token 0 comes from these logits; the next step feeds it at position n.
+  Tensor np = to_device(next_pos, {batch}), ns = to_device(next_slot, {batch}), nl = to_device(next_len, {batch});
+  FK_CUDA_CHECK(cudaMemcpyAsync(pos_.data_ptr(), np.data_ptr(), np.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  FK_CUDA_CHECK(cudaMemcpyAsync(slot_.data_ptr(), ns.data_ptr(), ns.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  FK_CUDA_CHECK(cudaMemcpyAsync(seqlens_.data_ptr(), nl.data_ptr(), nl.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  FK_CUDA_CHECK(cudaMemsetAsync(step_.data_ptr(), 0, sizeof(int32_t), stream_));
+  with_model_dtype(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    pick_and_advance_kernel<T><<<batch, kArgmaxThreads, 0, stream_>>>(
+        logits.data<T>(), model_.vocab_size(), step_.data<int32_t>(), max_steps_ + 1, hist_tok_.data<int64_t>(),
+        hist_logit_.data<float>(), ids_.data<int64_t>(), pos_.data<int64_t>(), slot_.data<int64_t>(),
+        seqlens_.data<int32_t>(), /*advance=*/0);
+  });
+  FK_CHECK_LAUNCH();
+  increment_kernel<<<1, 1, 0, stream_>>>(step_.data<int32_t>());
+  FK_CHECK_LAUNCH();
+  batch_ = batch;
+  steps_ = 0;
+  decode_meta_ = tasks::AttnMetadata();
+  decode_meta_.is_prefill = false;
+  decode_meta_.num_seqs = batch;
+  decode_meta_.num_tokens = batch;
+  decode_meta_.cache_seqlens = seqlens_.narrow_first(0, batch);
+  decode_meta_.slot_mapping = slot_.narrow_first(0, batch);
+  last_logits_ = logits;
+  return logits;
+}
+
+void Engine::run_decode_body() {
+  Tensor hidden;
+  {
+    tasks::ForwardContextGuard ctx(&decode_meta_);
+    hidden = model_.forward(ids_.narrow_first(0, batch_), pos_.narrow_first(0, batch_));
+  }
+  Tensor logits = model_.compute_logits(hidden);
+  with_model_dtype(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    pick_and_advance_kernel<T><<<batch_, kArgmaxThreads, 0, stream_>>>(
+        logits.data<T>(), model_.vocab_size(), step_.data<int32_t>(), max_steps_ + 1, hist_tok_.data<int64_t>(),
+        hist_logit_.data<float>(), ids_.data<int64_t>(), pos_.data<int64_t>(), slot_.data<int64_t>(),
+        seqlens_.data<int32_t>(), /*advance=*/1);
+  });
+  FK_CHECK_LAUNCH();
+  increment_kernel<<<1, 1, 0, stream_>>>(step_.data<int32_t>());
+  FK_CHECK_LAUNCH();
+  last_logits_ = logits;
+}
+
+void Engine::decode_step(bool use_graph) {
+  FK_CHECK(batch_ > 0, "decode_step before prefill");
+  FK_CHECK(steps_ < max_steps_, "decode_step: the engine was sized for " + std::to_string(max_steps_) + " steps");
+  StreamGuard g(stream_);
+  auto it = graphs_.find(batch_);
+  if (!use_graph || (it == graphs_.end() && steps_ == 0)) {
+    run_decode_body();  // eager; with graphs, the first step also settles GEMM choices and caches
+    ++steps_;
+    return;
+  }
+  if (it == graphs_.end()) {
+    cudaGraph_t graph = nullptr;
+    FK_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    try {
+      run_decode_body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    FK_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    Captured c;
+    FK_CUDA_CHECK(cudaGraphInstantiate(&c.exec, graph, 0));
+    FK_CUDA_CHECK(cudaGraphDestroy(graph));
+    c.logits = last_logits_;
+    it = graphs_.emplace(batch_, c).first;
+  }
+  FK_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+  last_logits_ = it->second.logits;
+  ++steps_;
+}
+
+std::vector<int64_t> Engine::tokens() const {
+  FK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<int64_t> all = to_host<int64_t>(hist_tok_);
+  std::vector<int64_t> out;
+  for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t s = 0; s <= steps_; ++s) out.push_back(all[b * (max_steps_ + 1) + s]);
+  return out;
+}
+
+std::vector<float> Engine::token_logits() const {
+  FK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> all = to_host<float>(hist_logit_);
+  std::vector<float> out;
+  for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t s = 0; s <= steps_; ++s) out.push_back(all[b * (max_steps_ + 1) + s]);
+  return out;
+}
+
+}  // namespace fk

@@ -1,0 +1,35 @@
+// Out-of-line pieces of the composite-kind glue (fk/tasks/llama.h).
+#include "fk/tasks/llama.h"
+
+namespace fk::tasks {
+
+namespace {
+template <class T> __global__ void gather_rows_kernel(T* out, const T* in, int64_t in_stride, const int32_t* rows, int64_t cols) {
+  const int64_t r = rows[blockIdx.x];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = in[r * in_stride + c];
+}
+}  // namespace
+
+Tensor gather_rows(const Tensor& x, const Tensor& rows) {
+  FK_CHECK(x.dim() == 2 && x.stride(1) == 1, "gather_rows: 2-D rows expected, got " + x.str());
+  FK_CHECK(rows.dtype() == DType::kI32 && rows.dim() == 1, "gather_rows: i32 row indices expected, got " + rows.str());
+  const int64_t n = rows.numel(), cols = x.size(1);
+  Tensor out = empty({n, cols}, x.dtype());
+  if (n == 0) return out;
+  switch (x.dtype()) {
+    case DType::kBF16:
+      gather_rows_kernel<bf16><<<n, 256, 0, current_stream()>>>(out.data<bf16>(), x.data<bf16>(), x.stride(0), rows.data<int32_t>(), cols);
+      break;
+    case DType::kF16:
+      gather_rows_kernel<f16><<<n, 256, 0, current_stream()>>>(out.data<f16>(), x.data<f16>(), x.stride(0), rows.data<int32_t>(), cols);
+      break;
+    case DType::kF32:
+      gather_rows_kernel<float><<<n, 256, 0, current_stream()>>>(out.data<float>(), x.data<float>(), x.stride(0), rows.data<int32_t>(), cols);
+      break;
+    default: FK_CHECK(false, "gather_rows: unsupported dtype " + x.str());
+  }
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+}  // namespace fk::tasks

@@ -1,0 +1,231 @@
+// References for composite tasks (Note [Composite references]).
+#include "fk/tasks/reference_ops.h"
+
+#include "fk/kernels/gemm.h"
+#include "fk/kernels/reference/attention_ref.cuh"
+#include "fk/kernels/reference/qk_norm_ref.cuh"
+#include "fk/kernels/reference/rms_norm_ref.cuh"
+#include "fk/kernels/reference/rotary_embedding_ref.cuh"
+#include "fk/kernels/reference/silu_and_mul_ref.cuh"
+#include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
+#include "fk/runtime/cuda_check.h"
+
+namespace fk::tasks::ref {
+
+namespace {
+
+namespace kr = fk::kernels::reference;
+
+int64_t blocks(int64_t n, int threads = 256) { return (n + threads - 1) / threads; }
+
+template <class T> __device__ float ld(const T* p) { return static_cast<float>(*p); }
+
+template <class T> __global__ void round_kernel(T* out, const float* in, const T* bias, int64_t rows, int64_t cols) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  float v = in[i];
+  if (bias) v += static_cast<float>(bias[i % cols]);
+  out[i] = static_cast<T>(v);
+}
+
+template <class T> __global__ void add_f32_kernel(float* out, const T* a, const T* b, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(a[i]) + static_cast<float>(b[i]);
+}
+
+template <class T>
+__global__ void store_rows_kernel(T* cache, int64_t num_slots, const T* x, int64_t x_stride, const int64_t* slots,
+                                  int64_t tokens, int64_t row) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= tokens * row) return;
+  const int64_t t = i / row, c = i % row;
+  const int64_t s = slots[t];
+  if (s >= 0 && s < num_slots) cache[s * row + c] = x[t * x_stride + c];
+}
+
+void check_model_dtype(const Tensor& t, const char* what) {
+  FK_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, std::string("reference ") + what + ": bf16/f16 expected, got " + t.str());
+  FK_CHECK(t.dim() == 2 && t.stride(1) == 1, std::string("reference ") + what + ": 2-D rows expected, got " + t.str());
+}
+
+template <class T> struct Tag { using type = T; };
+// Calls f(Tag<T>{}) for the model dtype T.
+template <class F> void dispatch(DType d, F&& f) {
+  if (d == DType::kBF16) f(Tag<bf16>{});
+  else if (d == DType::kF16) f(Tag<f16>{});
+  else FK_CHECK(false, std::string("reference op: unsupported dtype ") + dtype_name(d));
+}
+
+Tensor finish(const Tensor& f32, DType dtype, const Tensor& bias = Tensor()) {
+  Tensor out = empty(f32.sizes(), dtype);
+  const int64_t cols = f32.size(-1), rows = f32.numel() / cols;
+  dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    round_kernel<T><<<blocks(rows * cols), 256, 0, current_stream()>>>(out.data<T>(), f32.data<float>(),
+                                                                       bias.defined() ? bias.data<T>() : nullptr, rows, cols);
+  });
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+fk::kernels::GemmDType gemm_dtype(DType d) {
+  return d == DType::kBF16 ? fk::kernels::GemmDType::kBF16 : fk::kernels::GemmDType::kF16;
+}
+
+}  // namespace
+
+Tensor round_to(const Tensor& f32, DType dtype) {
+  FK_CHECK(f32.dtype() == DType::kF32 && f32.is_contiguous(), "round_to: contiguous f32 expected, got " + f32.str());
+  return finish(f32, dtype);
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_model_dtype(x, "linear input");
+  FK_CHECK(w.dim() == 2 && w.size(1) == x.size(1) && w.is_contiguous() && w.dtype() == x.dtype(), "reference linear weight " + w.str());
+  const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+  Tensor c = empty({m, n}, DType::kF32);
+  fk::kernels::gemm_f32_out(c.data<float>(), n, x.data_ptr(), x.stride(0), w.data_ptr(), m, n, k, gemm_dtype(x.dtype()),
+                            current_stream());
+  return finish(c, x.dtype(), bias);
+}
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+  check_model_dtype(x, "rms_norm input");
+  Tensor out = empty(x.sizes(), DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::rms_norm_ref<T>(out.data<float>(), nullptr, x.data<T>(), x.stride(0), nullptr, 0, w.data<T>(), x.size(0),
+                        static_cast<int>(x.size(1)), static_cast<float>(eps), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps) {
+  check_model_dtype(x, "rms_norm input");
+  check_model_dtype(residual, "rms_norm residual");
+  // The residual sum is rounded to the model dtype before the norm reads it, as production does.
+  Tensor sum32 = add_f32(x, residual);
+  Tensor sum = finish(sum32, x.dtype());
+  return {rms_norm(sum, w, eps), sum};
+}
+
+Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps) {
+  check_model_dtype(x, "head_rms_norm input");
+  Tensor out = empty({x.size(0), int64_t(heads) * head_dim}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::qk_norm_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), w.data<T>(), x.size(0), heads, head_dim,
+                       static_cast<float>(eps), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cache, int heads, int head_size,
+            int rotary_dim, bool neox) {
+  check_model_dtype(x, "rope input");
+  FK_CHECK(positions.dtype() == DType::kI64 && positions.numel() == x.size(0), "reference rope positions " + positions.str());
+  const int64_t cols = int64_t(heads) * head_size;
+  Tensor out = empty({x.size(0), cols}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::rotary_embedding_ref<T>(out.data<float>(), cols, x.data<T>(), x.stride(0), positions.data<int64_t>(),
+                                cos_sin_cache.data<float>(), x.size(0), heads, head_size, rotary_dim, neox, current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+Tensor silu_and_mul(const Tensor& x) {
+  check_model_dtype(x, "silu_and_mul input");
+  const int64_t d = x.size(1) / 2;
+  Tensor out = empty({x.size(0), d}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::silu_and_mul_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(d), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+Tensor embedding(const Tensor& ids, const Tensor& weight) {
+  FK_CHECK(ids.dtype() == DType::kI64 && ids.is_contiguous(), "reference embedding ids " + ids.str());
+  Tensor out = empty({ids.numel(), weight.size(1)}, DType::kF32);
+  dispatch(weight.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::vocab_parallel_embedding_ref<T>(out.data<float>(), ids.data<int64_t>(), weight.data<T>(), weight.size(0),
+                                        ids.numel(), static_cast<int>(weight.size(1)), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, weight.dtype());
+}
+
+void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping) {
+  check_model_dtype(x, "store_rows input");
+  FK_CHECK(cache.is_contiguous() && cache.dtype() == x.dtype() && cache.numel() % x.size(1) == 0,
+           "reference store_rows cache " + cache.str());
+  FK_CHECK(slot_mapping.dtype() == DType::kI64 && slot_mapping.numel() == x.size(0), "reference slot_mapping " + slot_mapping.str());
+  const int64_t row = x.size(1), slots = cache.numel() / row, tokens = x.size(0);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    store_rows_kernel<T><<<blocks(tokens * row), 256, 0, current_stream()>>>(cache.data<T>(), slots, x.data<T>(), x.stride(0),
+                                                                             slot_mapping.data<int64_t>(), tokens, row);
+  });
+  FK_CHECK_LAUNCH();
+}
+
+namespace {
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_tok_stride, const std::vector<int32_t>& begin,
+                 const std::vector<int32_t>& len, int hq, int hkv, int d, double scale) {
+  check_model_dtype(q, "attention q");
+  const int64_t rows = q.size(0);
+  FK_CHECK(int64_t(begin.size()) == rows && int64_t(len.size()) == rows, "reference attention: one KV range per query row");
+  Tensor b = to_device(begin, {rows}), l = to_device(len, {rows});
+  Tensor out = empty({rows, int64_t(hq) * d}, DType::kF32);
+  dispatch(q.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::attention_ref<T>(out.data<float>(), q.data<T>(), q.stride(0), k.data<T>(), v.data<T>(), kv_tok_stride,
+                         b.data<int32_t>(), l.data<int32_t>(), rows, hq, hkv, d, static_cast<float>(scale), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, q.dtype());
+}
+}  // namespace
+
+Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
+                         int hkv, int d, double scale) {
+  check_model_dtype(k, "attention k");
+  check_model_dtype(v, "attention v");
+  FK_CHECK(k.stride(0) == v.stride(0), "reference attention: k and v need the same row stride");
+  std::vector<int32_t> begin, len;
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int32_t p = 0; p < cu[s + 1] - cu[s]; ++p) {
+      begin.push_back(cu[s]);
+      len.push_back(p + 1);
+    }
+  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale);
+}
+
+Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
+                        int hq, int hkv, int d, double scale) {
+  FK_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(), "reference decode caches " + k_cache.str());
+  const int64_t max_len = k_cache.size(1);
+  std::vector<int32_t> begin;
+  for (size_t b = 0; b < lens.size(); ++b) begin.push_back(static_cast<int32_t>(b * max_len));
+  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, lens, hq, hkv, d, scale);
+}
+
+Tensor add_f32(const Tensor& a, const Tensor& b) {
+  FK_CHECK(a.is_contiguous() && b.is_contiguous() && a.sizes() == b.sizes() && a.dtype() == b.dtype(),
+           "add_f32: " + a.str() + " + " + b.str());
+  Tensor out = empty(a.sizes(), DType::kF32);
+  dispatch(a.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_f32_kernel<T><<<blocks(a.numel()), 256, 0, current_stream()>>>(out.data<float>(), a.data<T>(), b.data<T>(), a.numel());
+  });
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+}  // namespace fk::tasks::ref

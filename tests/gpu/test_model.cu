@@ -1,0 +1,137 @@
+// The whole-model path (L4 tasks through fk::Engine) on reduced-depth models: CUDA-graph decode
+// is the eager decode; a decode step after the KV cache was filled agrees with a prefill over
+// the same tokens (positions, slots and cache reads line up); weights round-trip through
+// safetensors by their HF names.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "fk/runtime/engine.h"
+#include "fk/runtime/safetensors.h"
+#include "fk/runtime/task.h"
+#include "fk/tasks/harness.h"
+#include "fk/tasks/llama.h"
+#include "gpu_test_util.h"
+
+namespace {
+
+std::vector<const fk::TaskInfo*> models() {
+  std::vector<const fk::TaskInfo*> out;
+  for (const fk::TaskInfo* t : fk::all_tasks())
+    if (t->level == 4 && t->make_model) out.push_back(t);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> prompts(int64_t vocab) {
+  std::vector<std::vector<int64_t>> p = {std::vector<int64_t>(5), std::vector<int64_t>(17), std::vector<int64_t>(2)};
+  int64_t x = 12345;
+  for (auto& s : p)
+    for (auto& t : s) t = (x = (x * 1103515245 + 12345) % 2147483648LL) % vocab;
+  return p;
+}
+
+std::vector<float> host_f32(const fk::Tensor& t, cudaStream_t s) {
+  fk::StreamGuard g(s);
+  fk::Tensor f = fk::tasks::to_f32(t);
+  return fk::to_host<float>(f);
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+class WholeModel : public ::testing::TestWithParam<const fk::TaskInfo*> {};
+
+TEST_P(WholeModel, GraphDecodeEqualsEagerAndPrefill) {
+  FK_REQUIRE_GPU();
+  auto model = GetParam()->make_model(2);
+  ASSERT_EQ(model->num_layers(), 2);
+  fk::tasks::init_params(model->named_parameters(), 7);
+  const auto p = prompts(model->vocab_size());
+  constexpr int kSteps = 6;
+  std::vector<int64_t> tokens[2];
+  std::vector<float> last[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    fk::Engine e(*model, 3, 64, kSteps);
+    e.prefill(p);
+    for (int s = 0; s < kSteps; ++s) e.decode_step(graph == 1);
+    tokens[graph] = e.tokens();
+    last[graph] = host_f32(e.last_logits(), e.stream());
+  }
+  ASSERT_EQ(tokens[0].size(), size_t(3 * (kSteps + 1)));
+  EXPECT_EQ(tokens[0], tokens[1]) << "graph replay chose other tokens than eager decode";
+  EXPECT_LE(rel_l2(last[1], last[0]), 1e-6) << "graph replay logits differ from eager decode";
+
+  // Teacher forcing: prefill over prompt + the tokens fed by decode steps 1..kSteps must give
+  // (nearly) the logits of the last decode step.
+  std::vector<std::vector<int64_t>> forced = p;
+  for (size_t b = 0; b < p.size(); ++b)
+    for (int s = 0; s < kSteps; ++s) forced[b].push_back(tokens[0][b * (kSteps + 1) + s]);
+  fk::Engine e(*model, 3, 64, 0);
+  const auto prefill_last = host_f32(e.prefill(forced), e.stream());
+  EXPECT_LE(rel_l2(prefill_last, last[0]), 0.02) << "decode over the KV cache disagrees with prefill of the same tokens";
+  const int64_t V = model->vocab_size();
+  int agree = 0;
+  for (int b = 0; b < 3; ++b) {
+    int64_t arg = 0;
+    for (int64_t v = 1; v < V; ++v)
+      if (prefill_last[b * V + v] > prefill_last[b * V + arg]) arg = v;
+    agree += arg == tokens[0][b * (kSteps + 1) + kSteps];
+  }
+  EXPECT_GE(agree, 2) << "greedy tokens after prefill and after decode disagree for most sequences";
+}
+
+TEST_P(WholeModel, WeightsRoundTripByHFName) {
+  FK_REQUIRE_GPU();
+  auto model = GetParam()->make_model(1);
+  const auto params = model->named_parameters();
+  fk::tasks::init_params(params, 3);
+  ASSERT_FALSE(params.empty());
+  EXPECT_EQ(params.front().name, "model.embed_tokens.weight");
+  bool has_q = false, has_gate = false;
+  for (const auto& q : params) {
+    has_q |= q.name == "model.layers.0.self_attn.q_proj.weight";
+    has_gate |= q.name == "model.layers.0.mlp.gate_proj.weight";
+  }
+  EXPECT_TRUE(has_q && has_gate) << "fused qkv / gate_up weights must appear by their HF parts";
+  fk::SafetensorsWriter w;
+  std::vector<uint64_t> prints;
+  for (const auto& q : params) {
+    std::vector<uint8_t> b(q.tensor.nbytes());
+    ASSERT_EQ(cudaMemcpy(b.data(), q.tensor.data_ptr(), b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    w.add(q.name, "BF16", q.tensor.sizes(), b.data(), b.size());
+    prints.push_back(fk::fingerprint(q.tensor));
+  }
+  const std::string path = ::testing::TempDir() + "fk_model_weights_" + std::to_string(::getpid()) + ".safetensors";
+  w.write(path);
+  auto other = GetParam()->make_model(1);
+  const auto oparams = other->named_parameters();
+  auto f = fk::SafetensorsFile::open(path);
+  ASSERT_EQ(f.tensors().size(), oparams.size());
+  for (size_t i = 0; i < oparams.size(); ++i) {
+    std::vector<uint8_t> b(f.info(oparams[i].name).nbytes());
+    f.read_into(oparams[i].name, b.data(), b.size());
+    ASSERT_EQ(cudaMemcpy(oparams[i].tensor.data_ptr(), b.data(), b.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(fk::fingerprint(oparams[i].tensor), prints[i]) << oparams[i].name;
+  }
+  std::remove(path.c_str());
+}
+
+std::string name_of(const ::testing::TestParamInfo<const fk::TaskInfo*>& info) {
+  std::string n = info.param->name;
+  for (char& c : n)
+    if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(L4, WholeModel, ::testing::ValuesIn(models()), name_of);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(WholeModel);
+
+}  // namespace
