@@ -2,41 +2,13 @@
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
 //   hf_configs/mistralai/Mistral-7B-Instruct-v0.3/config.json,
 //   descriptor generator/descriptors/llama.json,
+//   template templates/flash_attn_decode.h.mustache,
 //   template templates/flash_attn_decode.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 1 task `flash_attn_decode_hq32_hkv8_d128_bf16`: mirrors vllm.vllm_flash_attn.flash_attn_with_kvcache.
-#include "fk/tasks/attention.h"
+// Level 1 task `flash_attn_decode_hq32_hkv8_d128_bf16`: registration.
+#include "L1/flash_attn_decode_hq32_hkv8_d128_bf16.h"
 
 namespace fk::generated::flash_attn_decode_hq32_hkv8_d128_bf16 {
-
-/// Constants inlined from the config.
-struct Config {
-  static constexpr int64_t num_heads = 32;
-  static constexpr int64_t num_kv_heads = 8;
-  static constexpr int64_t head_dim = 128;
-  static constexpr double softmax_scale = 0.08838834764831845;
-  using scalar_t = fk::bf16;
-};
-
-/// Mirrors FlashAttention's flash_attn_with_kvcache at decode behind a module:
-///   __init__(num_heads, num_kv_heads, head_dim) /
-///   forward(q [B, Hq, D], k_cache [B, max_len, Hkv, D], v_cache, cache_seqlens [B] i32)
-///   -> out [B, Hq, D] (one query token per sequence, attending to cache_seqlens[b] tokens).
-class FlashAttnDecode {
- public:
-  FlashAttnDecode(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
-      : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale) {
-    FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
-             "flash_attn_decode_hq32_hkv8_d128_bf16 is specialised on num_heads 32, num_kv_heads 8, head_dim 128");
-  }
-  fk::Tensor forward(const fk::Tensor& q, const fk::Tensor& k_cache, const fk::Tensor& v_cache,
-                     const fk::Tensor& cache_seqlens) {
-    return fk::tasks::flash_attn_decode_forward<Config>(q, k_cache, v_cache, cache_seqlens);
-  }
-
-  int64_t num_heads, num_kv_heads, head_dim;
-  double softmax_scale;
-};
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_decode_hq32_hkv8_d128_bf16", 1, "flash_attn_decode", "vllm.vllm_flash_attn.flash_attn_with_kvcache", "generated/L1/flash_attn_decode_hq32_hkv8_d128_bf16.cu",

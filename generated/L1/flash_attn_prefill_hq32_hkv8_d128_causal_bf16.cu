@@ -2,41 +2,13 @@
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
 //   hf_configs/mistralai/Mistral-7B-Instruct-v0.3/config.json,
 //   descriptor generator/descriptors/llama.json,
+//   template templates/flash_attn_prefill.h.mustache,
 //   template templates/flash_attn_prefill.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 1 task `flash_attn_prefill_hq32_hkv8_d128_causal_bf16`: mirrors vllm.vllm_flash_attn.flash_attn_varlen_func.
-#include "fk/tasks/attention.h"
+// Level 1 task `flash_attn_prefill_hq32_hkv8_d128_causal_bf16`: registration.
+#include "L1/flash_attn_prefill_hq32_hkv8_d128_causal_bf16.h"
 
 namespace fk::generated::flash_attn_prefill_hq32_hkv8_d128_causal_bf16 {
-
-/// Constants inlined from the config.
-struct Config {
-  static constexpr int64_t num_heads = 32;
-  static constexpr int64_t num_kv_heads = 8;
-  static constexpr int64_t head_dim = 128;
-  static constexpr double softmax_scale = 0.08838834764831845;
-  using scalar_t = fk::bf16;
-};
-
-/// Mirrors vLLM's flash_attn_varlen_func (FlashAttention 3 on Hopper) behind a module:
-///   __init__(num_heads, num_kv_heads, head_dim) /
-///   forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], cu_seqlens_q, cu_seqlens_k,
-///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal.
-class FlashAttnPrefill {
- public:
-  FlashAttnPrefill(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
-      : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale) {
-    FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
-             "flash_attn_prefill_hq32_hkv8_d128_causal_bf16 is specialised on num_heads 32, num_kv_heads 8, head_dim 128");
-  }
-  fk::Tensor forward(const fk::Tensor& q, const fk::Tensor& k, const fk::Tensor& v, const fk::Tensor& cu_seqlens_q,
-                     const fk::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
-    return fk::tasks::flash_attn_prefill_forward<Config>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
-  }
-
-  int64_t num_heads, num_kv_heads, head_dim;
-  double softmax_scale;
-};
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_prefill_hq32_hkv8_d128_causal_bf16", 1, "flash_attn_prefill", "vllm.vllm_flash_attn.flash_attn_varlen_func", "generated/L1/flash_attn_prefill_hq32_hkv8_d128_causal_bf16.cu",

@@ -2,44 +2,13 @@
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
 //   hf_configs/mistralai/Mistral-7B-Instruct-v0.3/config.json,
 //   descriptor generator/descriptors/llama.json,
+//   template templates/linear.h.mustache,
 //   template templates/linear.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 1 task `qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16`: mirrors vllm.model_executor.layers.linear.QKVParallelLinear.
-#include "fk/tasks/linear.h"
+// Level 1 task `qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16`: registration.
+#include "L1/qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16.h"
 
 namespace fk::generated::qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16 {
-
-/// Constants inlined from the config.
-struct Config {
-  static constexpr int64_t in_features = 4096;
-  static constexpr int64_t out_features = 6144;
-  static constexpr bool has_bias = false;
-  static constexpr bool returns_bias = true;
-  using scalar_t = fk::bf16;
-};
-
-/// Mirrors vllm.model_executor.layers.linear.QKVParallelLinear: the production constructor (checked against the inlined
-/// constants) and forward. Weight [out_features, in_features] (torch layout), bias
-/// [out_features] when present, added in the GEMM epilogue.
-class QKVParallelLinear {
- public:
-  explicit QKVParallelLinear(int64_t hidden_size, int64_t head_size, int64_t total_num_heads, int64_t total_num_kv_heads, bool bias) : QKVParallelLinear(fk::tasks::from_config) {
-    FK_CHECK((hidden_size == 4096 && head_size == 128 && total_num_heads == 32 && total_num_kv_heads == 8 && bias == false), "qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16 is specialised on other constructor arguments");
-  }
-  /// Builds the module from the inlined constants (used by the harness).
-  explicit QKVParallelLinear(fk::tasks::FromConfig)
-      : weight(fk::empty({Config::out_features, Config::in_features}, fk::dtype_of<Config::scalar_t>)),
-        bias(Config::has_bias ? fk::empty({Config::out_features}, fk::dtype_of<Config::scalar_t>) : fk::Tensor()) {}
-
-  /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
-  /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
-  auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
-  }
-
-  fk::Tensor weight;
-  fk::Tensor bias;
-};
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16", 1, "qkv_parallel_linear", "vllm.model_executor.layers.linear.QKVParallelLinear", "generated/L1/qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16.cu",

@@ -2,44 +2,13 @@
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
 //   hf_configs/mistralai/Mistral-7B-Instruct-v0.3/config.json,
 //   descriptor generator/descriptors/llama.json,
+//   template templates/linear.h.mustache,
 //   template templates/linear.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 1 task `row_parallel_linear_k4096_n4096_nobias_bf16`: mirrors vllm.model_executor.layers.linear.RowParallelLinear.
-#include "fk/tasks/linear.h"
+// Level 1 task `row_parallel_linear_k4096_n4096_nobias_bf16`: registration.
+#include "L1/row_parallel_linear_k4096_n4096_nobias_bf16.h"
 
 namespace fk::generated::row_parallel_linear_k4096_n4096_nobias_bf16 {
-
-/// Constants inlined from the config.
-struct Config {
-  static constexpr int64_t in_features = 4096;
-  static constexpr int64_t out_features = 4096;
-  static constexpr bool has_bias = false;
-  static constexpr bool returns_bias = true;
-  using scalar_t = fk::bf16;
-};
-
-/// Mirrors vllm.model_executor.layers.linear.RowParallelLinear: the production constructor (checked against the inlined
-/// constants) and forward. Weight [out_features, in_features] (torch layout), bias
-/// [out_features] when present, added in the GEMM epilogue.
-class RowParallelLinear {
- public:
-  explicit RowParallelLinear(int64_t input_size, int64_t output_size, bool bias) : RowParallelLinear(fk::tasks::from_config) {
-    FK_CHECK((input_size == 4096 && output_size == 4096 && bias == false), "row_parallel_linear_k4096_n4096_nobias_bf16 is specialised on other constructor arguments");
-  }
-  /// Builds the module from the inlined constants (used by the harness).
-  explicit RowParallelLinear(fk::tasks::FromConfig)
-      : weight(fk::empty({Config::out_features, Config::in_features}, fk::dtype_of<Config::scalar_t>)),
-        bias(Config::has_bias ? fk::empty({Config::out_features}, fk::dtype_of<Config::scalar_t>) : fk::Tensor()) {}
-
-  /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
-  /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
-  auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
-  }
-
-  fk::Tensor weight;
-  fk::Tensor bias;
-};
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "row_parallel_linear_k4096_n4096_nobias_bf16", 1, "row_parallel_linear", "vllm.model_executor.layers.linear.RowParallelLinear", "generated/L1/row_parallel_linear_k4096_n4096_nobias_bf16.cu",

@@ -2,30 +2,13 @@
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
 //   hf_configs/mistralai/Mistral-7B-Instruct-v0.3/config.json,
 //   descriptor generator/descriptors/llama.json,
+//   template templates/store_kvcache.h.mustache,
 //   template templates/store_kvcache.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 1 task `store_kvcache_hkv8_d128_bf16`: mirrors vllm._custom_ops.reshape_and_cache_flash.
-#include "fk/tasks/kv_cache.h"
+// Level 1 task `store_kvcache_hkv8_d128_bf16`: registration.
+#include "L1/store_kvcache_hkv8_d128_bf16.h"
 
 namespace fk::generated::store_kvcache_hkv8_d128_bf16 {
-
-/// Constants inlined from the config.
-struct Config {
-  static constexpr int num_kv_heads = 8;
-  static constexpr int head_dim = 128;
-  using scalar_t = fk::bf16;
-};
-
-/// Mirrors vLLM's reshape_and_cache_flash as a module:
-///   __init__() / forward(key, value, k_cache, v_cache, slot_mapping), writing the caches in place.
-class StoreKVCache {
- public:
-  StoreKVCache() = default;
-  void forward(const fk::Tensor& key, const fk::Tensor& value, fk::Tensor& k_cache, fk::Tensor& v_cache,
-               const fk::Tensor& slot_mapping) {
-    fk::tasks::store_kvcache_forward<Config>(key, value, k_cache, v_cache, slot_mapping);
-  }
-};
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "store_kvcache_hkv8_d128_bf16", 1, "store_kvcache", "vllm._custom_ops.reshape_and_cache_flash", "generated/L1/store_kvcache_hkv8_d128_bf16.cu",

@@ -11,6 +11,10 @@ std::string task_source(int level, const std::string& name) {
   return "generated/L" + std::to_string(level) + "/" + name + ".cu";
 }
 
+std::string task_include(int level, const std::string& name) { return "L" + std::to_string(level) + "/" + name + ".h"; }
+
+std::string task_header(int level, const std::string& name) { return "generated/" + task_include(level, name); }
+
 namespace {
 
 // The content two same-named tasks must agree on, as (key, value) lines for the message.
@@ -18,8 +22,110 @@ std::vector<std::pair<std::string, std::string>> content(const Task& t) {
   std::vector<std::pair<std::string, std::string>> c = {
       {"kind", t.kind}, {"template", t.template_name}, {"level", std::to_string(t.level)},
       {"production", t.production}, {"dtype", t.dtype}};
+  for (const auto& [slot, child] : t.children) c.emplace_back("child " + slot, child.empty() ? "none" : child);
   c.insert(c.end(), t.placeholders.begin(), t.placeholders.end());
   return c;
+}
+
+// The facts of a task that follow from its kind and parameters alone. Throws GenError.
+Task make_task(const KindSpec& k, const Params& params, const std::string& dtype) {
+  Task t;
+  t.name = k.name(params, dtype_suffix(dtype));
+  t.kind = k.kind;
+  t.template_name = k.template_name;
+  t.level = k.level;
+  t.production = k.production(params);
+  t.source = task_source(k.level, t.name);
+  t.header = task_header(k.level, t.name);
+  t.dtype = dtype;
+  t.placeholders = k.placeholders(params);
+  return t;
+}
+
+// Merges tasks by name across models (Note [Task naming], Note [Case registry]).
+class Merger {
+ public:
+  Merger(TaskSet& set, Diagnostics& diag) : set_(set), diag_(diag) {}
+
+  // Adds `t`, seen in model `m` at `op`, merging it into a same-named task; returns the task.
+  const Task& add(const Task& t, const std::vector<ShapeCase>& cases, const LoweredModel& m, const std::string& op) {
+    std::string here = m.file + " (" + op + ")";
+    auto it = set_.tasks.find(t.name);
+    if (it == set_.tasks.end()) {
+      it = set_.tasks.emplace(t.name, t).first;
+      first_seen_[t.name] = here;
+    } else {
+      auto a = content(it->second), b = content(t);
+      if (a != b && !conflicted_.count(t.name)) {
+        conflicted_.insert(t.name);
+        std::string diff;
+        for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+          std::string ka = i < a.size() ? a[i].first + " = " + a[i].second : "(none)";
+          std::string kb = i < b.size() ? b[i].first + " = " + b[i].second : "(none)";
+          if (ka != kb) {
+            diff = ka + " from " + first_seen_[t.name] + " vs " + kb + " from " + here;
+            break;
+          }
+        }
+        diag_.error("task " + t.name + ": same name, different content: " + diff +
+                    "; a task name must spell every constant it inlines (Note [Task naming] in generator/include/fk/gen/kinds.h)");
+      }
+    }
+    Task& task = it->second;
+    // Union of input cases, canonical registry order (Note [Case registry]).
+    for (const auto& c : cases) {
+      auto same = std::find_if(task.cases.begin(), task.cases.end(), [&](const ShapeCase& x) { return x.name == c.name; });
+      if (same == task.cases.end()) task.cases.push_back(c);
+    }
+    std::stable_sort(task.cases.begin(), task.cases.end(), [](const ShapeCase& x, const ShapeCase& y) { return x.order < y.order; });
+    task.archs.insert(m.id);
+    task.configs.insert(m.file);
+    task.descriptors.insert(m.descriptor_file);
+    return task;
+  }
+
+ private:
+  TaskSet& set_;
+  Diagnostics& diag_;
+  std::map<std::string, std::string> first_seen_;  // task name -> "<config file> (<op>)"
+  std::set<std::string> conflicted_;
+};
+
+// A composite's children as tasks, and its child placeholders (docs/task-kinds.md, "Composite
+// kinds"): includes, then <slot>_t and <slot>_task per slot. False when a child's task is
+// missing (its error was already reported).
+bool add_children(Task& t, const KindSpec& k, const ModuleInstance& mod, const std::map<std::string, std::string>& task_of,
+                  const TaskSet& set) {
+  std::vector<std::pair<std::string, std::string>> slots;
+  std::vector<std::string> included;
+  std::string includes;
+  for (const auto& [slot_name, op] : mod.children) {
+    const SlotSpec& slot =
+        *std::find_if(k.slots.begin(), k.slots.end(), [&](const SlotSpec& s) { return s.name == slot_name; });
+    std::string child;
+    if (!op.empty()) {
+      auto it = task_of.find(op);
+      if (it == task_of.end()) return false;
+      child = it->second;
+    }
+    t.children.emplace_back(slot.name, child);
+    if (child.empty()) {
+      slots.emplace_back(slot.name + "_t", slot.fallback);
+      slots.emplace_back(slot.name + "_task", "none");
+      continue;
+    }
+    const Task& c = set.tasks.at(child);
+    slots.emplace_back(slot.name + "_t", "fk::generated::" + to_ident(child) + "::" + find_kind(c.kind)->class_name);
+    slots.emplace_back(slot.name + "_task", child);
+    if (std::find(included.begin(), included.end(), child) != included.end()) continue;
+    included.push_back(child);
+    includes += (includes.empty() ? "" : "\n") + ("#include \"" + task_include(c.level, child) + "\"");
+  }
+  std::vector<std::pair<std::string, std::string>> ph = {{"includes", includes}};
+  ph.insert(ph.end(), slots.begin(), slots.end());
+  ph.insert(ph.end(), t.placeholders.begin(), t.placeholders.end());
+  t.placeholders = std::move(ph);
+  return true;
 }
 
 }  // namespace
@@ -30,62 +136,40 @@ TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag) {
   for (const auto& m : models) sorted.push_back(&m);
   std::sort(sorted.begin(), sorted.end(), [](const LoweredModel* a, const LoweredModel* b) { return a->id < b->id; });
 
-  std::map<std::string, std::string> first_seen;  // task name -> "<config file> op <op>"
-  std::set<std::string> conflicted;
+  Merger merger(set, diag);
   for (const LoweredModel* m : sorted) {
-    ModelTasks mt{m->id, m->file, m->model_type, m->descriptor_file, {}, {}};
+    ModelTasks mt{m->id, m->file, m->model_type, m->descriptor_file, {}, {}, {}};
+    std::map<std::string, std::string> task_of;  // op or module name -> task name
     for (const OpInstance& op : m->ops) {
-      const KindSpec& k = *op.kind;
       Task t;
       std::vector<ShapeCase> cases;
       try {
-        t.name = k.name(op.params, dtype_suffix(op.dtype));
-        t.kind = k.kind;
-        t.template_name = k.template_name;
-        t.level = k.level;
-        t.production = k.production(op.params);
-        t.source = task_source(k.level, t.name);
-        t.dtype = op.dtype;
-        t.placeholders = k.placeholders(op.params);
-        cases = k.cases(op.params);
+        t = make_task(*op.kind, op.params, op.dtype);
+        cases = op.kind->cases(op.params);
       } catch (const GenError& e) {
         diag.error(m->file + ": " + op.name + ": " + e.message);
         continue;
       }
-      std::string here = m->file + " (" + op.name + ")";
-      auto it = set.tasks.find(t.name);
-      if (it == set.tasks.end()) {
-        it = set.tasks.emplace(t.name, t).first;
-        first_seen[t.name] = here;
-      } else {
-        auto a = content(it->second), b = content(t);
-        if (a != b && !conflicted.count(t.name)) {
-          conflicted.insert(t.name);
-          std::string diff;
-          for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-            std::string ka = i < a.size() ? a[i].first + " = " + a[i].second : "(none)";
-            std::string kb = i < b.size() ? b[i].first + " = " + b[i].second : "(none)";
-            if (ka != kb) {
-              diff = ka + " from " + first_seen[t.name] + " vs " + kb + " from " + here;
-              break;
-            }
-          }
-          diag.error("task " + t.name + ": same name, different content: " + diff +
-                     "; a task name must spell every constant it inlines (Note [Task naming] in generator/include/fk/gen/kinds.h)");
-        }
+      const Task& task = merger.add(t, cases, *m, op.name);
+      mt.ops.emplace_back(op.name, task.name);
+      mt.tasks.insert(task.name);
+      task_of[op.name] = task.name;
+    }
+    for (const ModuleInstance& mod : m->modules) {
+      Task t;
+      std::vector<ShapeCase> cases;
+      try {
+        t = make_task(*mod.kind, mod.params, mod.dtype);
+        cases = mod.kind->cases(mod.params);
+      } catch (const GenError& e) {
+        diag.error(m->file + ": " + mod.name + ": " + e.message);
+        continue;
       }
-      Task& task = it->second;
-      // Union of input cases, canonical registry order (Note [Case registry]).
-      for (const auto& c : cases) {
-        auto same = std::find_if(task.cases.begin(), task.cases.end(), [&](const ShapeCase& x) { return x.name == c.name; });
-        if (same == task.cases.end()) task.cases.push_back(c);
-      }
-      std::stable_sort(task.cases.begin(), task.cases.end(), [](const ShapeCase& x, const ShapeCase& y) { return x.order < y.order; });
-      task.archs.insert(m->id);
-      task.configs.insert(m->file);
-      task.descriptors.insert(m->descriptor_file);
-      mt.ops.emplace_back(op.name, t.name);
-      mt.tasks.insert(t.name);
+      if (!add_children(t, *mod.kind, mod, task_of, set)) continue;
+      const Task& task = merger.add(t, cases, *m, mod.name);
+      mt.modules.emplace_back(mod.name, task.name);
+      mt.tasks.insert(task.name);
+      task_of[mod.name] = task.name;
     }
     set.models.push_back(std::move(mt));
   }

@@ -1,6 +1,7 @@
 // Strict descriptor loader (see fk/gen/descriptor.h, docs/descriptors.md).
 #include "fk/gen/descriptor.h"
 
+#include <algorithm>
 #include <regex>
 
 #include <nlohmann/json.hpp>
@@ -25,16 +26,23 @@ namespace {
 
 std::string got(const json& j) { return short_json(j.dump()); }
 
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
 class Loader {
  public:
   Loader(Descriptor& d, Diagnostics& diag) : d_(d), diag_(diag) {}
 
   void load(const json& root) {
     if (!root.is_object()) return err("$", "expected object, got " + got(root));
-    static const std::set<std::string> top = {"checks",  "constants", "doc",         "family",
-                                              "fields",  "forward",   "ignored_keys", "model_types"};
+    static const std::set<std::string> top = {"checks", "constants",    "doc",         "family", "fields",
+                                              "forward", "ignored_keys", "model_types", "modules"};
     for (const auto& [k, v] : root.items())
-      if (!top.count(k)) err("$." + k, "unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types)");
+      if (!top.count(k))
+        err("$." + k, "unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types, modules)");
     d_.family = str(root, "family", "$", true);
     d_.doc = str(root, "doc", "$", false);
     model_types(root);
@@ -43,6 +51,7 @@ class Loader {
     constants(root);
     checks(root);
     forward(root);
+    modules(root);
     validate_names();
   }
 
@@ -215,11 +224,10 @@ class Loader {
     if (!s.op.empty() && !std::regex_match(s.op, op_re)) err(p + ".op", "expected a name matching [a-z][a-z0-9_]*, got " + json_quote(s.op));
     s.kind = str(v, "kind", p, true);
     const KindSpec* kind = find_kind(s.kind);
-    if (!s.kind.empty() && !kind) {
-      std::string known;
-      for (const auto& k : kind_names()) known += (known.empty() ? "" : ", ") + k;
-      err(p + ".kind", "expected one of " + known + ", got " + json_quote(s.kind));
-    }
+    if (kind && kind->level > 1) kind = nullptr;
+    if (!s.kind.empty() && !kind)
+      err(p + ".kind", "expected one of " + join(kind_names(false)) + ", got " + json_quote(s.kind) +
+                           (find_kind(s.kind) ? " (a composite kind: declare it in $.modules)" : ""));
     if (v.contains("if")) {
       size_t before = exprs_.size();
       s.when = expr(v["if"], p + ".if");
@@ -230,22 +238,25 @@ class Loader {
       s.bind = expr_map(v["bind"], p + ".bind");
       for (size_t i = before; i < exprs_.size(); ++i) exprs_[i].in_layer = in_layer;
     }
-    if (kind) {
-      for (const auto& ps : kind->params)
-        if (!s.bind.count(ps.name))
-          err(p + ".bind." + ps.name, std::string("expected ") + param_type_name(ps.type) + " expression for parameter " +
-                                          ps.name + " of kind " + s.kind + ", got nothing");
-      for (const auto& [name, _] : s.bind) {
-        bool known = false;
-        std::string list;
-        for (const auto& ps : kind->params) {
-          known |= ps.name == name;
-          list += (list.empty() ? "" : ", ") + ps.name;
-        }
-        if (!known) err(p + ".bind." + name, "unknown parameter of kind " + s.kind + " (parameters: " + list + ")");
-      }
-    }
+    if (kind) check_bind(*kind, s.bind, p);
     return s;
+  }
+
+  // `bind` must name every parameter of the kind, and nothing else.
+  void check_bind(const KindSpec& kind, const std::map<std::string, Expr>& bind, const std::string& p) {
+    for (const auto& ps : kind.params)
+      if (!bind.count(ps.name))
+        err(p + ".bind." + ps.name, std::string("expected ") + param_type_name(ps.type) + " expression for parameter " +
+                                        ps.name + " of kind " + kind.kind + ", got nothing");
+    for (const auto& [name, _] : bind) {
+      bool known = false;
+      std::string list;
+      for (const auto& ps : kind.params) {
+        known |= ps.name == name;
+        list += (list.empty() ? "" : ", ") + ps.name;
+      }
+      if (!known) err(p + ".bind." + name, "unknown parameter of kind " + kind.kind + " (parameters: " + list + ")");
+    }
   }
 
   void forward(const json& root) {
@@ -281,6 +292,147 @@ class Loader {
       }
       d_.forward.push_back(item);
     }
+  }
+
+  // The roles a module of each scope may name besides earlier modules, with the kinds behind
+  // them: [0] ops outside the layer loop (scope "model"), [1] ops of the layer loop ("layer").
+  using Roles = std::map<std::string, std::set<std::string>>;
+
+  void modules(const json& root) {
+    if (!root.contains("modules")) return;
+    const json& v = root["modules"];
+    if (!v.is_array()) return err("$.modules", "expected array, got " + got(v));
+    Roles roles[2];
+    for (const auto& item : d_.forward) {
+      if (item.op) roles[0][item.op->op].insert(item.op->kind);
+      for (const auto& s : item.layer_ops) roles[1][s.op].insert(s.kind);
+    }
+    std::map<std::string, size_t> declared;  // module name -> first index, to name forward references
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i].is_object() && v[i].contains("op") && v[i]["op"].is_string()) declared.emplace(v[i]["op"].get<std::string>(), i);
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string p = "$.modules[" + std::to_string(i) + "]";
+      if (!v[i].is_object()) {
+        err(p, "expected object, got " + got(v[i]));
+        continue;
+      }
+      d_.modules.push_back(module(v[i], p, i, roles, declared));
+    }
+  }
+
+  ModuleStep module(const json& v, const std::string& p, size_t index, const Roles (&roles)[2],
+                    const std::map<std::string, size_t>& declared) {
+    ModuleStep m;
+    m.json_path = p;
+    static const std::set<std::string> keys = {"bind", "children", "doc", "if", "kind", "op", "scope"};
+    for (const auto& [k, x] : v.items())
+      if (!keys.count(k)) err(p + "." + k, "unknown key (known: bind, children, doc, if, kind, op, scope)");
+    m.op = str(v, "op", p, true);
+    static const std::regex name_re("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
+    if (!m.op.empty() && !std::regex_match(m.op, name_re))
+      err(p + ".op", "expected a name matching [a-z][a-z0-9_]*(.[a-z][a-z0-9_]*)*, got " + json_quote(m.op));
+    if (roles[0].count(m.op) || roles[1].count(m.op))
+      err(p + ".op", "expected a name no op of $.forward has, got " + json_quote(m.op));
+    else if (!m.op.empty() && declared.at(m.op) != index)
+      err(p + ".op", "expected a unique module name, got " + json_quote(m.op) + " (also $.modules[" +
+                         std::to_string(declared.at(m.op)) + "])");
+    m.kind = str(v, "kind", p, true);
+    const KindSpec* kind = find_kind(m.kind);
+    if (kind && kind->level == 1) kind = nullptr;
+    if (!m.kind.empty() && !kind)
+      err(p + ".kind", "expected one of " + join(kind_names(true)) + ", got " + json_quote(m.kind) +
+                           (find_kind(m.kind) ? " (an L1 kind: declare it in $.forward)" : ""));
+    std::string scope = str(v, "scope", p, true);
+    if (v.contains("scope") && v["scope"].is_string() && scope != "layer" && scope != "model")
+      err(p + ".scope", "expected \"layer\" or \"model\", got " + got(v["scope"]));
+    m.layer_scope = scope == "layer";
+    if (v.contains("if")) m.when = expr(v["if"], p + ".if");
+    if (v.contains("bind")) m.bind = expr_map(v["bind"], p + ".bind");
+    if (kind) check_bind(*kind, m.bind, p);
+    if (!v.contains("children") || !v["children"].is_object()) {
+      err(p + ".children", "expected object, got " + (v.contains("children") ? got(v["children"]) : "nothing"));
+      return m;
+    }
+    if (!kind) return m;
+    const json& children = v["children"];
+    std::string slots;
+    for (const auto& slot : kind->slots) slots += (slots.empty() ? "" : ", ") + slot.name;
+    for (const auto& slot : kind->slots) {
+      std::string ps = p + ".children." + slot.name;
+      if (!children.contains(slot.name)) {
+        err(ps, "expected a role for slot " + slot.name + " of kind " + m.kind + ", got nothing");
+        continue;
+      }
+      if (auto c = child(children[slot.name], ps, slot, m, index, roles, declared)) m.children.push_back(*c);
+    }
+    for (const auto& [k, _] : children.items())
+      if (std::none_of(kind->slots.begin(), kind->slots.end(), [&](const SlotSpec& s) { return s.name == k; }))
+        err(p + ".children." + k, "unknown slot of kind " + m.kind + " (slots: " + slots + ")");
+    return m;
+  }
+
+  // One role of `children` (docs/descriptors.md, "modules"): an op of the module's scope or an
+  // earlier module, of the slot's class; a trailing "?" makes it optional.
+  std::optional<ChildRef> child(const json& v, const std::string& p, const SlotSpec& slot, const ModuleStep& m,
+                                size_t index, const Roles (&roles)[2], const std::map<std::string, size_t>& declared) {
+    if (!v.is_string()) {
+      err(p, "expected a role (string), got " + got(v));
+      return std::nullopt;
+    }
+    ChildRef c;
+    c.slot = slot.name;
+    c.role = v.get<std::string>();
+    if (!c.role.empty() && c.role.back() == '?') {
+      c.optional = true;
+      c.role.pop_back();
+      if (slot.fallback.empty()) {
+        err(p, "expected a required role (slot " + slot.name + " of kind " + m.kind + " has no fallback type), got " +
+                   json_quote(v.get<std::string>()));
+        return std::nullopt;
+      }
+    }
+    const Roles& scope_roles = roles[m.layer_scope];
+    std::string expected = m.layer_scope ? "an op of the layer loop or an earlier layer-scope module"
+                                         : "an op outside the layer loop or an earlier module";
+    std::set<std::string> kinds;
+    auto mod = declared.find(c.role);
+    if (mod != declared.end()) {
+      if (mod->second >= index) {
+        err(p, "expected " + expected + ", got " + json_quote(c.role) + ", " +
+                   (mod->second == index ? std::string("this module itself")
+                                         : "declared later at $.modules[" + std::to_string(mod->second) + "]") +
+                   " (children are declared before their parents, so modules cannot form a cycle)");
+        return std::nullopt;
+      }
+      const ModuleStep& earlier =
+          *std::find_if(d_.modules.begin(), d_.modules.end(), [&](const ModuleStep& e) { return e.op == c.role; });
+      if (m.layer_scope && !earlier.layer_scope) {
+        err(p, "expected " + expected + ", got " + json_quote(c.role) + " (a model-scope module)");
+        return std::nullopt;
+      }
+      c.module = true;
+      kinds.insert(earlier.kind);
+    } else {
+      auto r = scope_roles.find(c.role);
+      if (r == scope_roles.end()) {
+        std::string known;
+        for (const auto& [role, _] : scope_roles) known += (known.empty() ? "" : ", ") + role;
+        for (const auto& e : d_.modules)
+          if (e.layer_scope || !m.layer_scope) known += (known.empty() ? "" : ", ") + e.op;
+        err(p, "expected " + expected + " (" + known + "), got unknown role " + json_quote(c.role));
+        return std::nullopt;
+      }
+      kinds = r->second;
+    }
+    for (const auto& k : kinds) {
+      const KindSpec* ks = find_kind(k);
+      if (ks && ks->class_name != slot.class_name) {
+        err(p, "expected a role of class " + slot.class_name + " for slot " + slot.name + " of kind " + m.kind + ", got " +
+                   json_quote(c.role) + " (kind " + k + ", class " + ks->class_name + ")");
+        return std::nullopt;
+      }
+    }
+    return c;
   }
 
   // Every identifier must name a field, a constant, a rope_scaling.* value or (in a layer) `layer`.

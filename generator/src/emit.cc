@@ -39,32 +39,43 @@ std::string join_keys(const Bindings& b) {
 
 }  // namespace
 
-std::string template_path(const std::string& name) { return "templates/" + name + ".cu.mustache"; }
+std::vector<std::string> template_paths(const std::string& name) {
+  return {"templates/" + name + ".h.mustache", "templates/" + name + ".cu.mustache"};
+}
 
-std::optional<std::string> render_template(const std::string& path, const std::string& text, const Bindings& values,
-                                           Diagnostics& diag) {
-  mus::mustache tmpl{text};
-  if (!tmpl.is_valid()) {
-    diag.error(path + ": invalid template: " + tmpl.error_message());
-    return std::nullopt;
-  }
-  tmpl.set_custom_escape([](const std::string& s) { return s; });  // C++ source, not HTML
+std::optional<std::vector<std::string>> render_templates(const std::vector<TemplateText>& files, const Bindings& values,
+                                                         Diagnostics& diag) {
   mus::data data{mus::data::type::object};
   for (const auto& [k, v] : values) data.set(k, v);
-  RecordingContext ctx(&data);
-  std::string out = tmpl.render(ctx);
+  std::vector<std::string> out;
+  std::set<std::string> used;
+  std::string paths;
   bool ok = true;
-  if (!tmpl.is_valid()) {
-    diag.error(path + ": render error: " + tmpl.error_message());
-    ok = false;
+  for (const auto& f : files) {
+    paths += (paths.empty() ? "" : " + ") + f.path;
+    mus::mustache tmpl{f.text};
+    if (!tmpl.is_valid()) {
+      diag.error(f.path + ": invalid template: " + tmpl.error_message());
+      ok = false;
+      continue;
+    }
+    tmpl.set_custom_escape([](const std::string& s) { return s; });  // C++ source, not HTML
+    RecordingContext ctx(&data);
+    out.push_back(tmpl.render(ctx));
+    if (!tmpl.is_valid()) {
+      diag.error(f.path + ": render error: " + tmpl.error_message());
+      ok = false;
+    }
+    for (const auto& name : ctx.missing) {
+      diag.error(f.path + ": placeholder {{" + name + "}} is not provided by the generator (provided: " + join_keys(values) + ")");
+      ok = false;
+    }
+    used.insert(ctx.used.begin(), ctx.used.end());
   }
-  for (const auto& name : ctx.missing) {
-    diag.error(path + ": placeholder {{" + name + "}} is not provided by the generator (provided: " + join_keys(values) + ")");
-    ok = false;
-  }
+  if (!ok) return std::nullopt;  // an invalid template says nothing about which placeholders are used
   for (const auto& [k, _] : values) {
-    if (!ctx.used.count(k)) {
-      diag.error(path + ": placeholder {{" + k + "}} is provided but never used (the template must bind every placeholder in docs/task-kinds.md)");
+    if (!used.count(k)) {
+      diag.error(paths + ": placeholder {{" + k + "}} is provided but never used (the templates must bind every placeholder in docs/task-kinds.md)");
       ok = false;
     }
   }
@@ -81,7 +92,9 @@ std::string banner(const Task& t) {
     first = false;
   }
   for (const auto& d : t.descriptors) b += "\n//   descriptor " + d + ",";
-  b += "\n//   template " + template_path(t.template_name) + ".";
+  auto templates = template_paths(t.template_name);
+  b += "\n//   template " + templates[0] + ",";
+  b += "\n//   template " + templates[1] + ".";
   b += "\n// Do not edit: regenerate with `fastkernels generate`.";
   return b;
 }
@@ -97,6 +110,7 @@ Bindings task_bindings(const Task& t) {
                 {"kind", t.kind},
                 {"production", t.production},
                 {"source", t.source},
+                {"header", task_include(t.level, t.name)},
                 {"archs", archs},
                 {"cases", cases},
                 {"scalar_t", dtype_scalar_t(t.dtype)}};
@@ -108,23 +122,33 @@ std::string manifest_json(const TaskSet& set) {
   using nlohmann::json;
   json tasks = json::array();
   for (const auto& [name, t] : set.tasks) {
-    tasks.push_back({{"name", name},
-                     {"kind", t.kind},
-                     {"level", t.level},
-                     {"template", template_path(t.template_name)},
-                     {"source", t.source},
-                     {"production", t.production},
-                     {"archs", std::vector<std::string>(t.archs.begin(), t.archs.end())}});
+    json task = {{"name", name},
+                 {"kind", t.kind},
+                 {"level", t.level},
+                 {"templates", template_paths(t.template_name)},
+                 {"header", t.header},
+                 {"source", t.source},
+                 {"production", t.production},
+                 {"archs", std::vector<std::string>(t.archs.begin(), t.archs.end())}};
+    if (t.level > 1) {
+      json children = json::object();
+      for (const auto& [slot, child] : t.children) children[slot] = child.empty() ? json() : json(child);
+      task["children"] = children;
+    }
+    tasks.push_back(task);
   }
   json archs = json::array();
   for (const auto& m : set.models) {
     json ops = json::array();
     for (const auto& [op, task] : m.ops) ops.push_back({{"name", op}, {"task", task}});
+    json modules = json::array();
+    for (const auto& [module, task] : m.modules) modules.push_back({{"name", module}, {"task", task}});
     archs.push_back({{"id", m.id},
                      {"config", m.file},
                      {"model_type", m.model_type},
                      {"descriptor", m.descriptor_file},
                      {"ops", ops},
+                     {"modules", modules},
                      {"tasks", std::vector<std::string>(m.tasks.begin(), m.tasks.end())}});
   }
   json root = {{"version", 1}, {"generator", "fastkernels"}, {"tasks", tasks}, {"archs", archs}};
@@ -135,24 +159,25 @@ OutputTree emit(const TaskSet& set, const TemplateLoader& load, Diagnostics& dia
   OutputTree out;
   std::map<std::string, std::optional<std::string>> templates;  // loaded once each
   std::map<std::string, std::vector<std::string>> missing;      // template -> tasks needing it
-  std::set<std::string> failed_templates;                       // report a bad template once
+  std::set<std::string> failed_templates;                       // report a bad template pair once
   for (const auto& [name, t] : set.tasks) {
-    std::string path = template_path(t.template_name);
-    auto it = templates.find(path);
-    if (it == templates.end()) it = templates.emplace(path, load(path)).first;
-    if (!it->second) {
-      missing[path].push_back(name);
-      continue;
+    std::vector<TemplateText> files;
+    for (const auto& path : template_paths(t.template_name)) {
+      auto it = templates.find(path);
+      if (it == templates.end()) it = templates.emplace(path, load(path)).first;
+      if (it->second) files.push_back({path, *it->second});
+      else missing[path].push_back(name);
     }
-    if (failed_templates.count(path)) continue;
+    if (files.size() != 2 || failed_templates.count(t.template_name)) continue;
     Diagnostics local;
-    auto text = render_template(path, *it->second, task_bindings(t), local);
+    auto text = render_templates(files, task_bindings(t), local);
     if (!text) {
-      failed_templates.insert(path);
+      failed_templates.insert(t.template_name);
       for (const auto& e : local.errors()) diag.error(e + " [rendering task " + name + "]");
       continue;
     }
-    out[t.source] = *text;
+    out[t.header] = (*text)[0];
+    out[t.source] = (*text)[1];
   }
   for (const auto& [path, tasks] : missing) {
     std::string msg = "template " + path + " not found (needed by task " + tasks[0];

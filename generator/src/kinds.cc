@@ -97,6 +97,7 @@ KindSpec rms_norm_kind(bool fused) {
   KindSpec k;
   k.kind = fused ? "fused_add_rms_norm" : "rms_norm";
   k.template_name = "rms_norm";
+  k.class_name = "RMSNorm";
   k.params = {{"hidden_size", ParamType::kInt}, {"eps", ParamType::kFloat}};
   std::string prefix = k.kind;
   k.name = [prefix](const Params& p, const std::string& dt) {
@@ -113,6 +114,7 @@ KindSpec rms_norm_kind(bool fused) {
 KindSpec qk_norm_kind() {
   KindSpec k;
   k.kind = k.template_name = "qk_norm";
+  k.class_name = "QKNorm";
   k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}, {"eps", ParamType::kFloat}};
   k.name = [](const Params& p, const std::string& dt) {
     return "qk_norm_hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) +
@@ -127,9 +129,36 @@ KindSpec qk_norm_kind() {
   return k;
 }
 
+// The rope constants as names spell them (docs/task-kinds.md, rotary_embedding):
+// rot{rotary_dim}_pos{max_position}_base{base}_{scaling}_{neox|gptj}, where `base_key` names the
+// base parameter (rotary_embedding: base, composite kinds: rope_theta).
+std::string rope_spelling(const Params& p, const char* base_key) {
+  const std::string& st = S(p, "scaling_type");
+  std::string scaling;
+  if (st == "none") scaling = "none";
+  else if (st == "llama3")
+    scaling = "llama3_f" + nf(F(p, "scaling_factor")) + "_lf" + nf(F(p, "low_freq_factor")) + "_hf" +
+              nf(F(p, "high_freq_factor")) + "_omp" + i2s(I(p, "original_max_position"));
+  else if (st == "linear") scaling = "linear_f" + nf(F(p, "scaling_factor"));
+  else if (st == "yarn")
+    scaling = "yarn_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
+              nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
+  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn)"};
+  return "rot" + i2s(I(p, "rotary_dim")) + "_pos" + i2s(I(p, "max_position")) + "_base" + nf(F(p, base_key)) + "_" +
+         scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
+}
+
+// The C++ enumerator of a rope scaling type.
+std::string rope_scaling_enum(const std::string& type) {
+  static const std::map<std::string, std::string> enum_name = {
+      {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"}};
+  return "fk::tasks::RopeScaling::" + enum_name.at(type);
+}
+
 KindSpec rotary_kind() {
   KindSpec k;
   k.kind = k.template_name = "rotary_embedding";
+  k.class_name = "RotaryEmbedding";
   k.params = {{"head_size", ParamType::kInt},         {"rotary_dim", ParamType::kInt},
               {"max_position", ParamType::kInt},      {"base", ParamType::kFloat},
               {"is_neox_style", ParamType::kBool},    {"num_heads", ParamType::kInt},
@@ -138,21 +167,8 @@ KindSpec rotary_kind() {
               {"high_freq_factor", ParamType::kFloat}, {"original_max_position", ParamType::kInt},
               {"beta_fast", ParamType::kFloat},       {"beta_slow", ParamType::kFloat}};
   k.name = [](const Params& p, const std::string& dt) {
-    const std::string& st = S(p, "scaling_type");
-    std::string scaling;
-    if (st == "none") scaling = "none";
-    else if (st == "llama3")
-      scaling = "llama3_f" + nf(F(p, "scaling_factor")) + "_lf" + nf(F(p, "low_freq_factor")) + "_hf" +
-                nf(F(p, "high_freq_factor")) + "_omp" + i2s(I(p, "original_max_position"));
-    else if (st == "linear") scaling = "linear_f" + nf(F(p, "scaling_factor"));
-    else if (st == "yarn")
-      scaling = "yarn_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
-                nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
-    else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn)"};
-    return "rotary_embedding_d" + i2s(I(p, "head_size")) + "_rot" + i2s(I(p, "rotary_dim")) + "_pos" +
-           i2s(I(p, "max_position")) + "_base" + nf(F(p, "base")) + "_" + scaling + "_" +
-           (B(p, "is_neox_style") ? "neox" : "gptj") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
-           i2s(I(p, "num_kv_heads")) + "_" + dt;
+    return "rotary_embedding_d" + i2s(I(p, "head_size")) + "_" + rope_spelling(p, "base") + "_hq" +
+           i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_" + dt;
   };
   k.production = [](const Params& p) {
     static const std::map<std::string, std::string> cls = {{"none", "RotaryEmbedding"},
@@ -162,8 +178,6 @@ KindSpec rotary_kind() {
     return "vllm.model_executor.layers.rotary_embedding." + cls.at(S(p, "scaling_type"));
   };
   k.placeholders = [](const Params& p) {
-    static const std::map<std::string, std::string> enum_name = {
-        {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"}};
     return PH{{"head_size", i2s(I(p, "head_size"))},
               {"rotary_dim", i2s(I(p, "rotary_dim"))},
               {"max_position", i2s(I(p, "max_position"))},
@@ -171,7 +185,7 @@ KindSpec rotary_kind() {
               {"is_neox_style", b2s(B(p, "is_neox_style"))},
               {"num_heads", i2s(I(p, "num_heads"))},
               {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"scaling_type", "fk::tasks::RopeScaling::" + enum_name.at(S(p, "scaling_type"))},
+              {"scaling_type", rope_scaling_enum(S(p, "scaling_type"))},
               {"scaling_factor", cf(F(p, "scaling_factor"))},
               {"low_freq_factor", cf(F(p, "low_freq_factor"))},
               {"high_freq_factor", cf(F(p, "high_freq_factor"))},
@@ -186,6 +200,7 @@ KindSpec rotary_kind() {
 KindSpec silu_kind() {
   KindSpec k;
   k.kind = k.template_name = "silu_and_mul";
+  k.class_name = "SiluAndMul";
   k.params = {{"intermediate_size", ParamType::kInt}};
   k.name = [](const Params& p, const std::string& dt) { return "silu_and_mul_i" + i2s(I(p, "intermediate_size")) + "_" + dt; };
   k.production = [](const Params&) { return "vllm.model_executor.layers.activation.SiluAndMul"; };
@@ -197,6 +212,7 @@ KindSpec silu_kind() {
 KindSpec embedding_kind() {
   KindSpec k;
   k.kind = k.template_name = "vocab_parallel_embedding";
+  k.class_name = "VocabParallelEmbedding";
   k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
   k.name = [](const Params& p, const std::string& dt) {
     return "vocab_parallel_embedding_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
@@ -209,7 +225,7 @@ KindSpec embedding_kind() {
   return k;
 }
 
-// The four linear kinds share templates/linear.cu.mustache; see docs/task-kinds.md "Linear layers".
+// The four linear kinds share templates/linear.{h,cu}.mustache; see docs/task-kinds.md "Linear layers".
 PH linear_placeholders(const std::string& cls, const std::string& ctor_params, const std::string& ctor_check,
                        int64_t in, int64_t out, bool has_bias, bool returns_bias) {
   return PH{{"class_name", cls}, {"ctor_params", ctor_params}, {"ctor_check", ctor_check},
@@ -221,6 +237,7 @@ KindSpec qkv_kind() {
   KindSpec k;
   k.kind = "qkv_parallel_linear";
   k.template_name = "linear";
+  k.class_name = "QKVParallelLinear";
   k.params = {{"hidden_size", ParamType::kInt}, {"head_size", ParamType::kInt}, {"num_heads", ParamType::kInt},
               {"num_kv_heads", ParamType::kInt}, {"bias", ParamType::kBool}};
   k.name = [](const Params& p, const std::string& dt) {
@@ -228,11 +245,11 @@ KindSpec qkv_kind() {
            i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_" + bias_word(B(p, "bias")) + "_" + dt;
   };
   k.production = [](const Params&) { return "vllm.model_executor.layers.linear.QKVParallelLinear"; };
-  k.placeholders = [](const Params& p) {
+  k.placeholders = [cls = k.class_name](const Params& p) {
     int64_t h = I(p, "hidden_size"), d = I(p, "head_size"), hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads");
     bool bias = B(p, "bias");
     return linear_placeholders(
-        "QKVParallelLinear",
+        cls,
         "int64_t hidden_size, int64_t head_size, int64_t total_num_heads, int64_t total_num_kv_heads, bool bias",
         "hidden_size == " + i2s(h) + " && head_size == " + i2s(d) + " && total_num_heads == " + i2s(hq) +
             " && total_num_kv_heads == " + i2s(hkv) + " && bias == " + b2s(bias),
@@ -246,16 +263,17 @@ KindSpec merged_kind() {
   KindSpec k;
   k.kind = "merged_column_parallel_linear";
   k.template_name = "linear";
+  k.class_name = "MergedColumnParallelLinear";
   k.params = {{"input_size", ParamType::kInt}, {"n0", ParamType::kInt}, {"n1", ParamType::kInt}, {"bias", ParamType::kBool}};
   k.name = [](const Params& p, const std::string& dt) {
     return "merged_column_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "n0")) + "_" + i2s(I(p, "n1")) +
            "_" + bias_word(B(p, "bias")) + "_" + dt;
   };
   k.production = [](const Params&) { return "vllm.model_executor.layers.linear.MergedColumnParallelLinear"; };
-  k.placeholders = [](const Params& p) {
+  k.placeholders = [cls = k.class_name](const Params& p) {
     int64_t in = I(p, "input_size"), n0 = I(p, "n0"), n1 = I(p, "n1");
     bool bias = B(p, "bias");
-    return linear_placeholders("MergedColumnParallelLinear",
+    return linear_placeholders(cls,
                                "int64_t input_size, std::vector<int64_t> output_sizes, bool bias",
                                "input_size == " + i2s(in) + " && output_sizes == std::vector<int64_t>{" + i2s(n0) + ", " +
                                    i2s(n1) + "} && bias == " + b2s(bias),
@@ -269,16 +287,17 @@ KindSpec row_kind() {
   KindSpec k;
   k.kind = "row_parallel_linear";
   k.template_name = "linear";
+  k.class_name = "RowParallelLinear";
   k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
   k.name = [](const Params& p, const std::string& dt) {
     return "row_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
            bias_word(B(p, "bias")) + "_" + dt;
   };
   k.production = [](const Params&) { return "vllm.model_executor.layers.linear.RowParallelLinear"; };
-  k.placeholders = [](const Params& p) {
+  k.placeholders = [cls = k.class_name](const Params& p) {
     int64_t in = I(p, "input_size"), out = I(p, "output_size");
     bool bias = B(p, "bias");
-    return linear_placeholders("RowParallelLinear", "int64_t input_size, int64_t output_size, bool bias",
+    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
                                "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
                                in, out, bias, true);
   };
@@ -290,14 +309,15 @@ KindSpec lm_head_kind() {
   KindSpec k;
   k.kind = "parallel_lm_head";
   k.template_name = "linear";
+  k.class_name = "ParallelLMHead";
   k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
   k.name = [](const Params& p, const std::string& dt) {
     return "parallel_lm_head_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
   };
   k.production = [](const Params&) { return "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead"; };
-  k.placeholders = [](const Params& p) {
+  k.placeholders = [cls = k.class_name](const Params& p) {
     int64_t v = I(p, "num_embeddings"), h = I(p, "embedding_dim");
-    return linear_placeholders("ParallelLMHead", "int64_t num_embeddings, int64_t embedding_dim",
+    return linear_placeholders(cls, "int64_t num_embeddings, int64_t embedding_dim",
                                "num_embeddings == " + i2s(v) + " && embedding_dim == " + i2s(h), h, v, false, false);
   };
   k.cases = [](const Params&) { return token_cases(true); };
@@ -307,6 +327,7 @@ KindSpec lm_head_kind() {
 KindSpec attn_kind(bool prefill) {
   KindSpec k;
   k.kind = k.template_name = prefill ? "flash_attn_prefill" : "flash_attn_decode";
+  k.class_name = prefill ? "FlashAttnPrefill" : "FlashAttnDecode";
   k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
               {"softmax_scale", ParamType::kFloat}, {"max_position", ParamType::kInt, /*is_constant=*/false}};
   k.name = [prefill](const Params& p, const std::string& dt) {
@@ -329,6 +350,7 @@ KindSpec attn_kind(bool prefill) {
 KindSpec store_kvcache_kind() {
   KindSpec k;
   k.kind = k.template_name = "store_kvcache";
+  k.class_name = "StoreKVCache";
   k.params = {{"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}};
   k.name = [](const Params& p, const std::string& dt) {
     return "store_kvcache_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + "_" + dt;
@@ -341,12 +363,197 @@ KindSpec store_kvcache_kind() {
   return k;
 }
 
+// --- composite kinds (Note [Composite kinds], docs/task-kinds.md "Composite kinds") ----------
+
+// Whole decode steps and prefills of attention-bearing composites: sequences of 2048 tokens
+// (fewer when max_position is smaller: the length is clipped to it).
+std::vector<ShapeCase> step_cases(int64_t max_position) {
+  const int64_t len = std::min<int64_t>(2048, max_position);
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32, 64})
+    out.push_back({"b" + i2s(b) + "_kv" + i2s(len), "decode", {{"batch", b}, {"kv_len", len}}, {k++, len}});
+  for (int64_t b : {1, 8})
+    out.push_back({"b" + i2s(b) + "_s" + i2s(len), "prefill", {{"batch", b}, {"seq_len", len}}, {k++, len}});
+  return out;
+}
+
+using PS = std::vector<ParamSpec>;
+
+PS concat(PS a, const PS& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Parameters shared by the attention-bearing composites, in placeholder order.
+PS qkv_rope_params() {
+  return {{"hidden_size", ParamType::kInt},          {"num_heads", ParamType::kInt},
+          {"num_kv_heads", ParamType::kInt},         {"head_dim", ParamType::kInt},
+          {"qkv_bias", ParamType::kBool},            {"qk_norm", ParamType::kBool},
+          {"rms_norm_eps", ParamType::kFloat},       {"rotary_dim", ParamType::kInt},
+          {"max_position", ParamType::kInt},         {"rope_theta", ParamType::kFloat},
+          {"is_neox_style", ParamType::kBool},       {"scaling_type", ParamType::kString},
+          {"scaling_factor", ParamType::kFloat},     {"low_freq_factor", ParamType::kFloat},
+          {"high_freq_factor", ParamType::kFloat},   {"original_max_position", ParamType::kInt},
+          {"beta_fast", ParamType::kFloat},          {"beta_slow", ParamType::kFloat}};
+}
+PS attention_params() { return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}}); }
+PS layer_params() {
+  return concat(attention_params(), {{"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}});
+}
+
+// A composite kind's own placeholders: every constant parameter, in order, as a C++ constant
+// (the only string parameter, scaling_type, as its enumerator). With `eps_needs_qk_norm`
+// rms_norm_eps is 0 unless qk_norm is set (nothing else reads it there, like unused rope scaling
+// constants), so configs that differ only in it share the task, as the name promises.
+std::function<PH(const Params&)> constant_placeholders(PS params, bool eps_needs_qk_norm) {
+  return [params, eps_needs_qk_norm](const Params& p) {
+    PH out;
+    for (const auto& ps : params) {
+      if (!ps.is_constant) continue;
+      const char* n = ps.name.c_str();
+      switch (ps.type) {
+        case ParamType::kInt: out.emplace_back(ps.name, i2s(I(p, n))); break;
+        case ParamType::kBool: out.emplace_back(ps.name, b2s(B(p, n))); break;
+        case ParamType::kString: out.emplace_back(ps.name, rope_scaling_enum(S(p, n))); break;
+        case ParamType::kFloat:
+          out.emplace_back(ps.name, eps_needs_qk_norm && ps.name == "rms_norm_eps" && !B(p, "qk_norm") ? "0" : cf(F(p, n)));
+          break;
+      }
+    }
+    return out;
+  };
+}
+
+std::string heads_spelling(const Params& p) {
+  return "hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim"));
+}
+std::string qk_norm_spelling(const Params& p) { return B(p, "qk_norm") ? "_qknorm_eps" + nf(F(p, "rms_norm_eps")) : ""; }
+// h{hidden}_i{intermediate}_hq_hkv_d_eps_{rope}_qkv{bias}_o{bias}_mlp{bias}[_qknorm]: a decoder layer's constants.
+std::string layer_spelling(const Params& p) {
+  return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" + heads_spelling(p) + "_eps" +
+         nf(F(p, "rms_norm_eps")) + "_" + rope_spelling(p, "rope_theta") + "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" +
+         bias_word(B(p, "o_proj_bias")) + "_mlp" + bias_word(B(p, "mlp_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
+}
+
+// Slots, by the production attribute names (Note [Composite kinds]).
+const SlotSpec kQKVProj{"qkv_proj", "QKVParallelLinear", ""};
+const SlotSpec kQKNorm{"qk_norm", "QKNorm", "fk::tasks::NoQKNorm"};
+const SlotSpec kRotaryEmb{"rotary_emb", "RotaryEmbedding", ""};
+const SlotSpec kKVCacheWrite{"kv_cache_write", "StoreKVCache", ""};
+const SlotSpec kAttnPrefill{"attn_prefill", "FlashAttnPrefill", ""};
+const SlotSpec kAttnDecode{"attn_decode", "FlashAttnDecode", ""};
+const SlotSpec kOProj{"o_proj", "RowParallelLinear", ""};
+const SlotSpec kGateUpProj{"gate_up_proj", "MergedColumnParallelLinear", ""};
+const SlotSpec kActFn{"act_fn", "SiluAndMul", ""};
+const SlotSpec kDownProj{"down_proj", "RowParallelLinear", ""};
+
+KindSpec composite_kind(const std::string& kind, int level, const std::string& cls, const std::string& production,
+                        std::vector<SlotSpec> slots, PS params, bool eps_needs_qk_norm) {
+  KindSpec k;
+  k.kind = k.template_name = kind;
+  k.level = level;
+  k.class_name = cls;
+  k.slots = std::move(slots);
+  k.params = params;
+  k.production = [production](const Params&) { return production; };
+  k.placeholders = constant_placeholders(params, eps_needs_qk_norm);
+  k.cases = [](const Params& p) { return step_cases(I(p, "max_position")); };
+  return k;
+}
+
+KindSpec qkv_rope_cache_kind() {
+  KindSpec k = composite_kind("qkv_rope_cache", 2, "QKVRopeCache",
+                              "vllm LlamaAttention.forward (qkv_proj, q/k norm, rotary_emb) + Attention KV-cache write",
+                              {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite}, qkv_rope_params(), true);
+  k.name = [](const Params& p, const std::string& dt) {
+    return "qkv_rope_cache_h" + i2s(I(p, "hidden_size")) + "_" + heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
+           "_" + bias_word(B(p, "qkv_bias")) + qk_norm_spelling(p) + "_" + dt;
+  };
+  return k;
+}
+
+KindSpec attention_o_proj_kind() {
+  KindSpec k = composite_kind("attention_o_proj", 2, "AttentionOProj",
+                              "vllm Attention.forward (flash-attn varlen prefill / paged decode) + LlamaAttention.o_proj",
+                              {kAttnPrefill, kAttnDecode, kOProj},
+                              {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
+                               {"hidden_size", ParamType::kInt}, {"o_proj_bias", ParamType::kBool},
+                               {"max_position", ParamType::kInt, /*is_constant=*/false}},
+                              false);
+  k.name = [](const Params& p, const std::string& dt) {
+    return "attention_o_proj_" + heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
+           "_" + dt;
+  };
+  return k;
+}
+
+// gate_up_silu and llama_mlp: token cases like the L1 linear kinds.
+KindSpec mlp_kind(bool down) {
+  std::string kind = down ? "llama_mlp" : "gate_up_silu";
+  KindSpec k = composite_kind(
+      kind, 2, down ? "LlamaMLP" : "GateUpSilu",
+      down ? "vllm.model_executor.models.llama.LlamaMLP" : "vllm LlamaMLP.gate_up_proj + SiluAndMul",
+      down ? std::vector<SlotSpec>{kGateUpProj, kActFn, kDownProj} : std::vector<SlotSpec>{kGateUpProj, kActFn},
+      {{"hidden_size", ParamType::kInt}, {"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}}, false);
+  k.name = [kind](const Params& p, const std::string& dt) {
+    return kind + "_h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" +
+           bias_word(B(p, "mlp_bias")) + "_" + dt;
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+KindSpec llama_attention_kind() {
+  KindSpec k = composite_kind("llama_attention", 2, "LlamaAttention", "vllm.model_executor.models.llama.LlamaAttention",
+                              {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite, kAttnPrefill, kAttnDecode, kOProj},
+                              attention_params(), true);
+  k.name = [](const Params& p, const std::string& dt) {
+    return "llama_attention_h" + i2s(I(p, "hidden_size")) + "_" + heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
+           "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" + bias_word(B(p, "o_proj_bias")) + qk_norm_spelling(p) + "_" + dt;
+  };
+  return k;
+}
+
+KindSpec llama_decoder_layer_kind() {
+  KindSpec k = composite_kind("llama_decoder_layer", 3, "LlamaDecoderLayer",
+                              "vllm.model_executor.models.llama.LlamaDecoderLayer",
+                              {{"input_layernorm", "RMSNorm", ""},
+                               {"self_attn", "LlamaAttention", ""},
+                               {"post_attention_layernorm", "RMSNorm", ""},
+                               {"mlp", "LlamaMLP", ""}},
+                              layer_params(), false);
+  k.name = [](const Params& p, const std::string& dt) { return "llama_decoder_layer_" + layer_spelling(p) + "_" + dt; };
+  return k;
+}
+
+KindSpec llama_for_causal_lm_kind() {
+  KindSpec k = composite_kind("llama_for_causal_lm", 4, "LlamaForCausalLM",
+                              "vllm.model_executor.models.llama.LlamaForCausalLM",
+                              {{"embed_tokens", "VocabParallelEmbedding", ""},
+                               {"layers", "LlamaDecoderLayer", ""},
+                               {"norm", "RMSNorm", ""},
+                               {"lm_head", "ParallelLMHead", ""}},
+                              concat({{"num_hidden_layers", ParamType::kInt},
+                                      {"vocab_size", ParamType::kInt},
+                                      {"tie_word_embeddings", ParamType::kBool}},
+                                     layer_params()),
+                              false);
+  k.name = [](const Params& p, const std::string& dt) {
+    return "llama_for_causal_lm_l" + i2s(I(p, "num_hidden_layers")) + "_v" + i2s(I(p, "vocab_size")) + "_" +
+           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + layer_spelling(p) + "_" + dt;
+  };
+  return k;
+}
+
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
     for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), qk_norm_kind(), rotary_kind(), silu_kind(),
                        embedding_kind(), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
-                       attn_kind(false), store_kvcache_kind()})
+                       attn_kind(false), store_kvcache_kind(), qkv_rope_cache_kind(), attention_o_proj_kind(),
+                       mlp_kind(false), mlp_kind(true), llama_attention_kind(), llama_decoder_layer_kind(),
+                       llama_for_causal_lm_kind()})
       t.emplace(k.kind, k);
     return t;
   }();
@@ -360,9 +567,10 @@ const KindSpec* find_kind(const std::string& kind) {
   return it == kind_table().end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> kind_names() {
+std::vector<std::string> kind_names(bool composite) {
   std::vector<std::string> out;
-  for (const auto& [k, _] : kind_table()) out.push_back(k);
+  for (const auto& [k, spec] : kind_table())
+    if ((spec.level > 1) == composite) out.push_back(k);
   return out;
 }
 

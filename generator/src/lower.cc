@@ -1,6 +1,7 @@
 // The lower pass (see fk/gen/lower.h).
 #include "fk/gen/lower.h"
 
+#include <map>
 #include <set>
 
 #include "fk/gen/format.h"
@@ -33,7 +34,10 @@ class Lowerer {
       }
       for (int64_t layer = 0; layer < n; ++layer)
         for (const auto& s : item.layer_ops) step(s, "blk." + std::to_string(layer) + "." + s.op, layer);
+      if (n > 0)
+        for (const auto& s : item.layer_ops) last_layer_[s.op] = n - 1;
     }
+    for (const auto& m : d.modules) module(m);
   }
 
  private:
@@ -52,26 +56,87 @@ class Lowerer {
     diag_.error(cfg_.file + ": " + (op.empty() ? "" : op + ": ") + cfg_.descriptor->file + " " + descriptor_path + ": " + what);
   }
 
+  // Whether an op or module with this `if` exists; nullopt after reporting an error.
+  std::optional<bool> exists(const std::optional<Expr>& when, const std::string& json_path, const std::string& name,
+                             const Expr::Env& e) {
+    if (!when) return true;
+    try {
+      Value v = when->eval(e);
+      if (v.index() != 1) throw GenError{"expected boolean, got " + value_to_display(v)};
+      return std::get<bool>(v);
+    } catch (const GenError& ge) {
+      fail(json_path + ".if", name, ge.message);
+      return std::nullopt;
+    }
+  }
+
   void step(const OpStep& s, const std::string& name, std::optional<int64_t> layer) {
     auto e = env(layer);
-    if (s.when) {
-      try {
-        Value v = s.when->eval(e);
-        if (v.index() != 1) throw GenError{"expected boolean, got " + value_to_display(v)};
-        if (!std::get<bool>(v)) return;
-      } catch (const GenError& ge) {
-        return fail(s.json_path + ".if", name, ge.message);
-      }
-    }
+    auto on = exists(s.when, s.json_path, name, e);
+    if (!on || !*on) return;
     OpInstance op;
     op.name = name;
     op.kind = find_kind(s.kind);
     op.dtype = cfg_.dtype;
+    if (!bind(*op.kind, s.bind, s.json_path, name, e, op.params)) return;
+    if (!names_.insert(name).second)
+      return fail(s.json_path + ".op", name, "expected a unique op name, got a second op named " + json_quote(name));
+    out_.ops.push_back(std::move(op));
+  }
+
+  // A composite module, once per model: its children are the last layer's ops (Note
+  // [Last-layer roles]), ops outside the loop, or earlier modules.
+  void module(const ModuleStep& s) {
+    auto e = env(std::nullopt);
+    auto on = exists(s.when, s.json_path, s.op, e);
+    if (!on) broken_.insert(s.op);
+    if (!on || !*on) return;
+    ModuleInstance m;
+    m.name = s.op;
+    m.kind = find_kind(s.kind);
+    m.dtype = cfg_.dtype;
+    bool ok = bind(*m.kind, s.bind, s.json_path, s.op, e, m.params);
+    for (const auto& c : s.children) {
+      std::string child = c.role, target = (c.module ? "module " : "op ") + c.role;
+      std::string why = "its \"if\" is false for this config";
+      if (s.layer_scope && !c.module) {
+        auto last = last_layer_.find(c.role);
+        if (last == last_layer_.end()) {
+          child.clear();
+          target = "an op of role " + json_quote(c.role);
+          why = "the layer loop has no layer";
+        } else {
+          child = "blk." + std::to_string(last->second) + "." + c.role;
+          target = "op " + child + " (role " + json_quote(c.role) + " in the last layer)";
+        }
+      }
+      if (!names_.count(child)) child.clear();
+      if (c.module && broken_.count(c.role)) {
+        ok = false;  // already reported
+      } else if (child.empty() && !c.optional) {
+        fail(s.json_path + ".children." + c.slot, s.op,
+             "expected " + target + ", got nothing: " + why + " (an optional role is written " + json_quote(c.role + "?") + ")");
+        ok = false;
+      }
+      m.children.emplace_back(c.slot, child);
+    }
+    if (!ok) {
+      broken_.insert(s.op);
+      return;
+    }
+    if (!names_.insert(s.op).second)
+      return fail(s.json_path + ".op", s.op, "expected a unique op name, got a second op named " + json_quote(s.op));
+    out_.modules.push_back(std::move(m));
+  }
+
+  // Evaluates and type-checks every parameter of `kind` into `out`; false after reporting.
+  bool bind(const KindSpec& kind, const std::map<std::string, Expr>& exprs, const std::string& json_path,
+            const std::string& name, const Expr::Env& e, Params& out) {
     bool ok = true;
-    for (const auto& ps : op.kind->params) {
-      std::string where = s.json_path + ".bind." + ps.name;
+    for (const auto& ps : kind.params) {
+      std::string where = json_path + ".bind." + ps.name;
       try {
-        Value v = s.bind.at(ps.name).eval(e);
+        Value v = exprs.at(ps.name).eval(e);
         bool fits = false;
         switch (ps.type) {
           case ParamType::kInt: fits = v.index() == 2; break;
@@ -84,24 +149,23 @@ class Lowerer {
         }
         if (!fits)
           throw GenError{std::string("expected ") + param_type_name(ps.type) + " for parameter " + ps.name + " of kind " +
-                         s.kind + ", got " + value_to_display(v) + " from \"" + s.bind.at(ps.name).text() + "\""};
-        op.params[ps.name] = v;
+                         kind.kind + ", got " + value_to_display(v) + " from \"" + exprs.at(ps.name).text() + "\""};
+        out[ps.name] = v;
       } catch (const GenError& ge) {
         fail(where, name, ge.message);
         ok = false;
       }
     }
-    if (!ok) return;
-    if (!names_.insert(name).second)
-      return fail(s.json_path + ".op", name, "expected a unique op name, got a second op named " + json_quote(name));
-    out_.ops.push_back(std::move(op));
+    return ok;
   }
 
   const ResolvedConfig& cfg_;
   Diagnostics& diag_;
   LoweredModel& out_;
   std::set<std::string> reported_;
-  std::set<std::string> names_;
+  std::set<std::string> names_;                     // ops and modules lowered so far
+  std::map<std::string, int64_t> last_layer_;       // layer-loop role -> its loop's last layer
+  std::set<std::string> broken_;                    // modules not lowered because of an error
 };
 
 }  // namespace

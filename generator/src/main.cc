@@ -83,7 +83,7 @@ int cmd_parse(const fs::path& root, const std::string& path) {
   for (const auto& [name, v] : r.values)
     std::cout << "  " << name << " = " << value_to_display(v) << "  [" << r.origin.at(name) << "]\n";
   const ModelTasks& mt = g.tasks.models.at(0);
-  std::cout << "ops: " << mt.ops.size() << ", tasks: " << mt.tasks.size() << "\n";
+  std::cout << "ops: " << mt.ops.size() << ", modules: " << mt.modules.size() << ", tasks: " << mt.tasks.size() << "\n";
   for (const auto& t : mt.tasks) std::cout << "  " << t << "\n";
   return kOk;
 }
@@ -108,7 +108,7 @@ int cmd_list(const fs::path& root, bool tasks) {
     for (const auto& x : g.resolved)
       if (x.id == m.id) r = &x;
     std::cout << m.id << "  " << m.file << "  family=" << r->descriptor->family << " model_type=" << m.model_type
-              << " ops=" << m.ops.size() << " tasks=" << m.tasks.size() << "\n";
+              << " ops=" << m.ops.size() << " modules=" << m.modules.size() << " tasks=" << m.tasks.size() << "\n";
   }
   std::cout << g.tasks.models.size() << " config(s), " << g.tasks.tasks.size() << " distinct task(s)\n";
   return kOk;
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fastkernels: generate production-aligned GPU kernel task sources from HF configs.\n"
       "Passes: parse -> resolve -> lower -> dedupe -> emit -> write. Configs: hf_configs/<org>/<model>/config.json;\n"
-      "descriptors: generator/descriptors/*.json; templates: templates/<kind>.cu.mustache; output: generated/."};
+      "descriptors: generator/descriptors/*.json; templates: templates/<kind>.{h,cu}.mustache; output: generated/."};
   app.footer(kExitCodes);
   app.require_subcommand(1);
   app.fallthrough();
@@ -203,9 +203,9 @@ int main(int argc, char** argv) {
   parse->add_option("config", parse_path, "Path to a config.json")->required();
   parse->footer(kExitCodes);
 
-  auto* list = app.add_subcommand("list", "List configs under hf_configs/ with family, op and task counts");
+  auto* list = app.add_subcommand("list", "List configs under hf_configs/ with family, op, module and task counts");
   bool list_tasks = false;
-  list->add_flag("--tasks", list_tasks, "List the distinct tasks instead (name, kind, level, architectures)");
+  list->add_flag("--tasks", list_tasks, "List the distinct tasks of every level instead (name, kind, level, architectures)");
   list->footer(kExitCodes);
 
   auto* add = app.add_subcommand("add", "Validate a config, store it verbatim as hf_configs/<org>/<model>/config.json, then generate");
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   add->add_option("--name", add_name, "<org>/<model> (default: the config's `_name_or_path`)");
   add->footer(kExitCodes);
 
-  auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task sources + manifest); writes only changed files, removes stale ones");
+  auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");
   bool check = false;
   gen->add_flag("--check", check, "Write nothing; exit 3 listing stale, missing or extra files if generated/ is out of date");
   gen->footer(kExitCodes);

@@ -29,14 +29,15 @@ bool removable(const std::string& rel) {
 
 }  // namespace
 
-std::vector<std::string> previous_sources(const fs::path& root) {
+std::vector<std::string> previous_outputs(const fs::path& root) {
   std::vector<std::string> out;
   auto text = slurp(root / "generated" / "manifest.json");
   if (!text) return out;
   auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("tasks") || !j["tasks"].is_array()) return out;
   for (const auto& t : j["tasks"])
-    if (t.is_object() && t.contains("source") && t["source"].is_string()) out.push_back(t["source"].get<std::string>());
+    for (const char* key : {"header", "source"})
+      if (t.is_object() && t.contains(key) && t[key].is_string()) out.push_back(t[key].get<std::string>());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -73,8 +74,8 @@ bool write_if_changed(const fs::path& root, const std::string& rel, const std::s
 WriteResult write_outputs(const fs::path& root, const OutputTree& tree, Diagnostics& diag) {
   WriteResult r;
   if (!diag.ok()) return r;  // nothing is written when any error was reported
-  std::vector<std::string> old = previous_sources(root);
-  // Task sources first, the manifest last: an interrupted run leaves the old manifest in charge.
+  std::vector<std::string> old = previous_outputs(root);
+  // Task files first, the manifest last: an interrupted run leaves the old manifest in charge.
   for (const auto& [rel, bytes] : tree) {
     if (rel == "generated/manifest.json") continue;
     (write_if_changed(root, rel, bytes, diag) ? r.written : r.unchanged).push_back(rel);
@@ -97,7 +98,7 @@ CheckResult check_outputs(const fs::path& root, const OutputTree& tree) {
     if (!have) c.missing.push_back(rel);
     else if (*have != bytes) c.stale.push_back(rel);
   }
-  for (const auto& rel : previous_sources(root))
+  for (const auto& rel : previous_outputs(root))
     if (!tree.count(rel) && removable(rel) && fs::exists(root / rel)) c.extra.push_back(rel);
   return c;
 }

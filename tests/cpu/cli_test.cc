@@ -99,8 +99,29 @@ TEST(Cli, CheckExitsThreeListingStaleFiles) {
   EXPECT_FALSE(fs::exists(tmp.path() / "generated"));  // --check writes nothing
   ASSERT_EQ(run(bin() + " generate --root " + q(tmp.path()), &out), 0) << out;
   spit(tmp.path() / "generated" / "L1" / "silu_and_mul_i128_bf16.cu", "x\n");
+  spit(tmp.path() / "generated" / "L1" / "silu_and_mul_i128_bf16.h", "x\n");
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 3) << out;
   EXPECT_NE(out.find("stale:   generated/L1/silu_and_mul_i128_bf16.cu"), std::string::npos) << out;
+  EXPECT_NE(out.find("stale:   generated/L1/silu_and_mul_i128_bf16.h"), std::string::npos) << out;
+}
+
+TEST(Cli, DependencyCheckAllowsGeneratedTaskHeadersOnly) {
+  // scripts/check_deps.sh checks the tree it lives in: run a copy beside a small generated/.
+  TempDir tmp;
+  fs::create_directories(tmp.path() / "scripts");
+  fs::copy(source_dir() / "scripts" / "check_deps.sh", tmp.path() / "scripts" / "check_deps.sh");
+  const std::string ok =
+      "#include \"fk/tasks/llama.h\"\n#include <fk/runtime/task.h>\n#include \"L1/rms_norm_h64_eps1e-05_bf16.h\"\n"
+      "#include \"L2/llama_mlp_h64_i128_nobias_bf16.h\"\n";
+  spit(tmp.path() / "generated" / "L3" / "layer.h", ok);
+  std::string out;
+  EXPECT_EQ(run("bash " + q(tmp.path() / "scripts" / "check_deps.sh"), &out), 0) << out;
+  spit(tmp.path() / "generated" / "L3" / "layer.cu", "#include \"../L1/x.h\"\n#include \"fk/gen/kinds.h\"\n#include <vector>\n");
+  EXPECT_EQ(run("bash " + q(tmp.path() / "scripts" / "check_deps.sh"), &out), 1) << out;
+  EXPECT_NE(out.find("generated/L3/layer.cu:1:#include \"../L1/x.h\""), std::string::npos) << out;
+  EXPECT_NE(out.find("generated/L3/layer.cu:2:#include \"fk/gen/kinds.h\""), std::string::npos) << out;
+  EXPECT_NE(out.find("generated/L3/layer.cu:3:#include <vector>"), std::string::npos) << out;
+  EXPECT_EQ(out.find("layer.h"), std::string::npos) << out;
 }
 
 TEST(Cli, ListCountsConfigsAndTasks) {
@@ -108,12 +129,17 @@ TEST(Cli, ListCountsConfigsAndTasks) {
   make_repo(fixtures() / "golden" / "root", tmp.path());
   std::string out;
   ASSERT_EQ(run(bin() + " list --root " + q(tmp.path()), &out), 0) << out;
-  EXPECT_NE(out.find("tiny/qwen3-tiny  hf_configs/tiny/qwen3-tiny/config.json  family=llama model_type=qwen3 ops=27 tasks=14"),
+  EXPECT_NE(out.find("tiny/qwen3-tiny  hf_configs/tiny/qwen3-tiny/config.json  family=llama model_type=qwen3 ops=27 modules=7 "
+                     "tasks=21"),
             std::string::npos) << out;
-  EXPECT_NE(out.find("4 config(s), 43 distinct task(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("4 config(s), 68 distinct task(s)"), std::string::npos) << out;
   ASSERT_EQ(run(bin() + " list --tasks --root " + q(tmp.path()), &out), 0) << out;
   EXPECT_NE(out.find("rms_norm_h64_eps1e-05_bf16  kind=rms_norm level=1 archs=2 (tiny/llama-tiny, tiny/mistral-tiny)"),
             std::string::npos) << out;
+  EXPECT_NE(out.find("llama_mlp_h64_i128_nobias_bf16  kind=llama_mlp level=2 archs=2 (tiny/llama-tiny, tiny/mistral-tiny)"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("_qknorm_f16  kind=llama_decoder_layer level=3 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
+  EXPECT_NE(out.find("_qknorm_f16  kind=llama_for_causal_lm level=4 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
 }
 
 }  // namespace

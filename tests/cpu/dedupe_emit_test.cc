@@ -56,34 +56,60 @@ TEST(Dedupe, SameNameDifferentContentIsAnError) {
 }
 
 // --- template engine ----------------------------------------------------------------------------
+std::optional<std::string> render_one(const std::string& text, const Bindings& values, Diagnostics& diag) {
+  auto out = render_templates({{"templates/t.cu.mustache", text}}, values, diag);
+  if (!out) return std::nullopt;
+  return out->at(0);
+}
+
 TEST(Templates, RendersWithoutHtmlEscaping) {
   Diagnostics diag;
-  auto out = render_template("templates/t.cu.mustache", "a={{a}} b={{b}}\n", {{"a", "x<y && \"q\""}, {"b", "2"}}, diag);
+  auto out = render_one("a={{a}} b={{b}}\n", {{"a", "x<y && \"q\""}, {"b", "2"}}, diag);
   ASSERT_TRUE(out) << diag.text();
   EXPECT_EQ(*out, "a=x<y && \"q\" b=2\n");
 }
 
 TEST(Templates, UnknownPlaceholderIsAnError) {
   Diagnostics diag;
-  auto out = render_template("templates/t.cu.mustache", "{{a}} {{hiden_size}}\n", {{"a", "1"}}, diag);
+  auto out = render_one("{{a}} {{hiden_size}}\n", {{"a", "1"}}, diag);
   EXPECT_FALSE(out);
   EXPECT_EQ(diag.text(), "templates/t.cu.mustache: placeholder {{hiden_size}} is not provided by the generator (provided: a)\n");
 }
 
 TEST(Templates, UnusedPlaceholderIsAnError) {
   Diagnostics diag;
-  auto out = render_template("templates/t.cu.mustache", "{{a}}\n", {{"a", "1"}, {"eps", "1e-05"}}, diag);
+  auto out = render_one("{{a}}\n", {{"a", "1"}, {"eps", "1e-05"}}, diag);
   EXPECT_FALSE(out);
   EXPECT_EQ(diag.text(),
-            "templates/t.cu.mustache: placeholder {{eps}} is provided but never used (the template must bind every "
+            "templates/t.cu.mustache: placeholder {{eps}} is provided but never used (the templates must bind every "
             "placeholder in docs/task-kinds.md)\n");
 }
 
 TEST(Templates, InvalidTemplateIsAnError) {
   Diagnostics diag;
-  EXPECT_FALSE(render_template("templates/t.cu.mustache", "{{#a}} no close\n", {{"a", "1"}}, diag));
+  EXPECT_FALSE(render_one("{{#a}} no close\n", {{"a", "1"}}, diag));
   ASSERT_EQ(diag.errors().size(), 1u);
   EXPECT_EQ(diag.errors()[0].rfind("templates/t.cu.mustache: invalid template: ", 0), 0u) << diag.text();
+}
+
+TEST(Templates, HeaderAndSourceAreOneContract) {
+  // A placeholder may be used by either file of a kind; unknown ones are reported per file,
+  // unused ones only when neither file uses them (naming both).
+  Diagnostics diag;
+  auto out = render_templates({{"templates/t.h.mustache", "{{a}}\n"}, {"templates/t.cu.mustache", "{{b}} {{header}}\n"}},
+                              {{"a", "1"}, {"b", "2"}, {"header", "L1/t.h"}}, diag);
+  ASSERT_TRUE(out) << diag.text();
+  EXPECT_EQ(*out, (std::vector<std::string>{"1\n", "2 L1/t.h\n"}));
+  Diagnostics bad;
+  EXPECT_FALSE(render_templates({{"templates/t.h.mustache", "{{a}} {{c}}\n"}, {"templates/t.cu.mustache", "{{a}}\n"}},
+                                {{"a", "1"}, {"b", "2"}}, bad));
+  EXPECT_EQ(bad.text(), "templates/t.h.mustache: placeholder {{c}} is not provided by the generator (provided: a, b)\n");
+  Diagnostics unused;
+  EXPECT_FALSE(render_templates({{"templates/t.h.mustache", "{{a}}\n"}, {"templates/t.cu.mustache", "{{a}}\n"}},
+                                {{"a", "1"}, {"b", "2"}}, unused));
+  EXPECT_EQ(unused.text(),
+            "templates/t.h.mustache + templates/t.cu.mustache: placeholder {{b}} is provided but never used (the "
+            "templates must bind every placeholder in docs/task-kinds.md)\n");
 }
 
 TEST(Templates, RealTemplatesBindExactlyTheContract) {
@@ -93,7 +119,7 @@ TEST(Templates, RealTemplatesBindExactlyTheContract) {
   auto configs = discover_configs(source_dir(), diag);
   Generation g = run_pipeline(source_dir(), configs, /*emit_outputs=*/true, diag);
   EXPECT_TRUE(diag.ok()) << diag.text();
-  EXPECT_EQ(g.outputs.size(), g.tasks.tasks.size() + 1);
+  EXPECT_EQ(g.outputs.size(), 2 * g.tasks.tasks.size() + 1);  // a header and a source per task, and the manifest
 }
 
 // --- descriptors --------------------------------------------------------------------------------
@@ -105,17 +131,22 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
     "forward": [
       {"op": "norm", "kind": "rms_norm", "bind": {"hidden_size": "hidden_size"}},
       {"op": "mix", "kind": "mamba_mixer", "bind": {}},
-      {"op": "act", "kind": "silu_and_mul", "bind": {"intermediate_size": "ffn"}}
+      {"op": "act", "kind": "silu_and_mul", "bind": {"intermediate_size": "ffn"}},
+      {"op": "mlp", "kind": "llama_mlp", "bind": {}}
     ],
     "extra": 1
   })", diag);
   EXPECT_EQ(d, nullptr);
   EXPECT_EQ(diag.text(),
-            "generator/descriptors/x.json: $.extra: unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types)\n"
+            "generator/descriptors/x.json: $.extra: unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types, modules)\n"
             "generator/descriptors/x.json: $.forward[0].bind.eps: expected number expression for parameter eps of kind rms_norm, got nothing\n"
             "generator/descriptors/x.json: $.forward[1].kind: expected one of flash_attn_decode, flash_attn_prefill, "
             "fused_add_rms_norm, merged_column_parallel_linear, parallel_lm_head, qk_norm, qkv_parallel_linear, rms_norm, "
             "rotary_embedding, row_parallel_linear, silu_and_mul, store_kvcache, vocab_parallel_embedding, got \"mamba_mixer\"\n"
+            "generator/descriptors/x.json: $.forward[3].kind: expected one of flash_attn_decode, flash_attn_prefill, "
+            "fused_add_rms_norm, merged_column_parallel_linear, parallel_lm_head, qk_norm, qkv_parallel_linear, rms_norm, "
+            "rotary_embedding, row_parallel_linear, silu_and_mul, store_kvcache, vocab_parallel_embedding, got \"llama_mlp\" "
+            "(a composite kind: declare it in $.modules)\n"
             "generator/descriptors/x.json: $.forward[2].bind.intermediate_size: unknown name 'ffn' in expression \"ffn\" "
             "(names: the family's fields and constants)\n");
 }

@@ -277,6 +277,78 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("store_kvcache", {{"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}}}), "store_kvcache_hkv8_d128_bf16");
 }
 
+TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
+  Params p = {{"hidden_size", int64_t{4096}}, {"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}},
+              {"head_dim", int64_t{128}}, {"qkv_bias", false}, {"qk_norm", false}, {"rms_norm_eps", 1e-05},
+              {"rotary_dim", int64_t{128}}, {"max_position", int64_t{131072}}, {"rope_theta", 500000.0},
+              {"is_neox_style", true}, {"scaling_type", std::string("llama3")}, {"scaling_factor", 8.0},
+              {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position", int64_t{8192}},
+              {"beta_fast", 0.0}, {"beta_slow", 0.0}, {"o_proj_bias", false}, {"intermediate_size", int64_t{14336}},
+              {"mlp_bias", false}, {"num_hidden_layers", int64_t{32}}, {"vocab_size", int64_t{128256}},
+              {"tie_word_embeddings", false}};
+  const std::string rope = "rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox";
+  EXPECT_EQ(name_of("qkv_rope_cache", p), "qkv_rope_cache_h4096_hq32_hkv8_d128_" + rope + "_nobias_bf16");
+  EXPECT_EQ(name_of("attention_o_proj", p), "attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16");
+  EXPECT_EQ(name_of("gate_up_silu", p), "gate_up_silu_h4096_i14336_nobias_bf16");
+  EXPECT_EQ(name_of("llama_mlp", p), "llama_mlp_h4096_i14336_nobias_bf16");
+  EXPECT_EQ(name_of("llama_attention", p), "llama_attention_h4096_hq32_hkv8_d128_" + rope + "_qkvnobias_onobias_bf16");
+  EXPECT_EQ(name_of("llama_decoder_layer", p),
+            "llama_decoder_layer_h4096_i14336_hq32_hkv8_d128_eps1e-05_" + rope + "_qkvnobias_onobias_mlpnobias_bf16");
+  EXPECT_EQ(name_of("llama_for_causal_lm", p),
+            "llama_for_causal_lm_l32_v128256_untied_h4096_i14336_hq32_hkv8_d128_eps1e-05_" + rope +
+                "_qkvnobias_onobias_mlpnobias_bf16");
+  // The q/k norm adds its epsilon where nothing else spells it; tied embeddings and biases are words.
+  p["qk_norm"] = true;
+  p["qkv_bias"] = true;
+  p["tie_word_embeddings"] = true;
+  p["scaling_type"] = std::string("none");
+  EXPECT_EQ(name_of("qkv_rope_cache", p),
+            "qkv_rope_cache_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_none_neox_bias_qknorm_eps1e-05_bf16");
+  EXPECT_EQ(name_of("llama_attention", p),
+            "llama_attention_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_none_neox_qkvbias_onobias_qknorm_eps1e-05_bf16");
+  EXPECT_EQ(name_of("llama_for_causal_lm", p),
+            "llama_for_causal_lm_l32_v128256_tied_h4096_i14336_hq32_hkv8_d128_eps1e-05_rot128_pos131072_base500000_none_neox_"
+            "qkvbias_onobias_mlpnobias_qknorm_bf16");
+}
+
+TEST(TaskKinds, ClassNamesAndSlots) {
+  std::map<std::string, std::string> l1 = {
+      {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"},
+      {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"},
+      {"vocab_parallel_embedding", "VocabParallelEmbedding"}, {"qkv_parallel_linear", "QKVParallelLinear"},
+      {"merged_column_parallel_linear", "MergedColumnParallelLinear"}, {"row_parallel_linear", "RowParallelLinear"},
+      {"parallel_lm_head", "ParallelLMHead"}, {"flash_attn_prefill", "FlashAttnPrefill"},
+      {"flash_attn_decode", "FlashAttnDecode"}, {"store_kvcache", "StoreKVCache"}};
+  std::vector<std::string> names;
+  for (const auto& [kind, cls] : l1) {
+    names.push_back(kind);
+    EXPECT_EQ(find_kind(kind)->class_name, cls) << kind;
+    EXPECT_EQ(find_kind(kind)->level, 1) << kind;
+    EXPECT_TRUE(find_kind(kind)->slots.empty()) << kind;
+  }
+  EXPECT_EQ(kind_names(false), names);
+  std::set<std::string> classes;
+  for (const auto& k : kind_names(false)) classes.insert(find_kind(k)->class_name);
+  for (const auto& k : kind_names(true)) classes.insert(find_kind(k)->class_name);
+  std::map<std::string, std::vector<std::string>> slots;
+  for (const auto& k : kind_names(true)) {
+    EXPECT_GT(find_kind(k)->level, 1) << k;
+    for (const auto& s : find_kind(k)->slots) {
+      slots[k].push_back(s.name + (s.fallback.empty() ? "" : "?"));
+      EXPECT_TRUE(classes.count(s.class_name)) << k << "." << s.name << ": " << s.class_name;
+    }
+  }
+  EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
+                       {"attention_o_proj", {"attn_prefill", "attn_decode", "o_proj"}},
+                       {"gate_up_silu", {"gate_up_proj", "act_fn"}},
+                       {"llama_attention", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
+                       {"llama_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
+                       {"llama_for_causal_lm", {"embed_tokens", "layers", "norm", "lm_head"}},
+                       {"llama_mlp", {"gate_up_proj", "act_fn", "down_proj"}},
+                       {"qkv_rope_cache", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write"}}}));
+  EXPECT_EQ(find_kind("qkv_rope_cache")->slots[1].fallback, "fk::tasks::NoQKNorm");
+}
+
 TEST(TaskNaming, LinearPlaceholders) {
   auto ph = find_kind("qkv_parallel_linear")
                 ->placeholders({{"hidden_size", int64_t{4096}}, {"head_size", int64_t{128}}, {"num_heads", int64_t{32}},
@@ -320,6 +392,18 @@ TEST(CaseRegistry, TokensAttentionAndLmHead) {
                                       "b8_kv32768", "b8_kv131072", "b32_kv1024", "b32_kv8192", "b32_kv32768",
                                       "b64_kv1024", "b64_kv8192"}));
   EXPECT_EQ(case_initializer(find_kind("flash_attn_prefill")->cases(attn)[4]), "{\"b4_s2048\", \"prefill\", {{\"batch\", 4}, {\"seq_len\", 2048}}}");
+}
+
+TEST(CaseRegistry, CompositeStepsClipToMaxPosition) {
+  Params p = {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}}, {"hidden_size", int64_t{64}},
+              {"o_proj_bias", false}, {"max_position", int64_t{32768}}};
+  EXPECT_EQ(case_names("attention_o_proj", p),
+            (std::vector<std::string>{"b1_kv2048", "b8_kv2048", "b32_kv2048", "b64_kv2048", "b1_s2048", "b8_s2048"}));
+  p["max_position"] = int64_t{1024};
+  EXPECT_EQ(case_names("attention_o_proj", p),
+            (std::vector<std::string>{"b1_kv1024", "b8_kv1024", "b32_kv1024", "b64_kv1024", "b1_s1024", "b8_s1024"}));
+  EXPECT_EQ(case_names("gate_up_silu", {{"hidden_size", int64_t{8}}, {"intermediate_size", int64_t{8}}, {"mlp_bias", false}}),
+            (std::vector<std::string>{"t1", "t8", "t32", "t64", "t256", "t1024", "t4096", "t16384"}));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// The dedupe pass: op instances of every model -> tasks named by their constants
-// (Note [Task naming]). Equal names merge (archs, configs and input cases are unioned); the same
-// name with different content is a hard error.
+// The dedupe pass: op instances and composite modules of every model -> tasks named by their
+// constants (Note [Task naming]). Equal names merge (archs, configs and input cases are unioned);
+// the same name with different content (composites: including different children) is a hard
+// error. A composite's child placeholders (Note [Composite kinds]) are built here, from the
+// tasks its children became.
 #pragma once
 
 #include <map>
@@ -13,7 +15,7 @@
 
 namespace fk::gen {
 
-/// One task: one generated source.
+/// One task: one generated header (Config + module class) and one source (registration).
 struct Task {
   std::string name;
   std::string kind;
@@ -21,7 +23,10 @@ struct Task {
   int level = 1;
   std::string production;
   std::string source;  ///< generated/L<level>/<name>.cu
+  std::string header;  ///< generated/L<level>/<name>.h
   std::string dtype;   ///< torch_dtype
+  /// Composite kinds: (slot, child task name), in slot order; empty name for an absent optional.
+  std::vector<std::pair<std::string, std::string>> children;
   /// Kind-specific placeholders (name -> C++ text), the task's content besides its identity.
   std::vector<std::pair<std::string, std::string>> placeholders;
   std::vector<ShapeCase> cases;  ///< union over configs, in registry order (Note [Case registry])
@@ -37,7 +42,8 @@ struct ModelTasks {
   std::string model_type;
   std::string descriptor_file;
   std::vector<std::pair<std::string, std::string>> ops;  ///< (op name, task name), forward order
-  std::set<std::string> tasks;
+  std::vector<std::pair<std::string, std::string>> modules;  ///< (module name, task name), declaration order
+  std::set<std::string> tasks;  ///< of ops and modules
 };
 
 struct TaskSet {
@@ -45,8 +51,12 @@ struct TaskSet {
   std::vector<ModelTasks> models;     ///< sorted by id
 };
 
-/// The repository-relative source path of a task.
+/// The repository-relative source path of a task: generated/L<level>/<name>.cu
 std::string task_source(int level, const std::string& name);
+/// A task's header as generated sources include it (relative to generated/): L<level>/<name>.h
+std::string task_include(int level, const std::string& name);
+/// The repository-relative header path of a task: generated/ + task_include(level, name)
+std::string task_header(int level, const std::string& name);
 
 /// Builds the task set; a name clash with different content is reported to `diag`.
 TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag);

@@ -45,6 +45,26 @@ struct ForwardItem {
   std::vector<OpStep> layer_ops;     ///< with the variable `layer` bound to 0..repeat-1
 };
 
+/// One child of a composite module: a slot of its kind bound to a role (docs/descriptors.md).
+struct ChildRef {
+  std::string slot;
+  std::string role;       ///< an op role of the forward pass, or an earlier module's op ("?" stripped)
+  bool optional = false;  ///< the role was written with a trailing "?"
+  bool module = false;    ///< `role` names an earlier module
+};
+
+/// One composite module (`modules`): instantiated once per model from the L1 ops and earlier
+/// modules (Note [Composite kinds] in fk/gen/kinds.h).
+struct ModuleStep {
+  std::string op;                    ///< the module's name, e.g. self_attn
+  std::string kind;                  ///< a composite kind
+  bool layer_scope = false;          ///< `scope`: "layer" (roles of the layer loop) or "model"
+  std::vector<ChildRef> children;    ///< in the kind's slot order
+  std::optional<Expr> when;          ///< `if`: the module exists only where true
+  std::map<std::string, Expr> bind;  ///< kind parameter -> expression
+  std::string json_path;             ///< for messages, e.g. $.modules[2]
+};
+
 /// One model_type the family covers.
 struct ModelTypeEntry {
   std::string model_type;
@@ -63,6 +83,7 @@ struct Descriptor {
   std::map<std::string, Expr> constants;
   std::vector<Check> checks;
   std::vector<ForwardItem> forward;
+  std::vector<ModuleStep> modules;  ///< declaration order: children before parents
 };
 
 /// Names that `rope_scaling` exposes to expressions when a family consumes it:

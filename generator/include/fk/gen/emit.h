@@ -1,7 +1,8 @@
-// The emit pass: tasks -> file contents (task sources from templates, plus the manifest).
-// Templates bind constants only; the engine (kainjow mustache, HTML escaping off) is wrapped so
-// that a placeholder the template uses but the generator does not provide, and a provided
-// placeholder the template never uses, are both errors naming the template and the placeholder.
+// The emit pass: tasks -> file contents (per task a header and a source from the kind's two
+// templates, plus the manifest). Templates bind constants only; the engine (kainjow mustache,
+// HTML escaping off) is wrapped so that a placeholder a template uses but the generator does not
+// provide is an error naming that template, and a provided placeholder that neither template of
+// the kind uses is an error naming both (the pair is one contract).
 #pragma once
 
 #include <functional>
@@ -24,15 +25,21 @@ using TemplateLoader = std::function<std::optional<std::string>(const std::strin
 /// Placeholder -> value, in the order documented.
 using Bindings = std::vector<std::pair<std::string, std::string>>;
 
-/// Renders `text` (the template at `template_path`) with `values`; appends problems (invalid
-/// template, unknown placeholder, unused placeholder) to `diag` and returns nullopt on any.
-std::optional<std::string> render_template(const std::string& template_path, const std::string& text,
-                                           const Bindings& values, Diagnostics& diag);
+/// A template's repository-relative path and text.
+struct TemplateText {
+  std::string path;
+  std::string text;
+};
 
-/// templates/<name>.cu.mustache
-std::string template_path(const std::string& template_name);
+/// Renders each of `files` with `values`, in order; appends problems (invalid template, a
+/// placeholder unknown to one file, a placeholder no file uses) to `diag` and returns nullopt on any.
+std::optional<std::vector<std::string>> render_templates(const std::vector<TemplateText>& files, const Bindings& values,
+                                                         Diagnostics& diag);
 
-/// Every placeholder a task's template receives (common ones first, then the kind's).
+/// The kind's templates, header first: templates/<name>.h.mustache, templates/<name>.cu.mustache.
+std::vector<std::string> template_paths(const std::string& template_name);
+
+/// Every placeholder a task's templates receive (common ones first, then the kind's).
 Bindings task_bindings(const Task& t);
 
 /// The `@generated` banner for a task (several `//` lines, no trailing newline).

@@ -8,8 +8,16 @@
 // the dtype suffix is bf16/f16/f32. Only KindSpec::name builds names; nothing else may.
 //
 // Descriptors decide *which* kinds a forward pass uses and which config values feed each
-// parameter; this table decides how a kind is named, what its template receives and which
+// parameter; this table decides how a kind is named, what its templates receive and which
 // input cases (Note [Case registry]) it is benchmarked on.
+//
+// Note [Composite kinds]
+// A kind of level >= 2 composes other tasks: its slots (KindSpec::slots) hold child modules,
+// which a descriptor's `modules` entry binds to ops of the L1 forward pass or to earlier
+// modules (docs/descriptors.md, "modules"). Its own parameters are constants like an L1 kind's;
+// its children are part of its content (dedupe: the same name with other children is an error)
+// but not of its name, which spells the constants the children are built from. Its template
+// receives, per slot, the child's C++ type and task name, and the child headers to include.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +58,22 @@ struct ShapeCase {
   std::vector<int64_t> order;
 };
 
+/// A slot of a composite kind (Note [Composite kinds]).
+struct SlotSpec {
+  std::string name;        ///< e.g. qkv_proj; placeholders <name>_t and <name>_task
+  std::string class_name;  ///< the module class a child must have, e.g. QKVParallelLinear
+  /// C++ type used when an optional role is absent (e.g. fk::tasks::NoQKNorm); empty: the
+  /// slot must always have a child.
+  std::string fallback;
+};
+
 /// The fixed facts of one task kind.
 struct KindSpec {
   std::string kind;           ///< e.g. fused_add_rms_norm
-  std::string template_name;  ///< templates/<template_name>.cu.mustache
+  std::string template_name;  ///< templates/<template_name>.h.mustache + .cu.mustache
   int level = 1;
+  std::string class_name;     ///< the task's module class, e.g. RMSNorm
+  std::vector<SlotSpec> slots;  ///< composite kinds only, in placeholder order
   std::vector<ParamSpec> params;
   /// Task name from params and dtype suffix (Note [Task naming]).
   std::function<std::string(const Params&, const std::string& dtype_suffix)> name;
@@ -66,8 +85,8 @@ struct KindSpec {
 
 /// The kind named `kind`; nullptr when unknown.
 const KindSpec* find_kind(const std::string& kind);
-/// All kind names, sorted.
-std::vector<std::string> kind_names();
+/// Names of the L1 kinds (composite = false) or of the composite kinds (true), sorted.
+std::vector<std::string> kind_names(bool composite);
 
 /// dtype suffix for names: bfloat16 -> bf16, float16 -> f16, float32 -> f32.
 std::string dtype_suffix(const std::string& torch_dtype);

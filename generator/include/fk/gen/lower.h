@@ -1,6 +1,15 @@
 // The lower pass: walk the descriptor's forward pass for one resolved config, producing the
 // ordered op instances with stable names (`embed_tokens`, `blk.<i>.<role>`, `norm`, `lm_head`)
-// and fully bound, type-checked kind parameters.
+// and fully bound, type-checked kind parameters; then the composite modules (`modules`), once
+// per model, with every child resolved to an op instance or an earlier module.
+//
+// Note [Last-layer roles]
+// A layer-scope module is instantiated once, not per layer, so each of its roles must pick one
+// layer's op: the last layer's, `blk.<n-1>.<role>` with n the loop's repeat count. Layer 0 is
+// the exception in the Llama family (input_layernorm is rms_norm there, fused_add_rms_norm
+// after; both have the class RMSNorm), so the last layer is the representative one. A role
+// whose op does not exist in the last layer (its `if` is false there) is absent: an optional
+// role ("qk_norm?") then gets its slot's fallback type, a required one is an error.
 #pragma once
 
 #include <optional>
@@ -20,6 +29,17 @@ struct OpInstance {
   Params params;      ///< every parameter of the kind, typed (kFloat always double)
 };
 
+/// One composite module of one model (Note [Composite kinds] in fk/gen/kinds.h).
+struct ModuleInstance {
+  std::string name;  ///< the module's op, e.g. self_attn
+  const KindSpec* kind = nullptr;
+  std::string dtype;
+  Params params;
+  /// (slot, child): the child's op name (blk.31.qkv_proj, norm) or module name; empty when an
+  /// optional role is absent. In the kind's slot order.
+  std::vector<std::pair<std::string, std::string>> children;
+};
+
 /// One architecture, lowered.
 struct LoweredModel {
   std::string id;
@@ -27,6 +47,7 @@ struct LoweredModel {
   std::string model_type;
   std::string descriptor_file;
   std::vector<OpInstance> ops;  ///< forward-pass order
+  std::vector<ModuleInstance> modules;  ///< declaration order (children before parents)
 };
 
 std::optional<LoweredModel> lower(const ResolvedConfig& cfg, Diagnostics& diag);

@@ -1,6 +1,6 @@
 // The write pass: the only code that modifies the disk. Writes a file only when its bytes change
-// (so mtimes and incremental builds stay quiet), removes stale task sources listed in the
-// previous manifest, and refuses to touch anything when an error was recorded earlier.
+// (so mtimes and incremental builds stay quiet), removes stale task headers and sources listed in
+// the previous manifest, and refuses to touch anything when an error was recorded earlier.
 #pragma once
 
 #include <filesystem>
@@ -25,8 +25,8 @@ struct CheckResult {
   bool clean() const { return stale.empty() && missing.empty() && extra.empty(); }
 };
 
-/// `source` entries of root/generated/manifest.json (empty when absent or unreadable).
-std::vector<std::string> previous_sources(const std::filesystem::path& root);
+/// `header` and `source` entries of root/generated/manifest.json, sorted (empty when absent or unreadable).
+std::vector<std::string> previous_outputs(const std::filesystem::path& root);
 
 /// Writes `tree` under `root`. Does nothing when `diag` already holds errors.
 WriteResult write_outputs(const std::filesystem::path& root, const OutputTree& tree, Diagnostics& diag);

@@ -22,6 +22,7 @@
 #include "fk/tasks/harness.h"
 #include "fk/tasks/linear.h"
 #include "fk/tasks/reference_ops.h"
+#include "fk/tasks/rotary_embedding.h"
 
 namespace fk::tasks {
 
@@ -332,8 +333,8 @@ template <class Module, class Cfg, bool kDown> class MlpInstance final : public 
     return v;
   }
   std::vector<CheckedOutput> reference(int s) override {
-    Tensor act = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias));
-    Tensor ref = kDown ? ref::linear(act, module_.down_proj.weight, module_.down_proj.bias) : act;
+    Tensor ref = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias));
+    if constexpr (kDown) ref = ref::linear(ref, module_.down_proj.weight, module_.down_proj.bias);
     return {{"out", out_[s], to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
@@ -350,6 +351,14 @@ template <class Module, class Cfg, bool kDown> class MlpInstance final : public 
   std::vector<Tensor> x_, out_;
 };
 
+/// Cfg::intermediate_size where the kind has one (the decoder layer), else 0.
+template <class Cfg, class = void> struct IntermediateOf {
+  static constexpr int64_t value = 0;
+};
+template <class Cfg> struct IntermediateOf<Cfg, std::void_t<decltype(Cfg::intermediate_size)>> {
+  static constexpr int64_t value = Cfg::intermediate_size;
+};
+
 enum class AttnKind { kQKVRopeCache, kAttentionOProj, kLlamaAttention, kDecoderLayer };
 
 /// qkv_rope_cache, attention_o_proj, llama_attention (L2) and llama_decoder_layer (L3) over one
@@ -362,7 +371,7 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
     const int64_t t = step_.tokens(), b = step_.meta.num_seqs;
     const double cache_bytes = 2.0 * b * step_.max_len * Hkv * D * sizeof(T);
     const double act_bytes = double(t) * (H * 4 + (Hq + 2 * Hkv) * D * 4) * sizeof(T) +
-                             (kKind == AttnKind::kDecoderLayer ? 3.0 * t * Cfg::intermediate_size * 2 * sizeof(T) : 0.0);
+                             3.0 * t * IntermediateOf<Cfg>::value * 2 * sizeof(T);
     require_device_memory(cache_bytes + 2 * act_bytes, "attention step (KV cache and activations)");
     collect_params();
     allocate_kv_cache<Cfg>(attn(), b, step_.max_len);
@@ -456,7 +465,7 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
       case AttnKind::kAttentionOProj: flops = attn_flops + o_flops; bytes += kv_read + t * ((Hq + 2 * Hkv) * D + H) * es; break;
       case AttnKind::kLlamaAttention: flops = qkv_flops + attn_flops + o_flops; bytes += kv_read + t * 2 * (H + Hkv * D) * es; break;
       case AttnKind::kDecoderLayer:
-        flops = qkv_flops + attn_flops + o_flops + 6 * t * H * Cfg::intermediate_size;
+        flops = qkv_flops + attn_flops + o_flops + 6 * t * H * IntermediateOf<Cfg>::value;
         bytes += kv_read + t * (4 * H + 2 * Hkv * D) * es;
         break;
     }

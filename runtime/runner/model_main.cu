@@ -314,7 +314,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     for (const auto& j : rows) {
       const std::string mode = j["mode"];
       f << "| " << o.arch << " | " << j["layers"] << " | " << mode << " | " << j["batch"] << " | "
-        << (mode == "prefill" ? j["seq_len"] : j.value("prompt_len", int64_t(0))) << " | "
+        << (mode == "prefill" ? j["seq_len"].get<int64_t>() : j.value("prompt_len", int64_t(0))) << " | "
         << (j.contains("graph") ? (j["graph"].get<bool>() ? "yes" : "no") : "-") << " | "
         << std::fixed << std::setprecision(2) << (mode == "prefill" ? j["ms"].get<double>() : j.value("ms_per_step", 0.0))
         << " | " << std::setprecision(1) << j["tokens_per_s"].get<double>() << " | " << std::setprecision(2)

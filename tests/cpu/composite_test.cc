@@ -1,0 +1,288 @@
+// Composite kinds (Note [Composite kinds] in fk/gen/kinds.h): the descriptor's `modules` lowered
+// for the four real configs (children resolved per config, Note [Last-layer roles], optional
+// qk_norm, sharing across configs), their placeholders and manifest entries, the dedupe error for
+// a same-named composite with other children, and every descriptor error of `modules`
+// (tests/fixtures/bad_descriptors/).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "fk/gen/pipeline.h"
+#include "test_util.h"
+
+namespace fk::gen {
+namespace {
+
+using namespace fk::gen::testing;
+
+const Generation& real() {
+  static const Generation g = [] {
+    Diagnostics diag;
+    Generation out = run_pipeline(source_dir(), discover_configs(source_dir(), diag), /*emit_outputs=*/false, diag);
+    EXPECT_TRUE(diag.ok()) << diag.text();
+    return out;
+  }();
+  return g;
+}
+
+const ModelTasks& model(const std::string& id) {
+  for (const auto& m : real().tasks.models)
+    if (m.id == id) return m;
+  throw std::runtime_error("no model " + id);
+}
+
+std::map<std::string, std::string> modules(const std::string& id) {
+  const auto& m = model(id).modules;
+  return {m.begin(), m.end()};
+}
+
+std::map<std::string, std::string> children(const std::string& task) {
+  const auto& c = real().tasks.tasks.at(task).children;
+  return {c.begin(), c.end()};
+}
+
+std::map<std::string, std::string> placeholders(const std::string& task) {
+  const auto& p = real().tasks.tasks.at(task).placeholders;
+  return {p.begin(), p.end()};
+}
+
+const char* kLlama = "meta-llama/Llama-3.1-8B-Instruct";
+const char* kMistral = "mistralai/Mistral-7B-Instruct-v0.3";
+const char* kQwen2 = "Qwen/Qwen2.5-7B-Instruct";
+const char* kQwen3 = "Qwen/Qwen3-8B";
+
+TEST(Composites, ModulesInDeclarationOrder) {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : model(kLlama).modules) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"self_attn.qkv_rope_cache", "self_attn.attention_o_proj", "mlp.gate_up_silu",
+                                             "mlp", "self_attn", "layer", "model"}));
+  for (const auto& [_, task] : model(kLlama).modules) EXPECT_TRUE(model(kLlama).tasks.count(task)) << task;
+}
+
+TEST(Composites, LlamaChildrenUseTheLastLayer) {
+  auto m = modules(kLlama);
+  const std::string attn =
+      "llama_attention_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox_qkvnobias_onobias_bf16";
+  const std::string layer =
+      "llama_decoder_layer_h4096_i14336_hq32_hkv8_d128_eps1e-05_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox_"
+      "qkvnobias_onobias_mlpnobias_bf16";
+  EXPECT_EQ(m["self_attn"], attn);
+  EXPECT_EQ(m["layer"], layer);
+  EXPECT_EQ(m["model"],
+            "llama_for_causal_lm_l32_v128256_untied_h4096_i14336_hq32_hkv8_d128_eps1e-05_rot128_pos131072_base500000_llama3_"
+            "f8_lf1_hf4_omp8192_neox_qkvnobias_onobias_mlpnobias_bf16");
+  EXPECT_EQ(m["self_attn.qkv_rope_cache"],
+            "qkv_rope_cache_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox_nobias_bf16");
+  EXPECT_EQ(m["self_attn.attention_o_proj"], "attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16");
+  EXPECT_EQ(children(attn), (std::map<std::string, std::string>{
+                                {"qkv_proj", "qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16"},
+                                {"qk_norm", ""},
+                                {"rotary_emb", "rotary_embedding_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox_hq32_hkv8_bf16"},
+                                {"kv_cache_write", "store_kvcache_hkv8_d128_bf16"},
+                                {"attn_prefill", "flash_attn_prefill_hq32_hkv8_d128_causal_bf16"},
+                                {"attn_decode", "flash_attn_decode_hq32_hkv8_d128_bf16"},
+                                {"o_proj", "row_parallel_linear_k4096_n4096_nobias_bf16"}}));
+  // Layer 0's input_layernorm is rms_norm; the module takes layer 31's (Note [Last-layer roles]).
+  EXPECT_EQ(children(layer), (std::map<std::string, std::string>{{"input_layernorm", "fused_add_rms_norm_h4096_eps1e-05_bf16"},
+                                                                 {"self_attn", attn},
+                                                                 {"post_attention_layernorm", "fused_add_rms_norm_h4096_eps1e-05_bf16"},
+                                                                 {"mlp", "llama_mlp_h4096_i14336_nobias_bf16"}}));
+  EXPECT_EQ(children(m["model"]), (std::map<std::string, std::string>{{"embed_tokens", "vocab_parallel_embedding_v128256_h4096_bf16"},
+                                                                      {"layers", layer},
+                                                                      {"norm", "fused_add_rms_norm_h4096_eps1e-05_bf16"},
+                                                                      {"lm_head", "parallel_lm_head_v128256_h4096_bf16"}}));
+  EXPECT_EQ(children(m["mlp"]), (std::map<std::string, std::string>{
+                                    {"gate_up_proj", "merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16"},
+                                    {"act_fn", "silu_and_mul_i14336_bf16"},
+                                    {"down_proj", "row_parallel_linear_k14336_n4096_nobias_bf16"}}));
+}
+
+TEST(Composites, QkNormOnlyForQwen3) {
+  for (const char* id : {kLlama, kMistral, kQwen2, kQwen3}) {
+    auto m = modules(id);
+    bool qwen3 = std::string(id) == kQwen3;
+    for (const char* mod : {"self_attn", "self_attn.qkv_rope_cache"}) {
+      std::string qk = children(m[mod]).at("qk_norm");
+      EXPECT_EQ(qk, qwen3 ? "qk_norm_hq32_hkv8_d128_eps1e-06_bf16" : "") << id << " " << mod;
+      auto ph = placeholders(m[mod]);
+      EXPECT_EQ(ph["qk_norm_t"], qwen3 ? "fk::generated::qk_norm_hq32_hkv8_d128_eps1e_06_bf16::QKNorm" : "fk::tasks::NoQKNorm");
+      EXPECT_EQ(ph["qk_norm_task"], qwen3 ? "qk_norm_hq32_hkv8_d128_eps1e-06_bf16" : "none");
+      EXPECT_EQ(ph["qk_norm"], qwen3 ? "true" : "false");
+      // rms_norm_eps only matters with the q/k norm (Note [Composite kinds]).
+      EXPECT_EQ(ph["rms_norm_eps"], qwen3 ? "1e-06" : "0") << id;
+    }
+  }
+  EXPECT_EQ(modules(kQwen3)["self_attn"],
+            "llama_attention_h4096_hq32_hkv8_d128_rot128_pos40960_base1000000_none_neox_qkvnobias_onobias_qknorm_eps1e-06_bf16");
+  EXPECT_EQ(modules(kQwen2)["self_attn.qkv_rope_cache"],
+            "qkv_rope_cache_h3584_hq28_hkv4_d128_rot128_pos32768_base1000000_none_neox_bias_bf16");
+}
+
+TEST(Composites, LlamaAndMistralShareTheMlp) {
+  for (const char* name : {"llama_mlp_h4096_i14336_nobias_bf16", "gate_up_silu_h4096_i14336_nobias_bf16"}) {
+    EXPECT_EQ(real().tasks.tasks.at(name).archs, (std::set<std::string>{kLlama, kMistral})) << name;
+    EXPECT_EQ(modules(kLlama)[std::string(name).rfind("llama_mlp", 0) == 0 ? "mlp" : "mlp.gate_up_silu"], name);
+  }
+  EXPECT_EQ(real().tasks.tasks.at("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16").archs,
+            (std::set<std::string>{kLlama, kMistral, kQwen3}));
+}
+
+TEST(Composites, LevelsPathsAndNameLength) {
+  std::map<std::string, int> levels = {{"qkv_rope_cache", 2},      {"attention_o_proj", 2}, {"gate_up_silu", 2},
+                                       {"llama_mlp", 2},           {"llama_attention", 2},  {"llama_decoder_layer", 3},
+                                       {"llama_for_causal_lm", 4}};
+  int composites = 0;
+  for (const auto& [name, t] : real().tasks.tasks) {
+    EXPECT_LT(name.size(), 200u) << name;
+    EXPECT_EQ(t.header, "generated/L" + std::to_string(t.level) + "/" + name + ".h");
+    EXPECT_EQ(t.source, "generated/L" + std::to_string(t.level) + "/" + name + ".cu");
+    if (t.level == 1) continue;
+    ++composites;
+    EXPECT_EQ(t.level, levels.at(t.kind)) << name;
+  }
+  EXPECT_EQ(composites, 24);  // 7 per config, minus 4 shared (2 MLPs, 1 attention_o_proj x2)
+}
+
+TEST(Composites, PlaceholdersPerKind) {
+  auto keys = [](const std::string& task) {
+    std::vector<std::string> out;
+    for (const auto& [k, _] : real().tasks.tasks.at(task).placeholders) out.push_back(k);
+    return out;
+  };
+  EXPECT_EQ(keys("llama_mlp_h4096_i14336_nobias_bf16"),
+            (std::vector<std::string>{"includes", "gate_up_proj_t", "gate_up_proj_task", "act_fn_t", "act_fn_task", "down_proj_t",
+                                      "down_proj_task", "hidden_size", "intermediate_size", "mlp_bias"}));
+  EXPECT_EQ(keys("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16"),
+            (std::vector<std::string>{"includes", "attn_prefill_t", "attn_prefill_task", "attn_decode_t", "attn_decode_task",
+                                      "o_proj_t", "o_proj_task", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
+                                      "o_proj_bias"}));
+  auto mlp = placeholders("llama_mlp_h4096_i14336_nobias_bf16");
+  EXPECT_EQ(mlp["includes"],
+            "#include \"L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h\"\n"
+            "#include \"L1/silu_and_mul_i14336_bf16.h\"\n"
+            "#include \"L1/row_parallel_linear_k14336_n4096_nobias_bf16.h\"");
+  EXPECT_EQ(mlp["down_proj_t"], "fk::generated::row_parallel_linear_k14336_n4096_nobias_bf16::RowParallelLinear");
+  EXPECT_EQ(mlp["mlp_bias"], "false");
+  // One include per distinct child: both norms of the layer are the same task.
+  auto layer = placeholders(modules(kMistral)["layer"]);
+  EXPECT_EQ(layer["includes"],
+            "#include \"L1/fused_add_rms_norm_h4096_eps1e-05_bf16.h\"\n"
+            "#include \"L2/llama_attention_h4096_hq32_hkv8_d128_rot128_pos32768_base1000000_none_neox_qkvnobias_onobias_bf16.h\"\n"
+            "#include \"L2/llama_mlp_h4096_i14336_nobias_bf16.h\"");
+  EXPECT_EQ(layer["rms_norm_eps"], "1e-05");
+  EXPECT_EQ(layer["rope_theta"], "1000000");
+  EXPECT_EQ(layer["scaling_type"], "fk::tasks::RopeScaling::kNone");
+  auto lm = placeholders(modules(kLlama)["model"]);
+  EXPECT_EQ(lm["layers_t"],
+            "fk::generated::llama_decoder_layer_h4096_i14336_hq32_hkv8_d128_eps1e_05_rot128_pos131072_base500000_llama3_f8_lf1_"
+            "hf4_omp8192_neox_qkvnobias_onobias_mlpnobias_bf16::LlamaDecoderLayer");
+  EXPECT_EQ(lm["num_hidden_layers"], "32");
+  EXPECT_EQ(lm["tie_word_embeddings"], "false");
+  EXPECT_EQ(lm["scaling_type"], "fk::tasks::RopeScaling::kLlama3");
+  EXPECT_EQ(lm["original_max_position"], "8192");
+}
+
+TEST(Composites, Cases) {
+  auto names = [](const std::string& task) {
+    std::vector<std::string> out;
+    for (const auto& c : real().tasks.tasks.at(task).cases) out.push_back(c.name);
+    return out;
+  };
+  EXPECT_EQ(names(modules(kLlama)["model"]),
+            (std::vector<std::string>{"b1_kv2048", "b8_kv2048", "b32_kv2048", "b64_kv2048", "b1_s2048", "b8_s2048"}));
+  EXPECT_EQ(names("llama_mlp_h4096_i14336_nobias_bf16"),
+            (std::vector<std::string>{"t1", "t8", "t32", "t64", "t256", "t1024", "t4096", "t16384"}));
+  const auto& c = real().tasks.tasks.at("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16").cases;
+  EXPECT_EQ(case_initializer(c.at(3)), "{\"b64_kv2048\", \"decode\", {{\"batch\", 64}, {\"kv_len\", 2048}}}");
+  EXPECT_EQ(case_initializer(c.at(5)), "{\"b8_s2048\", \"prefill\", {{\"batch\", 8}, {\"seq_len\", 2048}}}");
+}
+
+TEST(Composites, Manifest) {
+  auto j = nlohmann::json::parse(manifest_json(real().tasks));
+  const nlohmann::json* llama = nullptr;
+  for (const auto& a : j["archs"])
+    if (a["id"] == kLlama) llama = &a;
+  ASSERT_TRUE(llama);
+  ASSERT_EQ((*llama)["modules"].size(), 7u);
+  EXPECT_EQ((*llama)["modules"][3], (nlohmann::json{{"name", "mlp"}, {"task", "llama_mlp_h4096_i14336_nobias_bf16"}}));
+  std::set<std::string> tasks = (*llama)["tasks"].get<std::set<std::string>>();
+  EXPECT_TRUE(tasks.count("llama_mlp_h4096_i14336_nobias_bf16"));
+  std::string attn = modules(kLlama)["self_attn"];
+  for (const auto& t : j["tasks"]) {
+    EXPECT_EQ(t["header"], t["source"].get<std::string>().substr(0, t["source"].get<std::string>().size() - 3) + ".h");
+    EXPECT_EQ(t.contains("children"), t["level"] > 1) << t["name"];
+    if (t["name"] != attn) continue;
+    EXPECT_TRUE(t["children"]["qk_norm"].is_null());
+    EXPECT_EQ(t["children"]["o_proj"], "row_parallel_linear_k4096_n4096_nobias_bf16");
+    EXPECT_EQ(t["templates"], (nlohmann::json{"templates/llama_attention.h.mustache", "templates/llama_attention.cu.mustache"}));
+  }
+}
+
+// --- dedupe: same composite name, other children -------------------------------------------------
+LoweredModel mlp_model(const std::string& id, bool down_bias) {
+  LoweredModel m;
+  m.id = id;
+  m.file = "hf_configs/" + id + "/config.json";
+  m.model_type = "llama";
+  m.descriptor_file = "generator/descriptors/llama.json";
+  m.ops = {{"blk.0.gate_up_proj", find_kind("merged_column_parallel_linear"), "bfloat16",
+            {{"input_size", int64_t{64}}, {"n0", int64_t{128}}, {"n1", int64_t{128}}, {"bias", false}}},
+           {"blk.0.act_fn", find_kind("silu_and_mul"), "bfloat16", {{"intermediate_size", int64_t{128}}}},
+           {"blk.0.down_proj", find_kind("row_parallel_linear"), "bfloat16",
+            {{"input_size", int64_t{128}}, {"output_size", int64_t{64}}, {"bias", down_bias}}}};
+  m.modules = {{"mlp", find_kind("llama_mlp"), "bfloat16",
+                {{"hidden_size", int64_t{64}}, {"intermediate_size", int64_t{128}}, {"mlp_bias", false}},
+                {{"gate_up_proj", "blk.0.gate_up_proj"}, {"act_fn", "blk.0.act_fn"}, {"down_proj", "blk.0.down_proj"}}}};
+  return m;
+}
+
+TEST(Composites, SameNameOtherChildrenIsAnError) {
+  Diagnostics ok;
+  TaskSet set = dedupe({mlp_model("org/a", false), mlp_model("org/b", false)}, ok);
+  ASSERT_TRUE(ok.ok()) << ok.text();
+  EXPECT_EQ(set.tasks.at("llama_mlp_h64_i128_nobias_bf16").archs, (std::set<std::string>{"org/a", "org/b"}));
+  // The name spells the constants, not the children: a down_proj with a bias is other content.
+  Diagnostics diag;
+  dedupe({mlp_model("org/a", false), mlp_model("org/b", true)}, diag);
+  EXPECT_EQ(diag.text(),
+            "task llama_mlp_h64_i128_nobias_bf16: same name, different content: child down_proj = "
+            "row_parallel_linear_k128_n64_nobias_bf16 from hf_configs/org/a/config.json (mlp) vs child down_proj = "
+            "row_parallel_linear_k128_n64_bias_bf16 from hf_configs/org/b/config.json (mlp); a task name must spell every "
+            "constant it inlines (Note [Task naming] in generator/include/fk/gen/kinds.h)\n");
+}
+
+// --- descriptor errors of `modules` (tests/fixtures/bad_descriptors/README.md) -------------------
+std::vector<std::string> bad_descriptor_names() {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(fixtures() / "bad_descriptors"))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class BadDescriptor : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BadDescriptor, ReportsExactMessage) {
+  const std::string name = GetParam();
+  const fs::path expected = fixtures() / "bad_descriptors" / (name + ".expected");
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  auto descriptor = nlohmann::json::parse(slurp(source_dir() / "generator" / "descriptors" / "llama.json"));
+  auto overrides = nlohmann::json::parse(slurp(fixtures() / "bad_descriptors" / (name + ".json")));
+  for (const auto& [key, value] : overrides.items()) descriptor[key] = value;
+  spit(tmp.path() / "generator" / "descriptors" / "llama.json", descriptor.dump(2));
+  Diagnostics diag;
+  run_pipeline(tmp.path(), discover_configs(tmp.path(), diag), /*emit_outputs=*/false, diag);
+  ASSERT_FALSE(diag.ok()) << name << " was accepted";
+  if (update_golden()) spit(expected, diag.text());
+  ASSERT_TRUE(fs::exists(expected)) << "missing " << expected;
+  EXPECT_EQ(diag.text(), slurp(expected));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BadDescriptor, ::testing::ValuesIn(bad_descriptor_names()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace fk::gen
