@@ -48,7 +48,7 @@ class AttentionOProj {
 
   /// HF transformers names under `prefix` (e.g. "model.layers.0.self_attn.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) {
-    fk::tasks::add_linear(out, o_proj, {std::make_pair(prefix + "o_proj", Config::hidden_size)});
+    fk::tasks::add_linear(out, o_proj, {fk::tasks::Part(prefix + "o_proj", Config::hidden_size)});
   }
 
   AttnPrefill attn_prefill;

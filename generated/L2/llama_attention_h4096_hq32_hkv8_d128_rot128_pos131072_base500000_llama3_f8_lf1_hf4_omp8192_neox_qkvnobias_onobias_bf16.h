@@ -69,14 +69,14 @@ class LlamaAttention {
                        Config::max_position, Config::qkv_bias, Config::o_proj_bias) {}
 
   fk::Tensor forward(const fk::Tensor& positions, const fk::Tensor& hidden_states) {
-    auto [q, k, v] = fk::tasks::qkv_rope_cache_forward<Config>(*this, positions, hidden_states);
-    return fk::tasks::attention_o_proj_forward<Config>(*this, q, k, v);
+    std::tuple<fk::Tensor, fk::Tensor, fk::Tensor> qkv = fk::tasks::qkv_rope_cache_forward<Config>(*this, positions, hidden_states);
+    return fk::tasks::attention_o_proj_forward<Config>(*this, std::get<0>(qkv), std::get<1>(qkv), std::get<2>(qkv));
   }
 
   /// HF transformers names under `prefix` (e.g. "model.layers.0.self_attn.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) {
     fk::tasks::add_qkv_params<Config>(out, *this, prefix);
-    fk::tasks::add_linear(out, o_proj, {std::make_pair(prefix + "o_proj", Config::hidden_size)});
+    fk::tasks::add_linear(out, o_proj, {fk::tasks::Part(prefix + "o_proj", Config::hidden_size)});
   }
 
   QKVProj qkv_proj;

@@ -62,10 +62,14 @@ class LlamaDecoderLayer {
       residual = hidden_states;
       hidden_states = input_layernorm.forward(hidden_states);
     } else {
-      std::tie(hidden_states, residual) = input_layernorm.forward(hidden_states, residual);
+      std::tuple<fk::Tensor, fk::Tensor> normed = input_layernorm.forward(hidden_states, residual);
+      hidden_states = std::get<0>(normed);
+      residual = std::get<1>(normed);
     }
     hidden_states = self_attn.forward(positions, hidden_states);
-    std::tie(hidden_states, residual) = post_attention_layernorm.forward(hidden_states, residual);
+    std::tuple<fk::Tensor, fk::Tensor> normed = post_attention_layernorm.forward(hidden_states, residual);
+    hidden_states = std::get<0>(normed);
+    residual = std::get<1>(normed);
     hidden_states = mlp.forward(hidden_states);
     return {hidden_states, residual};
   }

@@ -65,11 +65,12 @@ class LlamaModel {
     fk::Tensor hidden_states = embed_tokens.forward(input_ids);
     fk::Tensor residual;
     for (size_t i = 0; i < layers.size(); ++i) {
-      std::tie(hidden_states, residual) = layers[i].forward(positions, hidden_states, residual);
+      std::tuple<fk::Tensor, fk::Tensor> out = layers[i].forward(positions, hidden_states, residual);
+      hidden_states = std::get<0>(out);
+      residual = std::get<1>(out);
       fk::tasks::call_layer_hook(static_cast<int>(i), hidden_states, residual);
     }
-    std::tie(hidden_states, residual) = norm.forward(hidden_states, residual);
-    return hidden_states;
+    return std::get<0>(norm.forward(hidden_states, residual));
   }
 
   EmbedTokens embed_tokens;
@@ -98,7 +99,7 @@ class LlamaForCausalLM {
     for (size_t i = 0; i < model.layers.size(); ++i) model.layers[i].named_parameters("model.layers." + std::to_string(i) + ".", out);
     fk::tasks::add_norm(out, model.norm, "model.norm");
     if constexpr (!Config::tie_word_embeddings) {
-      fk::tasks::add_linear(out, lm_head, {std::make_pair(std::string("lm_head"), Config::vocab_size)});
+      fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
     }
   }
 

@@ -39,7 +39,12 @@ std::tuple<Tensor, Tensor, Tensor> qkv_rope_cache_forward(M& m, const Tensor& po
   const AttnMetadata& meta = forward_context();
   Tensor qkv = std::get<0>(m.qkv_proj.forward(hidden_states));
   Tensor q = qkv.narrow_last(0, q_size), k = qkv.narrow_last(q_size, kv_size), v = qkv.narrow_last(q_size + kv_size, kv_size);
-  if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) std::tie(q, k) = m.qk_norm.forward(q, k);
+  if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
+    // std::get rather than std::tie / structured bindings: nvcc with g++ 13 mis-mangles those.
+    std::tuple<Tensor, Tensor> qk = m.qk_norm.forward(q, k);
+    q = std::get<0>(qk);
+    k = std::get<1>(qk);
+  }
   m.rotary_emb.forward(positions, q, k);
   m.kv_cache_write.forward(k, v, m.k_cache, m.v_cache, meta.slot_mapping);
   return {q, k, v};
@@ -102,9 +107,11 @@ inline void init_param(const NamedParam& p, uint64_t seed) {
   fill_normal(t, mix_seed(seed, name_hash(p.name)), p.init_mean, p.init_std);
 }
 
+/// (HF parameter name, rows) of one part of a fused weight.
+using Part = std::pair<std::string, int64_t>;
+
 /// A linear layer as one HF parameter per row range: parts = {(name, rows), ...}.
-template <class L>
-void add_linear(ParamList& out, L& lin, const std::vector<std::pair<std::string, int64_t>>& parts) {
+template <class L> void add_linear(ParamList& out, L& lin, const std::vector<Part>& parts) {
   const int64_t k = lin.weight.size(1);
   const float std = 1.f / std::sqrt(static_cast<float>(k));
   int64_t row = 0;
@@ -125,17 +132,17 @@ template <class N> void add_qk_norm(ParamList& out, N& n, const std::string& pre
   }
 }
 template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
-  add_linear(out, m.qkv_proj, {{prefix + "q_proj", Cfg::num_heads * Cfg::head_dim},
-                               {prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim},
-                               {prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim}});
+  add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
+                               Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
+                               Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)});
   add_qk_norm(out, m.qk_norm, prefix);
 }
 template <class M, class = void> struct has_down_proj : std::false_type {};
 template <class M> struct has_down_proj<M, std::void_t<decltype(std::declval<M&>().down_proj)>> : std::true_type {};
 
 template <class Cfg, class M> void add_mlp_params(ParamList& out, M& m, const std::string& prefix) {
-  add_linear(out, m.gate_up_proj, {{prefix + "gate_proj", Cfg::intermediate_size}, {prefix + "up_proj", Cfg::intermediate_size}});
-  if constexpr (has_down_proj<M>::value) add_linear(out, m.down_proj, {{prefix + "down_proj", Cfg::hidden_size}});
+  add_linear(out, m.gate_up_proj, {Part(prefix + "gate_proj", Cfg::intermediate_size), Part(prefix + "up_proj", Cfg::intermediate_size)});
+  if constexpr (has_down_proj<M>::value) add_linear(out, m.down_proj, {Part(prefix + "down_proj", Cfg::hidden_size)});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,9 +195,9 @@ template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
 
 template <class Cfg, class A>
 Tensor ref_llama_attention(A& a, const RefMeta& rm, const Tensor& positions, const Tensor& h) {
-  auto [q, k, v] = ref_qkv_rope_cache<Cfg>(a, positions, h);
-  ref_store<Cfg>(a, k, v);
-  return ref_attention_o_proj<Cfg>(a, rm, q, k, v);
+  std::tuple<Tensor, Tensor, Tensor> qkv = ref_qkv_rope_cache<Cfg>(a, positions, h);
+  ref_store<Cfg>(a, std::get<1>(qkv), std::get<2>(qkv));
+  return ref_attention_o_proj<Cfg>(a, rm, std::get<0>(qkv), std::get<1>(qkv), std::get<2>(qkv));
 }
 
 /// LlamaDecoderLayer reference: (hidden_states, residual) -> (hidden_states, residual).
@@ -199,13 +206,17 @@ std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tenso
                                             const Tensor& residual) {
   Tensor x, res;
   if (residual.defined()) {
-    std::tie(x, res) = ref::add_rms_norm(h, residual, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+    std::pair<Tensor, Tensor> n = ref::add_rms_norm(h, residual, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+    x = n.first;
+    res = n.second;
   } else {
     res = h;
     x = ref::rms_norm(h, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
   }
   Tensor attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
-  std::tie(x, res) = ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
+  std::pair<Tensor, Tensor> n = ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
+  x = n.first;
+  res = n.second;
   return {ref_mlp(l.mlp, x), res};
 }
 
@@ -418,15 +429,15 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);
     if constexpr (kKind == AttnKind::kQKVRopeCache) {
-      auto [q, k, v] = module_.forward(step_.positions, x_);
-      out_ = {q, k, v};
+      std::tuple<Tensor, Tensor, Tensor> qkv = module_.forward(step_.positions, x_);
+      out_ = {std::get<0>(qkv), std::get<1>(qkv), std::get<2>(qkv)};
     } else if constexpr (kKind == AttnKind::kAttentionOProj) {
       out_ = {module_.forward(q_, k_, v_)};
     } else if constexpr (kKind == AttnKind::kLlamaAttention) {
       out_ = {module_.forward(step_.positions, x_)};
     } else {
-      auto [h, r] = module_.forward(step_.positions, x_, res_);
-      out_ = {h, r};
+      std::tuple<Tensor, Tensor> hr = module_.forward(step_.positions, x_, res_);
+      out_ = {std::get<0>(hr), std::get<1>(hr)};
     }
   }
   std::vector<Tensor> inputs(int) override {
@@ -440,17 +451,17 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
     const Tolerance tol = composite_tolerance(dtype_of<T>, 1.0, 0.01);
     const RefMeta& rm = step_.host;
     if constexpr (kKind == AttnKind::kQKVRopeCache) {
-      auto [q, k, v] = ref_qkv_rope_cache<Cfg>(module_, step_.positions, x_);
-      return {{"q", contiguous_rows(out_[0]), to_f32(q), tol},
-              {"k", contiguous_rows(out_[1]), to_f32(k), tol},
-              {"v", contiguous_rows(out_[2]), to_f32(v), tol}};
+      std::tuple<Tensor, Tensor, Tensor> qkv = ref_qkv_rope_cache<Cfg>(module_, step_.positions, x_);
+      return {{"q", contiguous_rows(out_[0]), to_f32(std::get<0>(qkv)), tol},
+              {"k", contiguous_rows(out_[1]), to_f32(std::get<1>(qkv)), tol},
+              {"v", contiguous_rows(out_[2]), to_f32(std::get<2>(qkv)), tol}};
     } else if constexpr (kKind == AttnKind::kAttentionOProj) {
       return {{"out", out_[0], to_f32(ref_attention_o_proj<Cfg>(module_, rm, q_, k_, v_)), tol}};
     } else if constexpr (kKind == AttnKind::kLlamaAttention) {
       return {{"out", out_[0], to_f32(ref_llama_attention<Cfg>(module_, rm, step_.positions, x_)), tol}};
     } else {
-      auto [h, r] = ref_decoder_layer<Cfg>(module_, rm, step_.positions, x0_, res0_);
-      return {{"hidden_states", out_[0], to_f32(h), tol}, {"residual", out_[1], to_f32(r), tol}};
+      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(module_, rm, step_.positions, x0_, res0_);
+      return {{"hidden_states", out_[0], to_f32(hr.first), tol}, {"residual", out_[1], to_f32(hr.second), tol}};
     }
   }
   Cost cost() const override {
@@ -535,7 +546,11 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     ForwardContextGuard ctx(&step_.meta);
     auto& m = model_->model;
     Tensor h = ref::embedding(ids_, m.embed_tokens.weight), res;
-    for (auto& layer : m.layers) std::tie(h, res) = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
+    for (auto& layer : m.layers) {
+      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
+      h = hr.first;
+      res = hr.second;
+    }
     Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
     Tensor logits = ref::linear(gather_last(normed), model_->lm_head.weight, model_->lm_head.bias);
     return {{"logits", logits_, to_f32(logits), composite_tolerance(dtype_of<T>, 1.0, 0.02)}};
