@@ -104,7 +104,9 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
 /// vLLM linear layers (bias fused into the GEMM), the logits tensor for ParallelLMHead.
 template <class Cfg> auto linear_result(const Tensor& output) {
   if constexpr (Cfg::returns_bias) {
-    return std::make_tuple(output, Tensor());
+    // Spelled out, not std::make_tuple: nvcc (EDG) would then name std::tuple<Tensor, Tensor> as
+    // tuple<__remove_cv(const Tensor), ...> in host code, which g++ 13 rejects.
+    return std::tuple<Tensor, Tensor>(output, Tensor());
   } else {
     return output;
   }

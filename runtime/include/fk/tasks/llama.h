@@ -40,7 +40,6 @@ std::tuple<Tensor, Tensor, Tensor> qkv_rope_cache_forward(M& m, const Tensor& po
   Tensor qkv = std::get<0>(m.qkv_proj.forward(hidden_states));
   Tensor q = qkv.narrow_last(0, q_size), k = qkv.narrow_last(q_size, kv_size), v = qkv.narrow_last(q_size + kv_size, kv_size);
   if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
-    // std::get rather than std::tie / structured bindings: nvcc with g++ 13 mis-mangles those.
     std::tuple<Tensor, Tensor> qk = m.qk_norm.forward(q, k);
     q = std::get<0>(qk);
     k = std::get<1>(qk);
