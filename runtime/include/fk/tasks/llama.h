@@ -299,6 +299,23 @@ inline Tolerance composite_tolerance(DType d, double typical_abs, double rel_l2)
   return t;
 }
 
+/// Tolerance for the logits of a whole model of `layers` decoder layers against the composite
+/// reference. Both sides round to bf16 at the same points but accumulate in different orders;
+/// those differences compound like a random walk over the layers, so the bounds grow with
+/// sqrt(layers): relative L2 <= 0.01 sqrt(L) and |err| <= 0.05 sqrt(L) + 5% (logits are O(1) by
+/// Note [Seeded weights]). For scale: HF transformers' own bf16 run is 0.4-0.9% from its fp32 run
+/// at 4 layers (docs/parity.md), i.e. ~0.0045 sqrt(L); two such independent bf16 runs differ by
+/// ~sqrt(2) of that, 0.036 at 32 layers, measured 0.022-0.032 (H100, 2026-11-22). One decoder
+/// layer (L3) is held to 0.01.
+inline Tolerance depth_tolerance(size_t layers) {
+  const double r = std::sqrt(static_cast<double>(std::max<size_t>(layers, 1)));
+  Tolerance t;
+  t.atol = 0.05 * r;
+  t.rtol = 0.05;
+  t.max_rel_l2 = 0.01 * r;
+  return t;
+}
+
 /// Parameter bytes of a parameter list.
 inline double param_bytes(const ParamList& ps) {
   double b = 0;
@@ -552,7 +569,7 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     }
     Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
     Tensor logits = ref::linear(gather_last(normed), model_->lm_head.weight, model_->lm_head.bias);
-    return {{"logits", logits_, to_f32(logits), composite_tolerance(dtype_of<T>, 1.0, 0.02)}};
+    return {{"logits", logits_, to_f32(logits), depth_tolerance(model_->model.layers.size())}};
   }
   Cost cost() const override {
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;

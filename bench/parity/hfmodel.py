@@ -1,0 +1,195 @@
+"""Shared helpers: build a HuggingFace transformers model from the repo's hf_configs/ (no
+network), load weights strictly from a safetensors file written per the fk_model contract, and
+capture the residual stream after each decoder layer.
+
+Used by bench/parity/hf_parity.py, bench/parity/fake_fk_model.py and
+bench/peers/hf_llama_perf.py.
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+DEFAULT_ARCHS = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "mistralai/Mistral-7B-Instruct-v0.3",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen3-8B",
+)
+
+sys.path.insert(0, HERE)  # st.py beside this file
+
+
+class SetupError(RuntimeError):
+    """Usage / environment problem (exit code 2)."""
+
+
+class WeightsError(RuntimeError):
+    """The weights file does not match the model (a contract failure of the producer)."""
+
+
+def config_root(arg=None):
+    return arg or os.environ.get("FK_CONFIG_ROOT") or DEFAULT_CONFIG_ROOT
+
+
+def config_path(arch, root=None):
+    root = config_root(root)
+    p = os.path.join(root, arch, "config.json")
+    if not os.path.isfile(p):
+        have = []
+        if os.path.isdir(root):
+            for org in sorted(os.listdir(root)):
+                d = os.path.join(root, org)
+                if os.path.isdir(d):
+                    have += [f"{org}/{m}" for m in sorted(os.listdir(d))
+                             if os.path.isfile(os.path.join(d, m, "config.json"))]
+        raise SetupError(f"config not found: {p} (arch {arch!r}; available under {root}: "
+                         f"{', '.join(have) or 'none'})")
+    return p
+
+
+def load_config(arch, layers=None, root=None):
+    """transformers config for `arch` from <root>/<arch>/config.json, num_hidden_layers
+    overridden. Built with AutoConfig.for_model from the JSON dict: nothing touches the hub."""
+    from transformers import AutoConfig
+
+    with open(config_path(arch, root)) as f:
+        d = json.load(f)
+    mt = d.pop("model_type", None)
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    full = int(d["num_hidden_layers"])
+    n = full if layers is None else int(layers)
+    if not 1 <= n <= full:
+        raise SetupError(f"{arch}: --layers {n} out of range 1..{full}")
+    d["num_hidden_layers"] = n
+    if isinstance(d.get("layer_types"), list):
+        d["layer_types"] = d["layer_types"][:n]
+    for k in ("torch_dtype", "dtype", "transformers_version", "architectures"):
+        d.pop(k, None)
+    cfg = AutoConfig.for_model(mt, **d)
+    cfg.architectures = None
+    return cfg
+
+
+def build_model(cfg, dtype, device, attn="sdpa"):
+    """Model with random init, built directly on `device` (fast on GPU, no CPU copy)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device(device):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
+    m.eval()
+    m.requires_grad_(False)
+    return m
+
+
+def check_and_load(model, weights, tied=None):
+    """Loads `weights` (name -> tensor) into `model` strictly. Missing/unexpected names, shape
+    mismatches and non-bf16 tensors are WeightsError. With tied embeddings the file has no
+    lm_head.weight; it is taken from model.embed_tokens.weight (and must not be present)."""
+    if tied is None:
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    sd = model.state_dict()
+    expected = set(sd)
+    have = set(weights)
+    problems = []
+    if tied:
+        expected.discard("lm_head.weight")
+        if "lm_head.weight" in have:
+            problems.append("lm_head.weight present although tie_word_embeddings is true")
+            have.discard("lm_head.weight")
+    missing = sorted(expected - have)
+    unexpected = sorted(have - expected)
+    if missing:
+        problems.append(f"missing {len(missing)}: {missing[:6]}{' ...' if len(missing) > 6 else ''}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)}: {unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}")
+    for k in sorted(expected & have):
+        w = weights[k]
+        if tuple(w.shape) != tuple(sd[k].shape):
+            problems.append(f"{k}: shape {tuple(w.shape)} != expected {tuple(sd[k].shape)}")
+        if w.dtype != torch.bfloat16:
+            problems.append(f"{k}: dtype {w.dtype}, contract says bf16")
+    if problems:
+        raise WeightsError("weights do not match the model: " + "; ".join(problems))
+    full = dict(weights)
+    if tied:
+        full["lm_head.weight"] = weights["model.embed_tokens.weight"]
+    model.load_state_dict(full, strict=True)
+    if tied and model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+def random_weights(model, seed, std=None):
+    """Seeded random bf16 weights with HF names (used by the fake fk_model and the perf peer
+    when no weights file is given). Norm weights 1 + 0.1 N(0,1), biases 0.1 N(0,1), embeddings
+    N(0,1), other matrices N(0, 1/fan_in) (or N(0, std) when std is given). Generated on CPU in
+    sorted-name order so the values do not depend on the device."""
+    g = torch.Generator().manual_seed(int(seed))
+    out = {}
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    for name, p in sorted(model.state_dict().items()):
+        if tied and name == "lm_head.weight":
+            continue
+        shape = tuple(p.shape)
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=g)
+        elif name == "model.embed_tokens.weight":
+            t = torch.randn(shape, generator=g)
+        else:
+            s = std if std is not None else shape[-1] ** -0.5
+            t = s * torch.randn(shape, generator=g)
+        out[name] = t.to(torch.bfloat16)
+    return out
+
+
+class LayerCapture:
+    """Forward hooks on model.model.layers[i]; stores each layer's output hidden states (the
+    residual stream after the layer). transformers 5 returns a tensor, 4.x a tuple (take [0])."""
+
+    def __init__(self, model, keep=None):
+        self.outs = {}
+        self.keep = keep  # slice over the sequence dim, or None for all
+        self.handles = [layer.register_forward_hook(self._hook(i))
+                        for i, layer in enumerate(model.model.layers)]
+
+    def _hook(self, i):
+        def fn(_mod, _inp, out):
+            h = out[0] if isinstance(out, (tuple, list)) else out
+            h = h[0] if h.dim() == 3 else h
+            if self.keep is not None:
+                h = h[self.keep]
+            self.outs[i] = h.detach().float()
+        return fn
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def set_fp32_exact():
+    """fp32 means fp32: no TF32 in matmuls or convolutions."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def versions():
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def slug(arch):
+    return arch.replace("/", "__")
