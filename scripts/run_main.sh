@@ -5,7 +5,10 @@
 #
 #   scripts/run_main.sh [fk_bench filters, e.g. --arch Llama --case '^t(1|4096)$']
 #
-# Results: out/bench/results.{jsonl,md}, out/bench/peers.jsonl, out/bench/report.md.
+# Results: out/bench/results.{jsonl,md}, out/bench/peers.jsonl, out/bench/report.md; then the
+# whole Llama-3.1-8B (fk_model: decode/prefill tokens/s, memory) in out/bench/model.{jsonl,md}
+# and, where torch + transformers are installed, HF transformers parity of the four configs
+# (4 layers) in out/bench/parity/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -41,7 +44,7 @@ fi
 # The manifest may have changed: reconfigure so the build sees it, then compile every task.
 cmake --preset "$preset" -DFK_BUILD_TESTS=OFF >/dev/null
 log "compile the generated task set"
-cmake --build --preset "$preset" -j "$jobs" --target fk_bench
+cmake --build --preset "$preset" -j "$jobs" --target fk_bench fk_model
 "$bin/fk_bench" --list
 
 if [ "$have_gpu" = 0 ]; then
@@ -65,5 +68,18 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 else
   log "torch with CUDA not available: peers skipped"
 fi
-log "results in $out (fk_bench exit code $rc)"
-exit $rc
+log "whole model: Llama-3.1-8B throughput and memory (fk_model --bench)"
+set +e
+"$bin/fk_model" --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl "$out/model.jsonl" --markdown "$out/model.md"
+rc_model=$?
+rc_parity=0
+if python3 -c 'import torch, transformers; assert torch.cuda.is_available()' 2>/dev/null; then
+  log "HF transformers parity of every config (4 layers)"
+  python3 bench/parity/hf_parity.py --all --layers 4 --fk-model "$bin/fk_model" --out "$out/parity"
+  rc_parity=$?
+else
+  log "torch/transformers with CUDA not available: HF parity skipped"
+fi
+set -e
+log "results in $out (fk_bench exit code $rc, fk_model $rc_model, parity $rc_parity)"
+[ "$rc" = 0 ] && [ "$rc_model" = 0 ] && [ "$rc_parity" = 0 ]
