@@ -14,7 +14,9 @@
 
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -62,6 +64,32 @@ inline Shape linear_out_shape(const Tensor& x, int64_t n) {
   s.back() = n;
   return s;
 }
+/// The memoised GEMM choices of one linear shape at one M (Note [GEMM dispatch]).
+struct LinearChoice {
+  bool decided = false;       ///< use_lt measured (or forced by a bias)
+  bool gemv_decided = false;  ///< use_gemv measured (only where the GEMV applies)
+  bool use_lt = true;
+  bool use_gemv = false;
+};
+template <class Cfg> struct LinearChoices {
+  std::mutex mu;
+  std::unordered_map<int64_t, LinearChoice> by_m;  ///< key 2 * M + has_bias
+};
+template <class Cfg> LinearChoices<Cfg>& linear_choices() {
+  static LinearChoices<Cfg> c;
+  return c;
+}
+template <class Cfg> LinearChoice linear_choice(int64_t m, bool bias) {
+  auto& c = linear_choices<Cfg>();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto it = c.by_m.find(2 * m + bias);
+  return it == c.by_m.end() ? LinearChoice() : it->second;
+}
+template <class Cfg> void store_linear_choice(int64_t m, bool bias, const LinearChoice& ch) {
+  auto& c = linear_choices<Cfg>();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.by_m[2 * m + bias] = ch;
+}
 }  // namespace detail
 
 /// The production forward: out = x W^T (+ bias), a new tensor [..., out_features].
@@ -79,23 +107,45 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
   cudaStream_t st = current_stream();
   auto cublaslt = [&] { fk::kernels::gemm_cublaslt(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
   auto cublas = [&] { fk::kernels::gemm_cublas_default(y, N, x, ldx, w, b, m, N, K, detail::gemm_dtype<T>(), st); };
-  const std::string shape_key = std::string("linear_") + dtype_name(dtype_of<T>) + "_k" + std::to_string(K) + "_n" +
-                                std::to_string(N) + (b ? "_bias" : "_nobias") + "_m" + std::to_string(m);
-  // Library path: cuBLASLt's heuristic plan, or cublasGemmEx's own choice where that measured
-  // faster for this M (with a bias both are the cuBLASLt epilogue, so there is nothing to choose).
-  const bool use_lt = b != nullptr || fk::kernels::choose_faster(shape_key + " cublaslt|cublas", cublaslt, cublas, st);
-  auto lt = [&] { use_lt ? cublaslt() : cublas(); };
-  bool use_gemv = false;
-  if constexpr (fk::kernels::gemv_supported_k<K>()) {
-    if (fk::kernels::gemv_supported(m, N, x, ldx, w)) {
-      auto gv = [&] {
-        fk::kernels::gemv<K, T>(y, N, x, ldx, w, b, m, N, st);
-        FK_CHECK_LAUNCH();
-      };
-      use_gemv = fk::kernels::choose_faster(shape_key + " gemv|library", gv, lt, st, /*fallback=*/true);
-      if (use_gemv) gv();
+  // The measured choices (Note [GEMM dispatch]) are memoised per (Cfg, M, bias), so a call in
+  // steady state builds no key string; a choice made while capturing a graph is not memoised.
+  detail::LinearChoice ch = detail::linear_choice<Cfg>(m, b != nullptr);
+  const bool gemv_ok = [&] {
+    if constexpr (fk::kernels::gemv_supported_k<K>()) return fk::kernels::gemv_supported(m, N, x, ldx, w);
+    return false;
+  }();
+  if (!ch.decided || (gemv_ok && !ch.gemv_decided)) {
+    const std::string shape_key = std::string("linear_") + dtype_name(dtype_of<T>) + "_k" + std::to_string(K) + "_n" +
+                                  std::to_string(N) + (b ? "_bias" : "_nobias") + "_m" + std::to_string(m);
+    // Library path: cuBLASLt's heuristic plan, or cublasGemmEx's own choice where that measured
+    // faster for this M (with a bias both are the cuBLASLt epilogue, so there is nothing to choose).
+    ch.use_lt = b != nullptr || fk::kernels::choose_faster(shape_key + " cublaslt|cublas", cublaslt, cublas, st);
+    auto lt = [&] { ch.use_lt ? cublaslt() : cublas(); };
+    if constexpr (fk::kernels::gemv_supported_k<K>()) {
+      if (gemv_ok) {
+        auto gv = [&] {
+          fk::kernels::gemv<K, T>(y, N, x, ldx, w, b, m, N, st);
+          FK_CHECK_LAUNCH();
+        };
+        ch.use_gemv = fk::kernels::choose_faster(shape_key + " gemv|library", gv, lt, st, /*fallback=*/true);
+      }
+    }
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    FK_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
+    if (cap == cudaStreamCaptureStatusNone) {
+      ch.decided = true;
+      ch.gemv_decided = ch.gemv_decided || gemv_ok;
+      detail::store_linear_choice<Cfg>(m, b != nullptr, ch);
     }
   }
+  const bool use_gemv = gemv_ok && ch.use_gemv;
+  if constexpr (fk::kernels::gemv_supported_k<K>()) {
+    if (use_gemv) {
+      fk::kernels::gemv<K, T>(y, N, x, ldx, w, b, m, N, st);
+      FK_CHECK_LAUNCH();
+    }
+  }
+  auto lt = [&] { ch.use_lt ? cublaslt() : cublas(); };
   if (!use_gemv) lt();
   return out;
 }
