@@ -1,6 +1,9 @@
-// `fastkernels`: the generator's command line (parse, list, add, generate).
+// `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check).
 // All work happens in fk_generator_lib; this file maps verbs to passes and results to exit codes.
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <set>
 #include <filesystem>
 #include <iostream>
 #include <regex>
@@ -9,7 +12,11 @@
 
 #include "fk/gen/format.h"
 #include "fk/gen/pipeline.h"
+#include "fk/gen/scaffold.h"
 #include "fk/gen/write.h"
+#ifdef FK_HAVE_LIBTOOLING
+#include "check.h"
+#endif
 
 namespace fs = std::filesystem;
 using namespace fk::gen;
@@ -24,7 +31,11 @@ const char* kExitCodes =
     "  1  invalid input (config, descriptor, template, or a name clash); every problem is listed\n"
     "  2  usage error (bad command line)\n"
     "  3  `generate --check`: generated/ is out of date (stale, missing or extra files listed)\n"
-    "  4  I/O error (a file could not be read, written or removed)";
+    "  4  I/O error (a file could not be read, written or removed)\n"
+    "`scaffold`: 1 also when a candidate exists (pass --force) or no task matches.\n"
+    "`check` (docs/candidates.md): 0 interface matches and nothing suspicious; 1 INTERFACE_MISMATCH;\n"
+    "  2 usage error, task unknown, or built without Clang LibTooling; 3 COMPILE_ERROR (the candidate\n"
+    "  does not parse); 4 I/O error; 5 SUSPECT (interface matches, static flags raised)";
 
 int report(const Diagnostics& diag) {
   for (const auto& e : diag.errors()) std::cerr << e << "\n";
@@ -184,6 +195,102 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
   return cmd_generate(root, /*check=*/false);
 }
 
+int cmd_scaffold(const fs::path& root, const std::string& task, const std::string& arch, int level,
+                 const std::string& out_opt, bool force) {
+  std::string err;
+  auto tasks = read_manifest(root, &err);
+  if (!tasks) {
+    std::cerr << "fastkernels scaffold: " << err << "\n";
+    return kIo;
+  }
+  std::vector<const ManifestTask*> picked;
+  if (!task.empty()) {
+    const ManifestTask* t = find_task(*tasks, task);
+    if (!t) {
+      std::cerr << "fastkernels scaffold: unknown task " << json_quote(task) << "; close names:\n";
+      for (const auto& n : close_task_names(*tasks, task)) std::cerr << "  " << n << "\n";
+      return kInvalid;
+    }
+    if (level > 0 && t->level != level) {
+      std::cerr << "fastkernels scaffold: task " << t->name << " is level " << t->level << ", not " << level << "\n";
+      return kInvalid;
+    }
+    picked.push_back(t);
+  } else {
+    std::set<std::string> ids;
+    for (const auto& t : *tasks) ids.insert(t.archs.begin(), t.archs.end());
+    std::set<std::string> match;
+    if (ids.count(arch)) match.insert(arch);
+    else
+      for (const auto& id : ids)
+        if (id.find(arch) != std::string::npos) match.insert(id);
+    if (match.empty()) {
+      std::cerr << "fastkernels scaffold: no config matches --arch " << json_quote(arch) << "; configs:\n";
+      for (const auto& id : ids) std::cerr << "  " << id << "\n";
+      return kInvalid;
+    }
+    if (match.size() > 1) {
+      std::cerr << "fastkernels scaffold: --arch " << json_quote(arch) << " matches several configs (give the full id):\n";
+      for (const auto& id : match) std::cerr << "  " << id << "\n";
+      return kInvalid;
+    }
+    for (const auto& t : *tasks)
+      if (std::count(t.archs.begin(), t.archs.end(), *match.begin()) && (level <= 0 || t.level == level)) picked.push_back(&t);
+    if (picked.empty()) {
+      std::cerr << "fastkernels scaffold: config " << *match.begin() << " has no level " << level << " task\n";
+      return kInvalid;
+    }
+  }
+  const fs::path out_dir = out_opt.empty() ? root / "candidates" : fs::absolute(out_opt);
+  // Refuse before writing anything: a candidate is someone's work.
+  int existing = 0;
+  for (const auto* t : picked) {
+    fs::path p = scaffold_path(out_dir, *t);
+    if (fs::exists(p) && !force) {
+      std::cerr << display_path(root, p.string()) << ": candidate for task " << t->name
+                << " already exists; refusing to overwrite it (pass --force to replace it)\n";
+      ++existing;
+    }
+  }
+  if (existing) return kInvalid;
+  for (const auto* t : picked) {
+    auto header = read_text(root / t->header);
+    if (!header) {
+      std::cerr << t->header << ": cannot read (task " << t->name << ")\n";
+      return kIo;
+    }
+    fs::path p = scaffold_path(out_dir, *t);
+    std::error_code ec;
+    fs::create_directories(p.parent_path(), ec);
+    std::ofstream o(p, std::ios::binary | std::ios::trunc);
+    o << scaffold_source(*t, *header);
+    if (!o.good()) {
+      std::cerr << p.string() << ": cannot write (task " << t->name << ")\n";
+      return kIo;
+    }
+    std::cout << "wrote    " << display_path(root, p.string()) << "\n";
+  }
+  std::cout << picked.size() << " candidate(s) scaffolded; next: edit them, then `fastkernels check <file>`\n";
+  return kOk;
+}
+
+int cmd_check(const fs::path& root, const std::string& candidate, const std::string& task, bool verbose) {
+#ifdef FK_HAVE_LIBTOOLING
+  fk::check::Options o;
+  o.root = root;
+  o.candidate = candidate;
+  o.task = task;
+  o.verbose = verbose;
+  return fk::check::run(o);
+#else
+  (void)root, (void)candidate, (void)task, (void)verbose;
+  std::cerr << "fastkernels check: this fastkernels was built without Clang LibTooling, so it cannot check "
+               "candidates.\n  Enable it: install llvm-14-dev libclang-14-dev clang-14 (scripts/setup.sh does, as root), "
+               "then reconfigure with -DFK_WITH_LIBTOOLING=ON (e.g. `cmake --preset default -DFK_WITH_LIBTOOLING=ON`).\n";
+  return kUsage;
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +326,27 @@ int main(int argc, char** argv) {
   gen->add_flag("--check", check, "Write nothing; exit 3 listing stale, missing or extra files if generated/ is out of date");
   gen->footer(kExitCodes);
 
+  auto* scaffold = app.add_subcommand("scaffold", "Write a candidate source (candidates/L<level>/<task>.cu) with the task's exact generated interface");
+  std::string sc_task, sc_arch, sc_out;
+  int sc_level = 0;
+  bool sc_force = false;
+  auto* sc_t = scaffold->add_option("--task", sc_task, "Task name (or its namespace ident), as `fastkernels list --tasks` shows");
+  auto* sc_a = scaffold->add_option("--arch", sc_arch, "Every task of this config (org/model, or a unique part of it)");
+  sc_t->excludes(sc_a);
+  scaffold->add_option("--level", sc_level, "Only tasks of this level (1-4)")->check(CLI::Range(1, 4));
+  scaffold->add_option("--out", sc_out, "Output directory (default: <root>/candidates)");
+  scaffold->add_flag("--force", sc_force, "Overwrite existing candidates");
+  scaffold->footer(kExitCodes);
+
+  auto* check_cmd = app.add_subcommand("check", "Check a candidate source statically (Clang LibTooling): interface vs the generated header, "
+                                                "and flags for baseline/vendor calls, extra streams, host timing, static caches");
+  std::string ck_file, ck_task;
+  bool ck_verbose = false;
+  check_cmd->add_option("candidate", ck_file, "The candidate .cu file")->required();
+  check_cmd->add_option("--task", ck_task, "Task name (default: from the candidate's namespace fk::generated::<ident>)");
+  check_cmd->add_flag("--verbose", ck_verbose, "Also print the parse command and diagnostics from included files");
+  check_cmd->footer(kExitCodes);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -235,5 +363,13 @@ int main(int argc, char** argv) {
   if (*parse) return cmd_parse(*root, parse_path);
   if (*list) return cmd_list(*root, list_tasks);
   if (*add) return cmd_add(*root, add_path, add_name);
+  if (*scaffold) {
+    if (sc_task.empty() && sc_arch.empty()) {
+      std::cerr << "fastkernels scaffold: pass --task <name> or --arch <config>\n";
+      return kUsage;
+    }
+    return cmd_scaffold(*root, sc_task, sc_arch, sc_level, sc_out, sc_force);
+  }
+  if (*check_cmd) return cmd_check(*root, ck_file, ck_task, ck_verbose);
   return cmd_generate(*root, check);
 }
