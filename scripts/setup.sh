@@ -2,6 +2,10 @@
 # Installs what FastKernels needs on a fresh Debian/Ubuntu machine, idempotently:
 #   Debian packages: cmake, g++, ninja, nlohmann-json3-dev, libcli11-dev, libkainjow-mustache-dev,
 #                    libgtest-dev, python3-pip (skipped when already installed or when not root);
+#                    and, for `fastkernels check` (optional: FK_WITH_LIBTOOLING), Clang LibTooling:
+#                    llvm-14-dev libclang-14-dev clang-14 + their link deps (skipped where the
+#                    distribution has no llvm-14 packages, e.g. the GPU machine; FK_SETUP_NO_CLANG=1
+#                    skips them too);
 #   PyPI: the nvidia-cudnn-frontend wheel, whose C++ headers are unpacked into .deps/ (nothing of
 #         it is committed). The header-only packages are also mirrored into .deps/include so the
 #         tree can be carried to a machine without them (the GPU machine has no network).
@@ -14,6 +18,11 @@ CUDNN_FRONTEND_VERSION="${CUDNN_FRONTEND_VERSION:-1.32.0}"
 log() { printf '[setup] %s\n' "$*"; }
 
 pkgs=(cmake g++ ninja-build nlohmann-json3-dev libcli11-dev libkainjow-mustache-dev libgtest-dev python3-pip unzip git)
+# Clang LibTooling for `fastkernels check` (optional): only where the distribution ships llvm-14
+# (Debian bookworm); elsewhere the build turns FK_WITH_LIBTOOLING off and `check` says so.
+if [ "${FK_SETUP_NO_CLANG:-0}" != 1 ] && command -v apt-cache >/dev/null 2>&1 && apt-cache show libclang-14-dev >/dev/null 2>&1; then
+  pkgs+=(llvm-14-dev libclang-14-dev clang-14 libffi-dev libncurses-dev zlib1g-dev libzstd-dev libxml2-dev libedit-dev)
+fi
 if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   missing=()
   for p in "${pkgs[@]}"; do
