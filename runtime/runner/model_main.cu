@@ -17,7 +17,6 @@
 #include <iomanip>
 #include <iostream>
 #include <random>
-#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -55,62 +54,9 @@ struct Options {
   std::string jsonl, markdown;
 };
 
-const char* st_dtype(fk::DType d) {
-  switch (d) {
-    case fk::DType::kBF16: return "BF16";
-    case fk::DType::kF16: return "F16";
-    case fk::DType::kF32: return "F32";
-    case fk::DType::kI32: return "I32";
-    case fk::DType::kI64: return "I64";
-    default: return "U8";
-  }
-}
-
-std::vector<uint8_t> host_bytes(const Tensor& t) {
-  FK_CHECK(t.is_contiguous(), "host_bytes: contiguous tensor expected, got " + t.str());
-  std::vector<uint8_t> b(t.nbytes());
-  FK_CUDA_CHECK(cudaDeviceSynchronize());
-  FK_CUDA_CHECK(cudaMemcpy(b.data(), t.data_ptr(), b.size(), cudaMemcpyDeviceToHost));
-  return b;
-}
-
-void add_tensor(fk::SafetensorsWriter& w, const std::string& name, const Tensor& t) {
-  const auto b = host_bytes(t);
-  w.add(name, st_dtype(t.dtype()), t.sizes(), b.data(), b.size());
-}
-
 template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
                                  const std::vector<T>& v) {
   w.add(name, dtype, std::move(shape), v.data(), v.size() * sizeof(T));
-}
-
-void save_weights(fk::CausalLM& m, const Options& o, const std::string& path) {
-  fk::SafetensorsWriter w;
-  for (const auto& p : m.named_parameters()) add_tensor(w, p.name, p.tensor);
-  w.set_metadata("arch", o.arch);
-  w.set_metadata("task", m.task_name());
-  w.set_metadata("layers", std::to_string(m.num_layers()));
-  w.set_metadata("seed", std::to_string(o.seed));
-  w.write(path);
-}
-
-void load_weights(fk::CausalLM& m, const std::string& path) {
-  auto f = fk::SafetensorsFile::open(path);
-  const auto params = m.named_parameters();
-  std::set<std::string> expected;
-  for (const auto& p : params) {
-    expected.insert(p.name);
-    if (!f.contains(p.name)) throw std::runtime_error(path + ": missing tensor " + p.name);
-    const auto& info = f.info(p.name);
-    if (info.dtype != st_dtype(p.tensor.dtype()) || info.shape != p.tensor.sizes())
-      throw std::runtime_error(path + ": tensor " + p.name + " is " + info.dtype + " with another shape; expected " +
-                               st_dtype(p.tensor.dtype()) + " " + p.tensor.str());
-    std::vector<uint8_t> b(info.nbytes());
-    f.read_into(p.name, b.data(), b.size());
-    FK_CUDA_CHECK(cudaMemcpy(p.tensor.data_ptr(), b.data(), b.size(), cudaMemcpyHostToDevice));
-  }
-  for (const auto& t : f.tensors())
-    if (!expected.count(t.name)) throw std::runtime_error(path + ": unexpected tensor " + t.name + " (not a parameter of " + m.task_name() + ")");
 }
 
 const fk::TaskInfo* find_model(const std::string& arch) {
@@ -156,7 +102,6 @@ int run_dump(fk::CausalLM& m, const Options& o) {
     fk::StreamGuard g(engine.stream());
     prefill_logits = fk::tasks::to_f32(logits);
   }
-  const auto prefill_logits_host = host_bytes(prefill_logits);
   for (int64_t s = 0; s < o.decode_steps; ++s) engine.decode_step(!o.no_graph);
   Tensor last;
   {
@@ -174,10 +119,10 @@ int run_dump(fk::CausalLM& m, const Options& o) {
   add_host(w, "input_ids", "I64", {total}, ids);
   add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
   for (int64_t i = 0; i < m.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {total, H}, layer_out[i]);
-  w.add("prefill.logits", "F32", {B, V}, prefill_logits_host.data(), prefill_logits_host.size());
+  fk::add_device_tensor(w, "prefill.logits", prefill_logits);
   add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
   add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
-  add_tensor(w, "decode.logits_last", last);
+  fk::add_device_tensor(w, "decode.logits_last", last);
   w.set_metadata("arch", o.arch);
   w.set_metadata("task", m.task_name());
   w.set_metadata("layers", std::to_string(m.num_layers()));
@@ -390,14 +335,15 @@ int main(int argc, char** argv) {
   try {
     std::unique_ptr<fk::CausalLM> model = task->make_model(o.layers);  // 0: the config's layer count
     if (!o.load_weights.empty()) {
-      load_weights(*model, o.load_weights);
+      fk::load_weights(*model, o.load_weights);
     } else {
       fk::tasks::init_params(model->named_parameters(), o.seed);
     }
     FK_CUDA_CHECK(cudaDeviceSynchronize());
     std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, "
               << std::fixed << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
-    if (!o.save_weights.empty()) save_weights(*model, o, o.save_weights);
+    if (!o.save_weights.empty())
+      fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
     int rc = fk::kExitOk;
     if (!o.dump.empty()) rc = run_dump(*model, o);
     if (rc == fk::kExitOk && o.bench) rc = run_bench(*model, o);

@@ -66,11 +66,6 @@ pick_and_advance_kernel(const T* __restrict__ logits, int64_t vocab, const int32
 
 __global__ void increment_kernel(int32_t* step) { *step += 1; }
 
-template <class T> __global__ void gather_rows_kernel(T* out, const T* in, const int32_t* rows, int64_t cols) {
-  const int64_t r = rows[blockIdx.x];
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = in[r * cols + c];
-}
-
 }  // namespace
 
 Engine::Engine(CausalLM& model, int64_t max_seqs, int64_t max_len, int64_t max_steps)
@@ -147,14 +142,7 @@ Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
     tasks::ForwardContextGuard ctx(&meta);
     hidden = model_.forward(input_ids, positions);
   }
-  const int64_t H = model_.hidden_size();
-  Tensor last_rows = to_device(last, {batch});
-  Tensor last_hidden = empty({batch, H}, hidden.dtype());
-  with_model_dtype(hidden.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    gather_rows_kernel<T><<<batch, 256, 0, stream_>>>(last_hidden.data<T>(), hidden.data<T>(), last_rows.data<int32_t>(), H);
-  });
-  FK_CHECK_LAUNCH();
+  Tensor last_hidden = tasks::gather_rows(hidden, to_device(last, {batch}));
   Tensor logits = model_.compute_logits(last_hidden);
   // Decode state: token 0 comes from these logits; the next step feeds it at position n.
   Tensor np = to_device(next_pos, {batch}), ns = to_device(next_slot, {batch}), nl = to_device(next_len, {batch});

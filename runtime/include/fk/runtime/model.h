@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,18 @@ class CausalLM {
   virtual Tensor forward(const Tensor& input_ids, const Tensor& positions) = 0;
   virtual Tensor compute_logits(const Tensor& hidden_states) = 0;
 };
+
+class SafetensorsWriter;
+
+/// The safetensors dtype string of a runtime dtype ("BF16", "F32", ...).
+const char* safetensors_dtype(DType d);
+/// Adds a (contiguous) device tensor to a safetensors writer; copies it to the host.
+void add_device_tensor(SafetensorsWriter& w, const std::string& name, const Tensor& t);
+/// Writes every parameter of `m` by its HF name, with "task" and "layers" and `metadata` in
+/// "__metadata__" (the weights file of docs/parity.md).
+void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
+/// Loads every parameter of `m` from a safetensors file: each name must be there with the
+/// parameter's dtype and shape, and the file may hold nothing else; errors name the file and tensor.
+void load_weights(CausalLM& m, const std::string& path);
 
 }  // namespace fk

@@ -58,4 +58,8 @@ void call_layer_hook(int layer, const Tensor& hidden_states, const Tensor& resid
 /// A contiguous copy of a 2-D view whose last dimension is dense (e.g. columns of the qkv output).
 Tensor contiguous_rows(const Tensor& t);
 
+/// Rows `rows` (i32, device) of x [T, C] -> [len(rows), C], e.g. the last token of each
+/// sequence before compute_logits (runtime/src/llama_glue.cu).
+Tensor gather_rows(const Tensor& x, const Tensor& rows);
+
 }  // namespace fk::tasks

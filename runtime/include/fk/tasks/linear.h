@@ -110,6 +110,7 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
   // The measured choices (Note [GEMM dispatch]) are memoised per (Cfg, M, bias), so a call in
   // steady state builds no key string; a choice made while capturing a graph is not memoised.
   detail::LinearChoice ch = detail::linear_choice<Cfg>(m, b != nullptr);
+  auto lt = [&] { ch.use_lt ? cublaslt() : cublas(); };
   const bool gemv_ok = [&] {
     if constexpr (fk::kernels::gemv_supported_k<K>()) return fk::kernels::gemv_supported(m, N, x, ldx, w);
     return false;
@@ -120,7 +121,6 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
     // Library path: cuBLASLt's heuristic plan, or cublasGemmEx's own choice where that measured
     // faster for this M (with a bias both are the cuBLASLt epilogue, so there is nothing to choose).
     ch.use_lt = b != nullptr || fk::kernels::choose_faster(shape_key + " cublaslt|cublas", cublaslt, cublas, st);
-    auto lt = [&] { ch.use_lt ? cublaslt() : cublas(); };
     if constexpr (fk::kernels::gemv_supported_k<K>()) {
       if (gemv_ok) {
         auto gv = [&] {
@@ -145,7 +145,6 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
       FK_CHECK_LAUNCH();
     }
   }
-  auto lt = [&] { ch.use_lt ? cublaslt() : cublas(); };
   if (!use_gemv) lt();
   return out;
 }

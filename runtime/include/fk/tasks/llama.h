@@ -591,9 +591,6 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   Tensor ids_, last_rows_, logits_;
 };
 
-/// Rows `rows` (i32, device) of x [T, C] -> [len(rows), C] (the last token of each sequence).
-Tensor gather_rows(const Tensor& x, const Tensor& rows);
-
 template <class Model, class Cfg> Tensor CausalLMInstance<Model, Cfg>::gather_last(const Tensor& hidden) const {
   return gather_rows(hidden, last_rows_);
 }
