@@ -1,4 +1,4 @@
-// `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check).
+// `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check, compare).
 // All work happens in fk_generator_lib; this file maps verbs to passes and results to exit codes.
 #include <algorithm>
 #include <cstdio>
@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fk/gen/compare.h"
 #include "fk/gen/format.h"
 #include "fk/gen/pipeline.h"
 #include "fk/gen/scaffold.h"
@@ -35,7 +36,9 @@ const char* kExitCodes =
     "`scaffold`: 1 also when a candidate exists (pass --force) or no task matches.\n"
     "`check` (docs/candidates.md): 0 interface matches and nothing suspicious; 1 INTERFACE_MISMATCH;\n"
     "  2 usage error, task unknown, or built without Clang LibTooling; 3 COMPILE_ERROR (the candidate\n"
-    "  does not parse); 4 I/O error; 5 SUSPECT (interface matches, static flags raised)";
+    "  does not parse); 4 I/O error; 5 SUSPECT (interface matches, static flags raised)\n"
+    "`compare`: 0 every candidate PASSED; 1 some candidate is not PASSED; 2 usage error, unreadable or\n"
+    "  malformed input (every problem listed, nothing written), or an output that cannot be written";
 
 int report(const Diagnostics& diag) {
   for (const auto& e : diag.errors()) std::cerr << e << "\n";
@@ -291,6 +294,42 @@ int cmd_check(const fs::path& root, const std::string& candidate, const std::str
 #endif
 }
 
+struct CompareArgs {
+  std::string dir, manifest, jsonl, markdown, scope = "all";
+  double tie_gap = 0.30;
+};
+
+int cmd_compare(const std::string& root_opt, const CompareArgs& a) {
+  namespace cmp = fk::gen::compare;
+  fs::path manifest = a.manifest;
+  if (manifest.empty()) {
+    auto root = root_or_complain(root_opt);
+    if (!root) return kUsage;
+    manifest = *root / "generated" / "manifest.json";
+  }
+  auto fail = [](const Diagnostics& diag) {
+    for (const auto& e : diag.errors()) std::cerr << e << "\n";
+    std::cerr << "fastkernels compare: " << diag.errors().size() << " error(s); nothing written\n";
+    return kUsage;
+  };
+  Diagnostics diag;
+  auto graph = cmp::load_manifest(manifest, diag);
+  auto session = cmp::load_session(a.dir, diag);
+  if (!diag.ok()) return fail(diag);
+  cmp::Options o;
+  o.tie_gap = a.tie_gap;
+  o.scope_level = a.scope == "all" ? 0 : a.scope[1] - '0';
+  const cmp::Report r = cmp::evaluate(*session, *graph, o, diag);
+  if (!diag.ok()) return fail(diag);
+  // Outputs only once every input was read and judged; each through a temporary file and a rename.
+  const fs::path cwd = fs::current_path();
+  if (!a.jsonl.empty()) write_if_changed(cwd, a.jsonl, cmp::render_jsonl(r), diag);
+  if (!a.markdown.empty()) write_if_changed(cwd, a.markdown, cmp::render_markdown(r), diag);
+  if (!diag.ok()) return fail(diag);
+  std::cout << cmp::render_terminal(r);
+  return r.all_passed() ? kOk : kInvalid;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -347,6 +386,19 @@ int main(int argc, char** argv) {
   check_cmd->add_flag("--verbose", ck_verbose, "Also print the parse command and diagnostics from included files");
   check_cmd->footer(kExitCodes);
 
+  auto* compare_cmd = app.add_subcommand("compare", "Judge a candidate benchmark session: per-candidate status, speedups, effect at "
+                                                    "higher levels, greedy-token check, end-to-end speedup, and the score "
+                                                    "(docs/candidates.md)");
+  CompareArgs cmp;
+  compare_cmd->add_option("results-dir", cmp.dir, "Session folder: baseline/ plus one <set>/status.json per candidate set")->required();
+  compare_cmd->add_option("--manifest", cmp.manifest, "Task manifest (default: <root>/generated/manifest.json)");
+  compare_cmd->add_option("--jsonl", cmp.jsonl, "Also write one JSON record per candidate, per family and for the score");
+  compare_cmd->add_option("--markdown", cmp.markdown, "Also write the tables as markdown");
+  compare_cmd->add_option("--scope", cmp.scope, "Levels the score counts (default: all)")->check(CLI::IsMember({"all", "L1", "L2", "L3", "L4"}));
+  compare_cmd->add_option("--tie-gap", cmp.tie_gap, "Greedy near-tie bound in logits (default 0.30, docs/parity.md)")
+      ->check(CLI::NonNegativeNumber);
+  compare_cmd->footer(kExitCodes);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -358,6 +410,7 @@ int main(int argc, char** argv) {
     return kUsage;
   }
 
+  if (*compare_cmd) return cmd_compare(root_opt, cmp);  // needs no repository with --manifest
   auto root = root_or_complain(root_opt);
   if (!root) return kInvalid;
   if (*parse) return cmd_parse(*root, parse_path);

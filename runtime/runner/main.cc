@@ -5,8 +5,10 @@
 //   fk_bench [filters] --jsonl r.jsonl --markdown r.md
 //   fk_bench --export-cases cases.json    selected tasks and cases as JSON (for the torch peers)
 //
-// Exit codes: 0 all selected cases passed; 1 a case failed (INCORRECT or RUNTIME_ERROR);
-// 2 usage error; 3 no CUDA device (for a run; --list and --dry-run work without one).
+// Exit codes: 0 all selected cases passed; 1 a case failed (INCORRECT, SUSPECT, RUNTIME_ERROR);
+// 2 usage error; 3 no CUDA device (for a run; --list and --dry-run work without one);
+// 4 a case ran past --case-timeout; 5 the CUDA context was lost (4 and 5 end the run after
+// writing that case's record: continue with --resume).
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -20,7 +22,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"fk_bench: check and time FastKernels generated tasks against references and production baselines"};
   app.footer(
-      "Exit codes: 0 all passed; 1 some case failed (INCORRECT/RUNTIME_ERROR); 2 usage error; 3 no CUDA device.");
+      "Exit codes: 0 all passed; 1 some case failed (INCORRECT/SUSPECT/RUNTIME_ERROR); 2 usage error; 3 no CUDA device;\n"
+      "4 a case timed out (--case-timeout); 5 CUDA context lost. After 4 or 5 rerun with --resume to continue.");
   fk::RunnerOptions opt;
   bool list = false, dry_run = false, no_time = false;
   std::string export_path;
@@ -37,6 +40,13 @@ int main(int argc, char** argv) {
   app.add_option("--target-ms", opt.timing.target_ms, "stop timing a case after this much measured time");
   app.add_flag("--graph", opt.graph, "also time CUDA-graph replays for launch-bound cases (< 50 us)");
   app.add_flag("--no-time", no_time, "check correctness only");
+  app.add_option("--case-timeout", opt.case_timeout_s,
+                 "seconds a case may take (check + timing); past it the case is TIMEOUT and the process ends "
+                 "with exit code 4 (rerun with --resume); 0 = no limit")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", opt.resume, "append to --jsonl, skipping the cases it already holds");
+  bool no_stream_check = false;
+  app.add_flag("--no-stream-check", no_stream_check, "skip the gated call that detects work on other streams");
   app.add_flag("--list", list, "list tasks and exit");
   app.add_flag("--dry-run", dry_run, "print the selected task × case plan and exit");
   app.add_option("--export-cases", export_path, "write the selected tasks and cases as JSON and exit");
@@ -47,6 +57,14 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : fk::kExitUsage;
   }
   opt.time = !no_time;
+  opt.stream_check = !no_stream_check;
+  if (opt.resume && opt.jsonl_path.empty()) {
+    std::cerr << "fk_bench: --resume needs --jsonl (the file to continue)\n";
+    return fk::kExitUsage;
+  }
+#ifdef FK_CANDIDATE_TASKS
+  opt.candidate_tasks = FK_CANDIDATE_TASKS;
+#endif
   {
     std::ostringstream cmd;
     for (int i = 0; i < argc; ++i) cmd << (i ? " " : "") << (i ? argv[i] : "fk_bench");

@@ -5,6 +5,7 @@
 //   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --layers 4 --save-weights w.safetensors \
 //            --dump d.safetensors --prompt-lens 7,33,64,128 --decode-steps 64
 //   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl r.jsonl --markdown r.md
+//   fk_model --arch Qwen/Qwen2.5-7B-Instruct --greedy g.json --decode-steps 64   (candidate comparison)
 //
 // The dump and weights formats are the contract with bench/parity/hf_parity.py (docs/parity.md).
 // Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -42,7 +44,7 @@ struct Options {
   std::string arch;
   int64_t layers = 0;
   uint64_t seed = 1;
-  std::string load_weights, save_weights, dump;
+  std::string load_weights, save_weights, dump, greedy;
   std::vector<int64_t> prompt_lens = {7, 33, 64, 128};
   int64_t decode_steps = 64;
   bool no_graph = false;
@@ -131,6 +133,70 @@ int run_dump(fk::CausalLM& m, const Options& o) {
   w.write(o.dump);
   std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts, " << total << " tokens, " << o.decode_steps
             << " decode steps)\n";
+  return fk::kExitOk;
+}
+
+// --------------------------------------------------------------------------------------------
+// Greedy tokens with their margins: what a candidate build is compared with the baseline on
+// (docs/candidates.md). gaps[i] is the top-1 minus top-2 logit of the distribution token i was
+// picked from, so a comparison can tell a near-tie flip from a real divergence.
+
+/// Top-1 minus top-2 of each row of logits [B, V] (any float dtype), on the host.
+std::vector<float> top2_gaps(const Tensor& logits, cudaStream_t s) {
+  Tensor f;
+  {
+    fk::StreamGuard g(s);
+    f = fk::tasks::to_f32(logits);
+  }
+  const std::vector<float> h = fk::to_host<float>(f);
+  const int64_t B = logits.size(0), V = logits.size(1);
+  std::vector<float> out(B);
+  for (int64_t b = 0; b < B; ++b) {
+    float a = -INFINITY, c = -INFINITY;
+    for (int64_t v = 0; v < V; ++v) {
+      const float x = h[b * V + v];
+      if (x > a) c = a, a = x;
+      else if (x > c) c = x;
+    }
+    out[b] = a - c;
+  }
+  return out;
+}
+
+int run_greedy(fk::CausalLM& m, const Options& o) {
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
+  fk::Engine engine(m, static_cast<int64_t>(prompts.size()), longest + o.decode_steps + 1, o.decode_steps);
+  const int64_t B = static_cast<int64_t>(prompts.size()), S = o.decode_steps;
+  std::vector<std::vector<float>> gaps(B);
+  auto record = [&](const Tensor& logits) {
+    const std::vector<float> g = top2_gaps(logits, engine.stream());
+    for (int64_t b = 0; b < B; ++b) gaps[b].push_back(g[b]);
+  };
+  record(engine.prefill(prompts));
+  for (int64_t s = 0; s < S; ++s) {
+    engine.decode_step(!o.no_graph);
+    record(engine.last_logits());
+  }
+  const std::vector<int64_t> tokens = engine.tokens();
+  nlohmann::json seqs = nlohmann::json::array();
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> t(tokens.begin() + b * (S + 1), tokens.begin() + (b + 1) * (S + 1));
+    seqs.push_back({{"prompt_len", prompts[b].size()}, {"tokens", t}, {"gaps", gaps[b]}});
+  }
+  nlohmann::json j = {{"tool", "fk_model"}, {"arch", o.arch}, {"task", m.task_name()}, {"layers", m.num_layers()},
+                      {"seed", o.seed}, {"steps", S}, {"graph", !o.no_graph}, {"sequences", seqs},
+                      {"env", fk::environment_json(0)}};
+  const std::string tmp = o.greedy + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << j.dump() << "\n";
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), o.greedy.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + o.greedy);
+  std::cerr << "fk_model: wrote " << o.greedy << " (" << B << " sequences, " << S << " greedy steps)\n";
   return fk::kExitOk;
 }
 
@@ -285,7 +351,9 @@ int main(int argc, char** argv) {
   app.add_option("--dump", o.dump, "run the parity dump and write it here (docs/parity.md)");
   app.add_option("--prompt-lens", o.prompt_lens, "dump: prompt lengths, one sequence each")->delimiter(',');
   app.add_option("--decode-steps", o.decode_steps, "decode steps (dump; bench decode loop)")->check(CLI::Range(1, 100000));
-  app.add_flag("--no-graph", o.no_graph, "dump: decode eagerly instead of replaying a CUDA graph");
+  app.add_flag("--no-graph", o.no_graph, "dump/greedy: decode eagerly instead of replaying a CUDA graph");
+  app.add_option("--greedy", o.greedy,
+                 "write greedy tokens and top-2 logit gaps (prompts of --prompt-lens, --decode-steps) as JSON here");
   app.add_flag("--bench", o.bench, "measure decode and prefill throughput and memory");
   app.add_option("--decode-batches", o.decode_batches, "bench: decode batch sizes")->delimiter(',');
   app.add_option("--prompt-len", o.prompt_len, "bench: prompt length before decoding")->check(CLI::Range(1, 1 << 20));
@@ -318,8 +386,8 @@ int main(int argc, char** argv) {
       return fk::kExitUsage;
     }
   }
-  if (o.dump.empty() && !o.bench && o.save_weights.empty()) {
-    std::cerr << "fk_model: nothing to do: give --dump, --bench or --save-weights\n";
+  if (o.dump.empty() && !o.bench && o.save_weights.empty() && o.greedy.empty()) {
+    std::cerr << "fk_model: nothing to do: give --dump, --greedy, --bench or --save-weights\n";
     return fk::kExitUsage;
   }
   const fk::TaskInfo* task = find_model(o.arch);
@@ -346,6 +414,7 @@ int main(int argc, char** argv) {
       fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
     int rc = fk::kExitOk;
     if (!o.dump.empty()) rc = run_dump(*model, o);
+    if (rc == fk::kExitOk && !o.greedy.empty()) rc = run_greedy(*model, o);
     if (rc == fk::kExitOk && o.bench) rc = run_bench(*model, o);
     return rc;
   } catch (const std::exception& e) {

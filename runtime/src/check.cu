@@ -1,4 +1,5 @@
 // Output comparison on the device: elementwise tolerance, relative L2 error, NaN/Inf counts.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -8,6 +9,29 @@
 namespace fk {
 
 namespace {
+
+__global__ void count_bytes_not_kernel(const uint8_t* p, size_t n, uint8_t value, unsigned long long* out) {
+  unsigned long long c = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    c += p[i] != value;
+  if (c) atomicAdd(out, c);
+}
+
+// Sum over bytes of a mix of (value, index): order-sensitive, independent of the launch shape.
+__global__ void hash_bytes_kernel(const uint8_t* p, size_t n, unsigned long long* out) {
+  unsigned long long acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned long long z = (i + 1) * 0x9E3779B97F4A7C15ull ^ (p[i] + 1ull) * 0xBF58476D1CE4E5B9ull;
+    acc += z ^ (z >> 29);
+  }
+  if (acc) atomicAdd(out, acc);
+}
+
+// Spins until the host sets *flag (mapped pinned memory) or max_cycles SM clocks have passed.
+__global__ void gate_kernel(volatile int* flag, long long max_cycles) {
+  const long long start = clock64();
+  while (*flag == 0 && clock64() - start < max_cycles) __nanosleep(2000);
+}
 
 struct Stats {
   unsigned long long mismatches;
@@ -112,6 +136,65 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, const Tolera
   r.rel_l2 = h.sq_ref > 0 ? std::sqrt(h.sq_err / h.sq_ref) : std::sqrt(h.sq_err);
   r.passed = r.mismatches == 0 && r.nonfinite == 0 && (is_int || r.rel_l2 <= tol.max_rel_l2);
   return r;
+}
+
+ByteProbe::ByteProbe() {
+  FK_CUDA_CHECK(cudaMalloc(&dev_, sizeof(*dev_)));
+  FK_CUDA_CHECK(cudaMallocHost(&host_, sizeof(*host_)));
+}
+
+ByteProbe::~ByteProbe() {
+  cudaFree(dev_);
+  cudaFreeHost(host_);
+}
+
+uint64_t ByteProbe::read(cudaStream_t s) {
+  FK_CHECK_LAUNCH();
+  FK_CUDA_CHECK(cudaMemcpyAsync(host_, dev_, sizeof(*host_), cudaMemcpyDeviceToHost, s));
+  FK_CUDA_CHECK(cudaStreamSynchronize(s));
+  return *host_;
+}
+
+static unsigned probe_blocks(size_t n) { return static_cast<unsigned>(std::min<size_t>((n + 255) / 256, 4096)); }
+
+uint64_t ByteProbe::hash(const void* p, size_t n, cudaStream_t s) {
+  FK_CUDA_CHECK(cudaMemsetAsync(dev_, 0, sizeof(*dev_), s));
+  if (n) hash_bytes_kernel<<<probe_blocks(n), 256, 0, s>>>(static_cast<const uint8_t*>(p), n, dev_);
+  return read(s) ^ n;
+}
+
+int64_t ByteProbe::count_not(const void* p, size_t n, uint8_t value, cudaStream_t s) {
+  FK_CUDA_CHECK(cudaMemsetAsync(dev_, 0, sizeof(*dev_), s));
+  if (n) count_bytes_not_kernel<<<probe_blocks(n), 256, 0, s>>>(static_cast<const uint8_t*>(p), n, value, dev_);
+  return static_cast<int64_t>(read(s));
+}
+
+StreamGate::StreamGate() {
+  int* h = nullptr;
+  FK_CUDA_CHECK(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped));
+  *h = 1;
+  host_flag_ = h;
+  FK_CUDA_CHECK(cudaHostGetDevicePointer(&dev_flag_, h, 0));
+}
+
+StreamGate::~StreamGate() {
+  open();
+  cudaFreeHost(const_cast<int*>(host_flag_));
+}
+
+void StreamGate::close(cudaStream_t s, double max_seconds) {
+  int khz = 0;
+  FK_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  *host_flag_ = 0;
+  __sync_synchronize();
+  gate_kernel<<<1, 1, 0, s>>>(dev_flag_, static_cast<long long>(max_seconds * khz * 1e3));
+  FK_CHECK_LAUNCH();
+}
+
+void StreamGate::open() {
+  __sync_synchronize();
+  *host_flag_ = 1;
+  __sync_synchronize();
 }
 
 }  // namespace fk

@@ -16,6 +16,8 @@ namespace fk {
 namespace {
 thread_local cudaStream_t g_stream = nullptr;
 std::atomic<bool> g_poison{false};
+std::atomic<bool> g_guard{false};
+std::atomic<bool> g_side_fills{false};
 
 // Note [Caching allocator]
 // Like PyTorch's CUDA caching allocator: freed blocks go to a free list keyed by (stream,
@@ -89,6 +91,112 @@ CachingAllocator& allocator() {
   return *a;
 }
 }  // namespace
+
+namespace {
+// Note [Guard regions]
+// While guards are on (the runner turns them on from making a case's instance to the end of its
+// correctness checks), fk::empty allocates kGuardBytes more on each side of the tensor and fills
+// them with kGuardByte. A kernel that writes past either end of any tensor (inputs, weights,
+// preallocated outputs, outputs and scratch that `forward` allocates) changes a guard byte.
+// Guards are verified on the device, without synchronising: when a guarded tensor is freed (a
+// kernel on its stream, so the check runs after every use of it) and for every live guarded
+// tensor in check_guards(). A violation is recorded in a device-side record that check_guards()
+// reads and clears. Timing runs with guards off, so timed calls pay nothing for them.
+constexpr size_t kGuardBytes = 32 << 10;
+constexpr uint8_t kGuardByte = 0xA5;
+
+struct GuardRecord {
+  unsigned int count;
+  unsigned long long serial;  // allocation serial of the first violation
+  long long offset;           // < 0: bytes before the start; >= 0: bytes past the end
+  unsigned long long bytes;   // size of that tensor
+};
+__device__ GuardRecord g_guard_record;
+
+__global__ void check_guard_kernel(const uint8_t* base, size_t bytes, unsigned long long serial) {
+  const uint8_t* hi = base + kGuardBytes + bytes;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < 2 * kGuardBytes; i += size_t(gridDim.x) * blockDim.x) {
+    const bool before = i < kGuardBytes;
+    const uint8_t v = before ? base[i] : hi[i - kGuardBytes];
+    if (v != kGuardByte) {
+      // Report the violated byte closest to the tensor (the likeliest first out-of-bounds write).
+      const long long off = before ? -static_cast<long long>(kGuardBytes - i) : static_cast<long long>(i - kGuardBytes);
+      if (atomicAdd(&g_guard_record.count, 1u) == 0) {
+        g_guard_record.serial = serial;
+        g_guard_record.offset = off;
+        g_guard_record.bytes = bytes;
+      }
+    }
+  }
+}
+
+struct GuardedBlock {
+  size_t bytes;  // tensor bytes (without guards)
+  unsigned long long serial;
+  cudaStream_t stream;
+};
+std::mutex g_guard_mu;
+std::map<uint8_t*, GuardedBlock> g_guarded;  // base (guard start) -> block
+unsigned long long g_serial = 0;
+
+void launch_guard_check(uint8_t* base, const GuardedBlock& b) {
+  check_guard_kernel<<<16, 256, 0, b.stream>>>(base, b.bytes, b.serial);
+}
+
+cudaStream_t side_stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t t = nullptr;
+    FK_CUDA_CHECK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    return t;
+  }();
+  return s;
+}
+
+/// Fills on `s`, or (side fills) on a private stream, synchronously; see Note [Stream gate] in runner.cc.
+void fill_bytes(void* p, uint8_t v, size_t n, cudaStream_t s) {
+  if (g_side_fills) {
+    FK_CUDA_CHECK(cudaMemsetAsync(p, v, n, side_stream()));
+    FK_CUDA_CHECK(cudaStreamSynchronize(side_stream()));
+  } else {
+    FK_CUDA_CHECK(cudaMemsetAsync(p, v, n, s));
+  }
+}
+}  // namespace
+
+void set_guard_allocations(bool on) { g_guard = on; }
+bool guard_allocations() { return g_guard; }
+void set_allocator_side_fills(bool on) {
+  if (on) side_stream();  // created now, not inside a gated call
+  g_side_fills = on;
+}
+
+std::vector<LiveAllocation> live_guarded_allocations() {
+  std::lock_guard<std::mutex> lock(g_guard_mu);
+  std::vector<LiveAllocation> out;
+  for (const auto& [base, b] : g_guarded) out.push_back({base + kGuardBytes, b.bytes, b.serial});
+  return out;
+}
+
+std::string check_guards() {
+  cudaStream_t s = current_stream();
+  {
+    std::lock_guard<std::mutex> lock(g_guard_mu);
+    for (const auto& [base, b] : g_guarded) check_guard_kernel<<<16, 256, 0, s>>>(base, b.bytes, b.serial);
+  }
+  FK_CHECK_LAUNCH();
+  // Frees on other streams are checked on those streams; wait for all of them.
+  FK_CUDA_CHECK(cudaDeviceSynchronize());
+  GuardRecord r{};
+  FK_CUDA_CHECK(cudaMemcpyFromSymbol(&r, g_guard_record, sizeof(r)));
+  if (r.count == 0) return "";
+  const GuardRecord zero{};
+  FK_CUDA_CHECK(cudaMemcpyToSymbol(g_guard_record, &zero, sizeof(zero)));
+  std::ostringstream os;
+  os << "out-of-bounds write: " << r.count << " guard byte(s) changed around a " << r.bytes << "-byte tensor (allocation #"
+     << r.serial << "); the nearest is byte " << (r.offset < 0 ? -r.offset : r.offset + 1) << " "
+     << (r.offset < 0 ? "before its start" : "after its end");
+  return os.str();
+}
 
 void release_cached_memory() { allocator().release_all(); }
 size_t allocator_reserved_bytes() { return allocator().reserved(); }
@@ -211,9 +319,34 @@ Tensor empty(Shape shape, DType dtype) {
                        dtype_size(dtype);
   void* p = nullptr;
   cudaStream_t s = current_stream();
+  if (bytes > 0 && g_guard) {
+    // Note [Guard regions]
+    uint8_t* base = static_cast<uint8_t*>(allocator().allocate(bytes + 2 * kGuardBytes, s));
+    p = base + kGuardBytes;
+    fill_bytes(base, kGuardByte, kGuardBytes, s);
+    fill_bytes(base + kGuardBytes + bytes, kGuardByte, kGuardBytes, s);
+    if (g_poison) fill_bytes(p, 0xFF, bytes, s);
+    {
+      std::lock_guard<std::mutex> lock(g_guard_mu);
+      g_guarded[base] = {bytes, ++g_serial, s};
+    }
+    std::shared_ptr<void> storage(p, [base, bytes, s](void*) {
+      {
+        std::lock_guard<std::mutex> lock(g_guard_mu);
+        auto it = g_guarded.find(base);
+        if (it != g_guarded.end()) {
+          launch_guard_check(base, it->second);  // stream-ordered after every use of the tensor
+          g_guarded.erase(it);
+        }
+      }
+      cudaGetLastError();  // a deleter never throws (a broken context surfaces elsewhere)
+      allocator().deallocate(base, bytes + 2 * kGuardBytes, s);
+    });
+    return Tensor(std::move(storage), p, dtype, std::move(shape), std::move(st));
+  }
   if (bytes > 0) {
     p = allocator().allocate(bytes, s);
-    if (g_poison) FK_CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, s));
+    if (g_poison) fill_bytes(p, 0xFF, bytes, s);
   }
   std::shared_ptr<void> storage(p, [bytes, s](void* q) {
     if (q) allocator().deallocate(q, bytes, s);

@@ -26,11 +26,26 @@ struct RunnerOptions {
   std::string jsonl_path;    ///< results as JSON lines ("" = none)
   std::string markdown_path; ///< markdown table ("" = none)
   std::string command;       ///< the command line, recorded in the environment block
+  bool stream_check = true;  ///< one gated call per case (Note [Stream gate] in runner.cc)
+  double case_timeout_s = 0; ///< > 0: watchdog per case (Note [Case watchdog]); 0 = none
+  bool resume = false;       ///< append to an existing jsonl_path, skipping the cases it holds
+  std::string candidate_tasks; ///< comma-separated tasks replaced by candidates in this build
   TimingOptions timing;
 };
 
-/// Exit codes of fk_bench (documented in --help).
-enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu = 3 };
+/// Exit codes of fk_bench (documented in --help). kExitTimeout and kExitContextLost end the
+/// process after writing the case's record; rerun with --resume to continue after it.
+enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu = 3, kExitTimeout = 4, kExitContextLost = 5 };
+
+// Statuses and reasons of a case record (docs/candidates.md):
+//   PASSED
+//   INCORRECT      mismatch | nonfinite | stale-output (passed, then failed on fresh inputs in the
+//                  same buffers, or after timing) | input-mutated | oob-write (guard bytes changed)
+//   SUSPECT        foreign-stream (memory changed while the task's stream was held back) |
+//                  beyond-hardware-limit (faster than DRAM bandwidth / tensor peak allow)
+//   RUNTIME_ERROR  error (a CUDA error or exception) | context-lost (sticky CUDA error)
+//   TIMEOUT        timeout (--case-timeout)
+//   SKIPPED        the case does not fit here
 
 struct Selection {
   const TaskInfo* task;
@@ -44,6 +59,7 @@ std::vector<Selection> select_cases(const RunnerOptions& opt);
 struct CheckOutcome {
   std::string status;
   std::string message;
+  std::string reason;  ///< see "Statuses and reasons" below
 };
 
 /// Runs the correctness protocol of Note [Task protocol] for one case on the current stream.

@@ -112,6 +112,24 @@ std::vector<const TaskInfo*> all_tasks();
 void set_poison_allocations(bool on);
 bool poison_allocations();
 
+/// While on, fk::empty surrounds every tensor with guard bytes (Note [Guard regions] in tensor.cu).
+void set_guard_allocations(bool on);
+bool guard_allocations();
+/// Verifies the guards of every live guarded tensor and reports violations recorded since the
+/// last call (also those found when guarded tensors were freed). Synchronises the device.
+/// Returns "" when no guard byte changed, else a description of the out-of-bounds write.
+std::string check_guards();
+/// A guarded tensor's memory (without its guards) and its allocation serial number.
+struct LiveAllocation {
+  const void* data;
+  size_t bytes;
+  unsigned long long serial;
+};
+std::vector<LiveAllocation> live_guarded_allocations();
+/// While on, the fills fk::empty makes (poison, guards) run on a private stream and complete
+/// before fk::empty returns, instead of on the current stream (Note [Stream gate] in runner.cc).
+void set_allocator_side_fills(bool on);
+
 }  // namespace fk
 
 #define FK_TASK_CONCAT_(a, b) a##b
