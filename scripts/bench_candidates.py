@@ -66,7 +66,7 @@ def run_checker(checker, cand):
         return None
     # Exit 2 (unknown task) or 4 (I/O) is no verdict: UNCHECKED, with the checker's words kept.
     verdicts = {0: "PASSED", 1: "INTERFACE_MISMATCH", 3: "COMPILE_ERROR", 5: "SUSPECT"}
-    text = p.stdout + p.stderr
+    text = (p.stdout + p.stderr).replace(ROOT + os.sep, "")  # repository-relative paths: same on every machine
     diags = [line for line in text.splitlines() if " error: " in line or " warning: " in line]
     if p.returncode in (2, 4):
         diags = text.strip().splitlines()[-5:]
