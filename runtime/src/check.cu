@@ -141,6 +141,10 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, const Tolera
 ByteProbe::ByteProbe() {
   FK_CUDA_CHECK(cudaMalloc(&dev_, sizeof(*dev_)));
   FK_CUDA_CHECK(cudaMallocHost(&host_, sizeof(*host_)));
+  // Load the probe kernels now (lazy loading), not while a stream is held back.
+  cudaFuncAttributes attr;
+  FK_CUDA_CHECK(cudaFuncGetAttributes(&attr, hash_bytes_kernel));
+  FK_CUDA_CHECK(cudaFuncGetAttributes(&attr, count_bytes_not_kernel));
 }
 
 ByteProbe::~ByteProbe() {
@@ -175,6 +179,17 @@ StreamGate::StreamGate() {
   *h = 1;
   host_flag_ = h;
   FK_CUDA_CHECK(cudaHostGetDevicePointer(&dev_flag_, h, 0));
+  // One open pass first. With lazy module loading (CUDA's default) the first launch of a kernel
+  // loads its module, and on H100 that first launch did not hold back the work queued after it
+  // (scratch probe, 2026-11-22: a later kernel on the stream ran while the gate spun).
+  cudaStream_t warm = nullptr;
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
+  gate_kernel<<<1, 1, 0, warm>>>(dev_flag_, 0);
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t done = cudaStreamSynchronize(warm);
+  cudaStreamDestroy(warm);
+  FK_CUDA_CHECK(launched);
+  FK_CUDA_CHECK(done);
 }
 
 StreamGate::~StreamGate() {

@@ -70,7 +70,8 @@ struct Failure {
 // thread opens it after kGateHostWait; the check is then inconclusive and says so in the record.
 // The gate kernel also gives up on its own after a few seconds, so nothing can hang on it. While
 // the gate is closed the runner allocates nothing (ByteProbe): a stream-ordered allocation may
-// wait for the whole device, and so for the gate (seen on H100: a 10 s stall and a false alarm).
+// wait for the whole device, and so for the gate (seen on H100: a 10 s stall and a false alarm);
+// the gate and probe kernels are loaded before the gate closes (lazy module loading).
 constexpr auto kGateHostWait = std::chrono::milliseconds(3000);
 constexpr double kGateDeviceWait = 6.0;  // seconds; the gate kernel's own limit
 constexpr auto kGateSettle = std::chrono::milliseconds(20);
