@@ -54,7 +54,21 @@ class CachingAllocator {
   }
   void deallocate(void* p, size_t bytes, cudaStream_t s) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (defer_) {
+      deferred_.push_back({{s, round(bytes)}, p});
+      return;
+    }
     free_[{s, round(bytes)}].push_back(p);
+  }
+  /// While on, freed blocks are held back from reuse until it is turned off: fills that do not
+  /// follow stream order (side fills, Note [Stream gate] in runner.cc) must never land in a block
+  /// that queued work may still write.
+  void set_defer(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    defer_ = on;
+    if (on) return;
+    for (auto& [key, p] : deferred_) free_[key].push_back(p);
+    deferred_.clear();
   }
   void release_all() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -83,6 +97,8 @@ class CachingAllocator {
   }
   std::mutex mu_;
   std::map<std::pair<cudaStream_t, size_t>, std::vector<void*>> free_;
+  std::vector<std::pair<std::pair<cudaStream_t, size_t>, void*>> deferred_;
+  bool defer_ = false;
   size_t reserved_ = 0, peak_ = 0;
 };
 
@@ -168,6 +184,10 @@ bool guard_allocations() { return g_guard; }
 void set_allocator_side_fills(bool on) {
   if (on) side_stream();  // created now, not inside a gated call
   g_side_fills = on;
+  // A block freed during the gated call may still be written by work queued behind the gate;
+  // reusing it there would put new guard bytes where that work writes (seen on H100 as false
+  // out-of-bounds reports in the decoder layer at b32/b64).
+  allocator().set_defer(on);
 }
 
 std::vector<LiveAllocation> live_guarded_allocations() {
