@@ -201,6 +201,11 @@ def main():
         log(f"wrote {a.static_results} ({len(static)} candidates)")
         return 0
 
+    # The commit the results name (fk_bench / fk_model read FK_COMMIT when the build has none).
+    if "FK_COMMIT" not in os.environ:
+        g = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        os.environ["FK_COMMIT"] = g.stdout.strip() if g.returncode == 0 else "unknown"
+
     # 2. One build: baseline and every set side by side.
     os.makedirs(a.out, exist_ok=True)
     b = a.build_dir
