@@ -63,6 +63,13 @@ std::string gap_text(double x) {
   return buf;
 }
 
+/// "near-tie bound 0.632 (auto: 2 x (0.160 + 0.156) from the L4 checks against fp32)", "near-tie
+/// bound 0.3 (fixed: no L4 check of model_l in baseline/bench.jsonl)", "near-tie bound 0.5 (fixed)".
+std::string bound_text(const GreedyCheck& g) {
+  const bool measured = g.tie_gap_source.rfind("auto", 0) == 0;
+  return "near-tie bound " + (measured ? fixed(g.tie_gap, 3) : canonical_double(g.tie_gap)) + " (" + g.tie_gap_source + ")";
+}
+
 /// nlohmann's parse error without its "[json.exception...] " prefix; in one line of a JSONL file
 /// the line number is ours, so only the column is kept.
 std::string parse_error_text(const std::string& what, bool one_line) {
@@ -274,6 +281,27 @@ std::optional<BenchRun> load_bench(const fs::path& p, bool baseline, Diagnostics
     c.message = d.str(j, "$", "message", false).value_or("");
     if (const json* t = d.field(j, "$", "time_us", "object", false))
       if (d.object(*t, "$.time_us")) c.median_us = d.number(*t, "$.time_us", "median", /*positive=*/true);
+    // The logits errors of L4 checks measure the near-tie bound (Note [Near-tie bound]): the
+    // checks before timing ($.check) and the one after it ($.recheck_after_timing), both against
+    // the fp32 reference.
+    if (level && *level == 4)
+      for (const char* key : {"check", "recheck_after_timing"})
+        if (const json* chk = d.field(j, "$", key, "object", false); chk && d.object(*chk, std::string("$.") + key))
+          if (const json* outs = d.array(*chk, std::string("$.") + key, "outputs", /*required=*/false))
+            for (size_t i = 0; i < outs->size(); ++i) {
+              const std::string path = std::string("$.") + key + ".outputs[" + std::to_string(i) + "]";
+              const json* o = d.object((*outs)[i], path);
+              if (!o) continue;
+              auto out_name = d.str(*o, path, "name");
+              if (!out_name || *out_name != "logits") continue;
+              // fk_bench writes a NaN error as null.
+              const json* err = d.field(*o, path, "max_abs_err", "number >= 0 or null", true);
+              if (!err) continue;
+              if (err->is_null()) c.logits_errors.push_back(std::nullopt);
+              else if (err->is_number() && std::isfinite(err->get<double>()) && err->get<double>() >= 0)
+                c.logits_errors.push_back(err->get<double>());
+              else d.error(path + ".max_abs_err", "expected number >= 0 or null, got " + got(*err));
+            }
     if (!d.ok()) return;
     c.task = *task, c.level = static_cast<int>(*level), c.name = *name, c.regime = *regime, c.status = *status;
     run.cases.push_back(std::move(c));
@@ -691,8 +719,8 @@ class Evaluator {
       SetView v = view(set);
       if (diag_.errors().size() != errors) continue;  // inconsistent inputs: judged after they are fixed
       for (const auto& c : set.candidates) r.candidates.push_back(judge(set, c, v));
+      r.scores.push_back(score(set.name, r.candidates));
     }
-    score(r);
     return r;
   }
 
@@ -736,10 +764,6 @@ class Evaluator {
       if (t->second.level != c.level)
         diag_.error(path + ".level: expected " + std::to_string(t->second.level) + " (the level of " + c.task + " in " + g_.file +
                     "), got " + std::to_string(c.level));
-      auto [owner, fresh] = owner_.insert({c.task, set.name});
-      if (!fresh && owner->second != set.name)
-        diag_.error(path + ".task: expected each task in one set only (the score counts a task once), got " + c.task +
-                    ", a candidate of set " + owner->second + " too");
       std::set<std::string>& anc = v.ancestors[c.task];
       for (const auto& a : g_.ancestors(c.task))
         if (g_.tasks.at(a).level <= set.max_level) anc.insert(a);
@@ -768,7 +792,7 @@ class Evaluator {
                     "), got none");
     if (set.bench) check_run(set, *set.bench, judged, v);
     for (const auto& g : set.greedy)
-      if (auto check = greedy_check(set, g)) v.greedy.push_back(*check);
+      if (auto check = greedy_check(set, g, v.run)) v.greedy.push_back(*check);
     v.e2e = end_to_end(set);
     return v;
   }
@@ -802,8 +826,66 @@ class Evaluator {
     }
   }
 
-  /// The candidate's greedy run `c` against the baseline's run of the same architecture.
-  std::optional<GreedyCheck> greedy_check(const CandidateSet& set, const GreedyRun& c) {
+  // Note [Near-tie bound]
+  // A greedy divergence is a near-tie, accepted, when the baseline's top-2 gap g there is at most
+  // a bound B. With `--tie-gap auto` (the default) B is measured for each greedy check of L4 task
+  // T: E_run = the largest `max_abs_err` of the $.check.outputs and
+  // $.recheck_after_timing.outputs entries named "logits" in T's case records of that run's
+  // bench.jsonl, and B = 2 x (E_base + E_cand). Worst case: both runs'
+  // logits are within E_base and E_cand of the same fp32 reference, so they differ by at most
+  // D = E_base + E_cand per entry. The candidate picks another token k only if its logit of k
+  // reaches its logit of the baseline's pick: l_k + D >= l_1 - D, and l_1 - l_k >= g (the
+  // baseline's top-2 gap), so g <= 2 D. A divergence at a wider gap takes errors larger than
+  // either run showed in its own check: INCORRECT. B comes from the L4 checks at their own shapes (batches, kv lengths), not from
+  // the greedy run's context: it is as good as those shapes are representative. Where a run has no
+  // such record (T not benched, records without a logits output, or a null error), B falls back to
+  // kFallbackTieGap and the check says why; `--tie-gap N` fixes B = N for every check.
+
+  /// The bound for a greedy check of `task` (Note [Near-tie bound]), into gc.
+  void near_tie_bound(const CandidateSet& set, const std::string& task, const RunIndex& cand, GreedyCheck& gc) const {
+    if (o_.tie_gap) {
+      gc.tie_gap = *o_.tie_gap;
+      gc.tie_gap_source = "fixed";
+      return;
+    }
+    std::vector<std::string> none, nonfinite;  // files without a usable error
+    auto largest = [&](const RunIndex& run, const std::string& file) -> std::optional<double> {
+      std::optional<double> e;
+      bool finite = true;
+      auto it = run.by_task.find(task);
+      if (it != run.by_task.end())
+        for (const BenchCase* c : it->second)
+          for (const auto& err : c->logits_errors) {
+            if (!err) finite = false;
+            else if (!e || *err > *e) e = *err;
+          }
+      if (!finite) {
+        nonfinite.push_back(file);
+        return std::nullopt;
+      }
+      if (!e) none.push_back(file);
+      return e;
+    };
+    gc.baseline_logits_err = largest(base_, "baseline/bench.jsonl");
+    gc.candidate_logits_err = largest(cand, set.name + "/bench.jsonl");
+    if (gc.baseline_logits_err && gc.candidate_logits_err) {
+      gc.tie_gap = 2 * (*gc.baseline_logits_err + *gc.candidate_logits_err);
+      gc.tie_gap_source = "auto: 2 x (" + fixed(*gc.baseline_logits_err, 3) + " + " + fixed(*gc.candidate_logits_err, 3) +
+                          ") from the L4 checks against fp32";
+      return;
+    }
+    gc.baseline_logits_err.reset();
+    gc.candidate_logits_err.reset();
+    std::vector<std::string> why;
+    if (!none.empty()) why.push_back("no L4 check of " + task + " in " + join(none, " and "));
+    if (!nonfinite.empty()) why.push_back("a non-finite logits error in the L4 check of " + task + " in " + join(nonfinite, " and "));
+    gc.tie_gap = kFallbackTieGap;
+    gc.tie_gap_source = "fixed: " + join(why, "; ");
+  }
+
+  /// The candidate's greedy run `c` against the baseline's run of the same architecture; `cand`
+  /// indexes the candidate's bench.jsonl (for the near-tie bound).
+  std::optional<GreedyCheck> greedy_check(const CandidateSet& set, const GreedyRun& c, const RunIndex& cand) {
     const GreedyRun* base = nullptr;
     std::vector<std::string> archs;
     for (const auto& b : s_.baseline_greedy) {
@@ -834,6 +916,7 @@ class Evaluator {
     gc.arch = b.arch;
     gc.task = b.task;
     gc.outcome = "match";
+    near_tie_bound(set, b.task, cand, gc);
     for (size_t j = 0; j < b.sequences.size(); ++j) {
       const GreedySequence& bs = b.sequences[j];
       const GreedySequence& cs = c.sequences[j];
@@ -847,7 +930,7 @@ class Evaluator {
         q.matched = static_cast<int64_t>(i);
         q.step = static_cast<int64_t>(i);
         q.gap = bs.gaps[i];
-        q.outcome = bs.gaps[i] <= o_.tie_gap ? "near-tie" : "INCORRECT";
+        q.outcome = bs.gaps[i] <= gc.tie_gap ? "near-tie" : "INCORRECT";
         break;
       }
       if (q.outcome == "INCORRECT") gc.outcome = "INCORRECT";
@@ -997,7 +1080,7 @@ class Evaluator {
         if (q.outcome != "INCORRECT") continue;
         findings.push_back({"INCORRECT", "greedy token differs at step " + std::to_string(*q.step) + " of sequence " + std::to_string(j) +
                                              " where the baseline's top-2 gap is " + gap_text(*q.gap) + " > " +
-                                             canonical_double(o_.tie_gap) + " (" + gc.task + ")" + shared_note(set, v, gc.task)});
+                                             bound_text(gc) + " (" + gc.task + ")" + shared_note(set, v, gc.task)});
         break;
       }
     }
@@ -1024,15 +1107,21 @@ class Evaluator {
   }
 
   // Note [Score]
-  // For each family F (a descriptor basename; a task belongs to the families of the archs that
-  // use it) with at least one task within --scope:
-  //   tasks(F)   = F's tasks within scope;  attempted = candidate tasks in tasks(F)
+  // The score is computed per candidate set, over that set's candidates only: a set is one
+  // alternative (one version of some kernels, or a suite of known-bad candidates), so several sets
+  // may hold a candidate for the same task, and each set's score counts it once (load_set allows
+  // a task once per set). For each family F (a descriptor basename; a task belongs to the families
+  // of the archs that use it) with at least one task within --scope:
+  //   tasks(F)   = F's tasks within scope;  attempted = the set's candidate tasks in tasks(F)
   //   correct    = attempted whose final status is PASSED (SUSPECT, INCORRECT, ... are not)
   //   speedup    = geometric mean of the correct candidates' task speedups (none if none correct)
   //   fraction   = correct / attempted;   coverage = attempted / |tasks(F)|
   //   score(F)   = speedup x fraction x coverage   (0 when nothing is correct)
-  // The overall score is the mean of score(F); a family with nothing attempted scores 0 and counts.
-  void score(Report& r) const {
+  // The set's overall score is the mean of score(F); a family with nothing attempted scores 0 and
+  // counts.
+  SetScore score(const std::string& set, const std::vector<CandidateResult>& candidates) const {
+    SetScore r;
+    r.set = set;
     double sum = 0;
     for (const auto& f : g_.families) {
       FamilyScore fam;
@@ -1044,8 +1133,8 @@ class Evaluator {
       if (in_scope.empty()) continue;
       fam.tasks = static_cast<int>(in_scope.size());
       std::vector<double> speedups;
-      for (const auto& c : r.candidates) {
-        if (!in_scope.count(c.task)) continue;
+      for (const auto& c : candidates) {
+        if (c.set != set || !in_scope.count(c.task)) continue;
         fam.attempted_tasks.push_back(c.task);
         if (c.status != "PASSED") continue;
         ++fam.correct;
@@ -1061,6 +1150,7 @@ class Evaluator {
       r.families.push_back(fam);
     }
     r.score = r.families.empty() ? 0.0 : sum / r.families.size();
+    return r;
   }
 
   const Session& s_;
@@ -1069,13 +1159,18 @@ class Evaluator {
   Diagnostics& diag_;
   const RunIndex base_;
   std::map<std::string, const ModelRecord*> base_model_;
-  std::map<std::string, std::string> owner_;  ///< candidate task -> its set
 };
 
 }  // namespace
 
 bool Report::all_passed() const {
   return std::all_of(candidates.begin(), candidates.end(), [](const CandidateResult& c) { return c.status == "PASSED"; });
+}
+
+const SetScore* Report::score_of(const std::string& set) const {
+  for (const auto& s : scores)
+    if (s.set == set) return &s;
+  return nullptr;
 }
 
 std::string scope_name(int scope_level) { return scope_level == 0 ? "all" : "L" + std::to_string(scope_level); }
@@ -1139,16 +1234,59 @@ std::string coverage_cell(const FamilyScore& f) {
   return fixed(f.coverage, 3) + " (" + std::to_string(f.attempted_tasks.size()) + "/" + std::to_string(f.tasks) + ")";
 }
 
-std::string status_counts(const Report& r) {
+/// The candidates of `set`, or of every set when `set` is empty (report order).
+std::vector<const CandidateResult*> candidates_of(const Report& r, const std::string& set = "") {
+  std::vector<const CandidateResult*> out;
+  for (const auto& c : r.candidates)
+    if (set.empty() || c.set == set) out.push_back(&c);
+  return out;
+}
+
+bool all_passed(const std::vector<const CandidateResult*>& cands) {
+  return std::all_of(cands.begin(), cands.end(), [](const CandidateResult* c) { return c->status == "PASSED"; });
+}
+
+std::string status_counts(const std::vector<const CandidateResult*>& cands) {
   std::map<int, std::pair<std::string, int>> counts;
-  for (const auto& c : r.candidates) {
-    auto& e = counts[severity(c.status)];
-    e.first = c.status;
+  for (const CandidateResult* c : cands) {
+    auto& e = counts[severity(c->status)];
+    e.first = c->status;
     ++e.second;
   }
   std::vector<std::string> parts;
   for (auto it = counts.rbegin(); it != counts.rend(); ++it) parts.push_back(std::to_string(it->second.second) + " " + it->second.first);
-  return std::to_string(r.candidates.size()) + " candidate(s): " + join(parts, ", ");
+  return std::to_string(cands.size()) + " candidate(s): " + join(parts, ", ");
+}
+
+/// "(mean over 2 families)"
+std::string mean_over(const SetScore& s) {
+  return "(mean over " + std::to_string(s.families.size()) + " famil" + (s.families.size() == 1 ? "y" : "ies") + ")";
+}
+
+std::string set_commit(const Report& r, const std::string& set) {
+  for (const auto& [name, commit] : r.set_commits)
+    if (name == set) return commit;
+  return "-";
+}
+
+/// The --tie-gap setting in words (markdown header).
+std::string tie_gap_option(const Options& o) {
+  if (o.tie_gap) return canonical_double(*o.tie_gap) + " logits (fixed, --tie-gap)";
+  return "auto (per greedy check: 2 x the largest logits errors of the baseline's and the candidate's L4 checks "
+         "against fp32; " + canonical_double(kFallbackTieGap) + " where a run has none)";
+}
+
+/// One line per greedy check of each set (a set's check is shown once, not per candidate):
+/// "set s, org/llama-tiny (model_l): near-tie bound 0.632 (auto: ...): near-tie 7/10".
+std::vector<std::string> bound_lines(const Report& r) {
+  std::vector<std::string> out;
+  std::set<std::pair<std::string, std::string>> seen;  // (set, arch)
+  for (const auto& c : r.candidates)
+    for (const auto& g : c.greedy)
+      if (seen.insert({c.set, g.arch}).second)
+        out.push_back("set " + c.set + ", " + g.arch + ": " + bound_text(g) + ": " + g.outcome + " " +
+                      std::to_string(g.matched) + "/" + std::to_string(g.total));
+  return out;
 }
 
 using ojson = nlohmann::ordered_json;  // keeps "type" first in each record
@@ -1201,13 +1339,21 @@ std::string render_terminal(const Report& r) {
   for (size_t i = 0; i < width.size(); ++i) rule.push_back(std::string(i + 1 < width.size() ? width[i] : kCandidateHeader.back().size(), '-'));
   line(rule);
   for (size_t i = 1; i < rows.size(); ++i) line(rows[i]);
-  out << "\n" << status_counts(r) << "\n\n";
-  out << "score (scope " << scope_name(r.options.scope_level) << "): family score = speedup x fraction correct x coverage\n";
-  for (const auto& f : r.families)
-    out << "  " << f.family << ": " << fixed(f.score, 3) << " = " << (f.speedup ? fixed(*f.speedup, 3) : "-") << " x "
-        << fraction_cell(f) << " x " << coverage_cell(f) << "\n";
-  out << "overall score: " << fixed(r.score, 3) << " (mean over " << r.families.size() << " famil" << (r.families.size() == 1 ? "y" : "ies")
-      << ")\n";
+  out << "\n" << status_counts(candidates_of(r)) << "\n";
+  const auto bounds = bound_lines(r);
+  if (!bounds.empty()) {
+    out << "\ngreedy near-tie bound per check (--tie-gap " << (r.options.tie_gap ? canonical_double(*r.options.tie_gap) : "auto") << "):\n";
+    for (const auto& line : bounds) out << "  " << line << "\n";
+  }
+  out << "\nscore per candidate set, over its own candidates (scope " << scope_name(r.options.scope_level)
+      << "): family score = speedup x fraction correct x coverage\n";
+  for (const auto& sc : r.scores) {
+    out << "\nset " << sc.set << ": " << status_counts(candidates_of(r, sc.set)) << "\n";
+    for (const auto& f : sc.families)
+      out << "  " << f.family << ": " << fixed(f.score, 3) << " = " << (f.speedup ? fixed(*f.speedup, 3) : "-") << " x "
+          << fraction_cell(f) << " x " << coverage_cell(f) << "\n";
+    out << "  overall score of set " << sc.set << ": " << fixed(sc.score, 3) << " " << mean_over(sc) << "\n";
+  }
   return out.str();
 }
 
@@ -1231,7 +1377,9 @@ std::string render_jsonl(const Report& r) {
         seqs.push_back({{"outcome", q.outcome}, {"matched", q.matched}, {"total", q.total},
                         {"step", q.step ? ojson(*q.step) : ojson(nullptr)}, {"gap", opt(q.gap)}});
       greedy.push_back({{"arch", g.arch}, {"task", g.task}, {"outcome", g.outcome}, {"matched", g.matched},
-                        {"total", g.total}, {"sequences", seqs}});
+                        {"total", g.total}, {"tie_gap", g.tie_gap}, {"tie_gap_source", g.tie_gap_source},
+                        {"baseline_logits_err", opt(g.baseline_logits_err)},
+                        {"candidate_logits_err", opt(g.candidate_logits_err)}, {"sequences", seqs}});
     }
     j["greedy"] = greedy;
     ojson e2e = ojson::array();
@@ -1248,33 +1396,36 @@ std::string render_jsonl(const Report& r) {
     j["cases"] = cases;
     out += j.dump() + "\n";
   }
-  for (const auto& f : r.families) {
-    ojson j = {{"type", "family"},
-               {"family", f.family},
-               {"tasks", f.tasks},
-               {"attempted", f.attempted_tasks.size()},
-               {"correct", f.correct},
-               {"attempted_tasks", f.attempted_tasks},
-               {"speedup", opt(f.speedup)},
-               {"fraction_correct", opt(f.fraction_correct)},
-               {"coverage", f.coverage},
-               {"score", f.score}};
+  for (const auto& sc : r.scores) {
+    for (const auto& f : sc.families) {
+      ojson j = {{"type", "family"},
+                 {"set", sc.set},
+                 {"family", f.family},
+                 {"tasks", f.tasks},
+                 {"attempted", f.attempted_tasks.size()},
+                 {"correct", f.correct},
+                 {"attempted_tasks", f.attempted_tasks},
+                 {"speedup", opt(f.speedup)},
+                 {"fraction_correct", opt(f.fraction_correct)},
+                 {"coverage", f.coverage},
+                 {"score", f.score}};
+      out += j.dump() + "\n";
+    }
+    const auto cands = candidates_of(r, sc.set);
+    ojson j = {{"type", "score"},
+               {"set", sc.set},
+               {"scope", scope_name(r.options.scope_level)},
+               {"tie_gap", r.options.tie_gap ? ojson(*r.options.tie_gap) : ojson("auto")},
+               {"families", sc.families.size()},
+               {"score", sc.score},
+               {"candidates", cands.size()},
+               {"all_passed", all_passed(cands)},
+               {"gpu", r.gpu},
+               {"baseline_commit", r.baseline_commit},
+               {"baseline_date", r.baseline_date},
+               {"set_commit", set_commit(r, sc.set)}};
     out += j.dump() + "\n";
   }
-  ojson commits = ojson::object();
-  for (const auto& [set, commit] : r.set_commits) commits[set] = commit;
-  ojson j = {{"type", "score"},
-             {"scope", scope_name(r.options.scope_level)},
-             {"tie_gap", r.options.tie_gap},
-             {"families", r.families.size()},
-             {"score", r.score},
-             {"candidates", r.candidates.size()},
-             {"all_passed", r.all_passed()},
-             {"gpu", r.gpu},
-             {"baseline_commit", r.baseline_commit},
-             {"baseline_date", r.baseline_date},
-             {"set_commits", commits}};
-  out += j.dump() + "\n";
   return out;
 }
 
@@ -1284,17 +1435,22 @@ std::string render_markdown(const Report& r) {
   out << "- gpu: " << md_escape(r.gpu) << "\n";
   out << "- baseline: commit " << md_escape(r.baseline_commit) << ", date " << md_escape(r.baseline_date) << "\n";
   for (const auto& [set, commit] : r.set_commits) out << "- set `" << set << "`: " << md_escape(commit) << "\n";
-  out << "- scope: " << scope_name(r.options.scope_level) << "; greedy near-tie bound: " << canonical_double(r.options.tie_gap)
-      << " logits\n\n";
+  out << "- scope: " << scope_name(r.options.scope_level) << "; greedy near-tie bound: " << tie_gap_option(r.options) << "\n";
+  for (const auto& line : bound_lines(r)) out << "- " << md_escape(line) << "\n";
+  out << "\n";
   out << "## Candidates\n\n" << md_row(kCandidateHeader) << "|---|---|---:|---|---|---|---|---|---|\n";
   for (const auto& c : r.candidates) out << md_row(candidate_row(c));
-  out << "\n" << status_counts(r) << "\n\n## Score\n\n";
-  out << "Family score = speedup × fraction correct × coverage (docs/candidates.md, \"Comparing runs and the score\").\n\n";
-  out << md_row({"family", "score", "speedup", "fraction correct", "coverage"}) << "|---|---:|---:|---:|---:|\n";
-  for (const auto& f : r.families)
-    out << md_row({f.family, fixed(f.score, 3), f.speedup ? fixed(*f.speedup, 3) : "-", fraction_cell(f), coverage_cell(f)});
-  out << "\n**Overall score: " << fixed(r.score, 3) << "** (mean over " << r.families.size() << " famil"
-      << (r.families.size() == 1 ? "y" : "ies") << ")\n\n## Per-case detail\n";
+  out << "\n" << status_counts(candidates_of(r)) << "\n\n## Score\n\n";
+  out << "One score per candidate set, over that set's candidates only; family score = speedup × fraction correct × "
+         "coverage (docs/candidates.md, \"Comparing runs and the score\").\n";
+  for (const auto& sc : r.scores) {
+    out << "\n### Set `" << sc.set << "`\n\n" << status_counts(candidates_of(r, sc.set)) << "\n\n";
+    out << md_row({"family", "score", "speedup", "fraction correct", "coverage"}) << "|---|---:|---:|---:|---:|\n";
+    for (const auto& f : sc.families)
+      out << md_row({f.family, fixed(f.score, 3), f.speedup ? fixed(*f.speedup, 3) : "-", fraction_cell(f), coverage_cell(f)});
+    out << "\n**Overall score of set `" << sc.set << "`: " << fixed(sc.score, 3) << "** " << mean_over(sc) << "\n";
+  }
+  out << "\n## Per-case detail\n";
   for (const auto& c : r.candidates) {
     out << "\n### `" << c.set << "`: " << md_escape(c.task) << " (" << c.status << ")\n\n";
     out << md_row({"case", "regime", "baseline", "candidate", "baseline µs", "candidate µs", "speedup", "message"})

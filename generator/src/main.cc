@@ -1,6 +1,7 @@
 // `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check, compare).
 // All work happens in fk_generator_lib; this file maps verbs to passes and results to exit codes.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -296,7 +297,7 @@ int cmd_check(const fs::path& root, const std::string& candidate, const std::str
 
 struct CompareArgs {
   std::string dir, manifest, jsonl, markdown, scope = "all";
-  double tie_gap = 0.30;
+  std::string tie_gap = "auto";  ///< "auto" or a number >= 0 (validated by the option)
 };
 
 int cmd_compare(const std::string& root_opt, const CompareArgs& a) {
@@ -317,7 +318,7 @@ int cmd_compare(const std::string& root_opt, const CompareArgs& a) {
   auto session = cmp::load_session(a.dir, diag);
   if (!diag.ok()) return fail(diag);
   cmp::Options o;
-  o.tie_gap = a.tie_gap;
+  if (a.tie_gap != "auto") o.tie_gap = std::stod(a.tie_gap);
   o.scope_level = a.scope == "all" ? 0 : a.scope[1] - '0';
   const cmp::Report r = cmp::evaluate(*session, *graph, o, diag);
   if (!diag.ok()) return fail(diag);
@@ -395,8 +396,22 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("--jsonl", cmp.jsonl, "Also write one JSON record per candidate, per family and for the score");
   compare_cmd->add_option("--markdown", cmp.markdown, "Also write the tables as markdown");
   compare_cmd->add_option("--scope", cmp.scope, "Levels the score counts (default: all)")->check(CLI::IsMember({"all", "L1", "L2", "L3", "L4"}));
-  compare_cmd->add_option("--tie-gap", cmp.tie_gap, "Greedy near-tie bound in logits (default 0.30, docs/parity.md)")
-      ->check(CLI::NonNegativeNumber);
+  compare_cmd->add_option("--tie-gap", cmp.tie_gap,
+                          "Greedy near-tie bound in logits, or `auto` (default): 2 x (E_base + E_cand), each run's largest "
+                          "logits error in its L4 checks against fp32; 0.30 where a run has none (docs/candidates.md)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "auto") return "";
+            size_t used = 0;
+            double x = -1;
+            try {
+              x = std::stod(v, &used);
+            } catch (const std::exception&) {
+            }
+            if (used == v.size() && std::isfinite(x) && x >= 0) return "";
+            return "expected `auto` or a number >= 0, got " + v;
+          },
+          "auto|NUMBER>=0"));
   compare_cmd->footer(kExitCodes);
 
   try {

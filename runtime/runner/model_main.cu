@@ -143,12 +143,11 @@ int run_dump(fk::CausalLM& m, const Options& o) {
 
 /// Top-1 minus top-2 of each row of logits [B, V] (any float dtype), on the host.
 std::vector<float> top2_gaps(const Tensor& logits, cudaStream_t s) {
-  Tensor f;
+  std::vector<float> h;
   {
-    fk::StreamGuard g(s);
-    f = fk::tasks::to_f32(logits);
+    fk::StreamGuard g(s);  // the conversion and the copy both on the engine's stream, in order
+    h = fk::to_host<float>(fk::tasks::to_f32(logits));
   }
-  const std::vector<float> h = fk::to_host<float>(f);
   const int64_t B = logits.size(0), V = logits.size(1);
   std::vector<float> out(B);
   for (int64_t b = 0; b < B; ++b) {

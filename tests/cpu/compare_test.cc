@@ -41,8 +41,14 @@ const cmp::CandidateResult* candidate(const cmp::Report& r, const std::string& t
   return nullptr;
 }
 
-const cmp::FamilyScore* family(const cmp::Report& r, const std::string& name) {
-  for (const auto& f : r.families)
+const cmp::CandidateResult* candidate(const cmp::Report& r, const std::string& set, const std::string& task) {
+  for (const auto& c : r.candidates)
+    if (c.set == set && c.task == task) return &c;
+  return nullptr;
+}
+
+const cmp::FamilyScore* family(const cmp::SetScore& s, const std::string& name) {
+  for (const auto& f : s.families)
     if (f.family == name) return &f;
   return nullptr;
 }
@@ -171,16 +177,181 @@ TEST(Compare, GreedyDivergenceAtAClearGapIsIncorrect) {
   const cmp::CandidateResult* c = candidate(r, "embed_l");
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->status, "INCORRECT");
-  EXPECT_EQ(c->reason, "greedy token differs at step 2 of sequence 1 where the baseline's top-2 gap is 2.5 > 0.3 (model_l)");
+  // Neither run benched model_l with a logits check, so the bound is the fixed 0.30.
+  EXPECT_EQ(c->reason,
+            "greedy token differs at step 2 of sequence 1 where the baseline's top-2 gap is 2.5 > near-tie bound 0.3 "
+            "(fixed: no L4 check of model_l in baseline/bench.jsonl and gap/bench.jsonl) (model_l)");
   ASSERT_EQ(c->greedy.size(), 1u);
   EXPECT_EQ(c->greedy[0].outcome, "INCORRECT");
   EXPECT_EQ(c->greedy[0].matched, 7);
+  EXPECT_EQ(c->greedy[0].tie_gap, cmp::kFallbackTieGap);
   // The same divergence under a looser bound is a near-tie.
   cmp::Options loose;
   loose.tie_gap = 2.5;
   const cmp::Report r2 = judge("session", loose);
   EXPECT_EQ(candidate(r2, "embed_l")->status, "PASSED");
   EXPECT_EQ(candidate(r2, "embed_l")->greedy[0].outcome, "near-tie");
+  EXPECT_EQ(candidate(r2, "embed_l")->greedy[0].tie_gap, 2.5);
+  EXPECT_EQ(candidate(r2, "embed_l")->greedy[0].tie_gap_source, "fixed");
+}
+
+// ---- the near-tie bound (tie_auto/: E_base 0.160, four sets of mlp_l; see the README there) ----
+
+TEST(Compare, NearTieBoundIsMeasuredFromTheL4Checks) {
+  const cmp::Report r = judge("tie_auto");
+  // near: diverges where the baseline's gap is 0.625 <= 2 x (0.160 + 0.156) = 0.632.
+  const cmp::CandidateResult* near = candidate(r, "near", "mlp_l");
+  ASSERT_NE(near, nullptr);
+  EXPECT_EQ(near->status, "PASSED") << near->reason;
+  ASSERT_EQ(near->greedy.size(), 1u);
+  const cmp::GreedyCheck& g = near->greedy[0];
+  // E_base: the larger of model_l's two logits errors (0.125, 0.160); layer_l's check (0.5) is no L4 check.
+  ASSERT_TRUE(g.baseline_logits_err && g.candidate_logits_err);
+  EXPECT_EQ(*g.baseline_logits_err, 0.160);
+  EXPECT_EQ(*g.candidate_logits_err, 0.156);  // of 0.156 and 0.141
+  EXPECT_EQ(g.tie_gap, 2 * (0.160 + 0.156));
+  EXPECT_EQ(g.tie_gap_source, "auto: 2 x (0.160 + 0.156) from the L4 checks against fp32");
+  EXPECT_EQ(g.outcome, "near-tie");
+  EXPECT_EQ(g.matched, 6);
+  ASSERT_EQ(g.sequences.size(), 2u);
+  EXPECT_EQ(*g.sequences[0].step, 1);
+  EXPECT_EQ(*g.sequences[0].gap, 0.625);
+
+  // far: the same bound (its errors are 0.141 and 0.156), a divergence at a gap of 0.7.
+  const cmp::CandidateResult* far = candidate(r, "far", "mlp_l");
+  ASSERT_NE(far, nullptr);
+  EXPECT_EQ(far->status, "INCORRECT");
+  EXPECT_EQ(far->reason,
+            "greedy token differs at step 3 of sequence 1 where the baseline's top-2 gap is 0.7 > near-tie bound 0.632 "
+            "(auto: 2 x (0.160 + 0.156) from the L4 checks against fp32) (model_l)");
+  EXPECT_EQ(far->greedy[0].tie_gap, 2 * (0.160 + 0.156));
+  EXPECT_EQ(far->greedy[0].outcome, "INCORRECT");
+  EXPECT_EQ(far->greedy[0].matched, 8);
+}
+
+TEST(Compare, NearTieBoundFallsBackWithoutAnL4LogitsCheck) {
+  const cmp::Report r = judge("tie_auto");
+  // nolog: model_l's records hold no check.outputs entry named "logits", so 0.625 > 0.30.
+  const cmp::CandidateResult* nolog = candidate(r, "nolog", "mlp_l");
+  ASSERT_NE(nolog, nullptr);
+  EXPECT_EQ(nolog->status, "INCORRECT");
+  EXPECT_EQ(nolog->reason,
+            "greedy token differs at step 1 of sequence 0 where the baseline's top-2 gap is 0.625 > near-tie bound 0.3 "
+            "(fixed: no L4 check of model_l in nolog/bench.jsonl) (model_l)");
+  const cmp::GreedyCheck& g = nolog->greedy[0];
+  EXPECT_EQ(g.tie_gap, cmp::kFallbackTieGap);
+  EXPECT_EQ(g.tie_gap_source, "fixed: no L4 check of model_l in nolog/bench.jsonl");
+  EXPECT_FALSE(g.baseline_logits_err);
+  EXPECT_FALSE(g.candidate_logits_err);
+  // nan: a null (NaN) logits error measures nothing either; the L4 case itself makes it INCORRECT.
+  const cmp::CandidateResult* nan = candidate(r, "nan", "mlp_l");
+  ASSERT_NE(nan, nullptr);
+  EXPECT_EQ(nan->status, "INCORRECT");
+  EXPECT_EQ(nan->greedy[0].tie_gap, cmp::kFallbackTieGap);
+  EXPECT_EQ(nan->greedy[0].tie_gap_source, "fixed: a non-finite logits error in the L4 check of model_l in nan/bench.jsonl");
+  ASSERT_EQ(nan->findings.size(), 2u);
+  EXPECT_EQ(nan->findings[1].message,
+            "greedy token differs at step 1 of sequence 0 where the baseline's top-2 gap is 0.625 > near-tie bound 0.3 "
+            "(fixed: a non-finite logits error in the L4 check of model_l in nan/bench.jsonl) (model_l)");
+  // Neither run of session/ has an L4 check: both files are named.
+  const cmp::Report s = judge("session");
+  const cmp::CandidateResult* fast = candidate(s, "fast_norm", "norm");
+  ASSERT_NE(fast, nullptr);
+  EXPECT_EQ(fast->greedy[0].tie_gap_source, "fixed: no L4 check of model_l in baseline/bench.jsonl and fast_norm/bench.jsonl");
+}
+
+TEST(Compare, ExplicitTieGapOverridesTheMeasuredBound) {
+  cmp::Options tight;
+  tight.tie_gap = 0.5;
+  const cmp::Report r = judge("tie_auto", tight);
+  const cmp::CandidateResult* near = candidate(r, "near", "mlp_l");
+  ASSERT_NE(near, nullptr);
+  EXPECT_EQ(near->status, "INCORRECT");
+  EXPECT_EQ(near->reason,
+            "greedy token differs at step 1 of sequence 0 where the baseline's top-2 gap is 0.625 > near-tie bound 0.5 "
+            "(fixed) (model_l)");
+  EXPECT_EQ(near->greedy[0].tie_gap, 0.5);
+  EXPECT_EQ(near->greedy[0].tie_gap_source, "fixed");
+  EXPECT_FALSE(near->greedy[0].baseline_logits_err);
+
+  cmp::Options loose;
+  loose.tie_gap = 0.7;
+  const cmp::Report r2 = judge("tie_auto", loose);
+  for (const char* set : {"near", "far", "nolog"}) {
+    const cmp::CandidateResult* c = candidate(r2, set, "mlp_l");
+    ASSERT_NE(c, nullptr) << set;
+    EXPECT_EQ(c->status, "PASSED") << set << ": " << c->reason;
+    EXPECT_EQ(c->greedy[0].outcome, "near-tie") << set;
+    EXPECT_EQ(c->greedy[0].tie_gap, 0.7) << set;
+  }
+}
+
+TEST(Compare, NearTieBoundIsReportedPerGreedyCheck) {
+  TempDir tmp;
+  const fs::path jsonl = tmp.path() / "tie.jsonl", md = tmp.path() / "tie.md";
+  std::string out;
+  ASSERT_EQ(run(compare_cmd("tie_auto") + " --jsonl " + q(jsonl) + " --markdown " + q(md), &out), 1) << out;
+  for (const char* line : {
+           "greedy near-tie bound per check (--tie-gap auto):\n"
+           "  set far, org/llama-tiny: near-tie bound 0.632 (auto: 2 x (0.160 + 0.156) from the L4 checks against fp32): "
+           "INCORRECT 8/10\n"
+           "  set nan, org/llama-tiny: near-tie bound 0.3 (fixed: a non-finite logits error in the L4 check of model_l in "
+           "nan/bench.jsonl): INCORRECT 6/10\n"
+           "  set near, org/llama-tiny: near-tie bound 0.632 (auto: 2 x (0.160 + 0.156) from the L4 checks against fp32): "
+           "near-tie 6/10\n"
+           "  set nolog, org/llama-tiny: near-tie bound 0.3 (fixed: no L4 check of model_l in nolog/bench.jsonl): "
+           "INCORRECT 6/10\n",
+           "near      | mlp_l | 2     | PASSED    | 1.250x (1.250-1.250)      | -/1.000x/1.000x | near-tie 6/10  | -             |\n",
+       })
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "\n---\n" << out;
+
+  std::vector<nlohmann::json> records;
+  std::istringstream in(slurp(jsonl));
+  for (std::string l; std::getline(in, l);) records.push_back(nlohmann::json::parse(l));
+  ASSERT_GE(records.size(), 4u);
+  const nlohmann::json& near = records[2];  // sets in folder order: far, nan, near, nolog
+  ASSERT_EQ(near["set"], "near");
+  const nlohmann::json& g = near["greedy"][0];
+  EXPECT_EQ(g["outcome"], "near-tie");
+  EXPECT_EQ(g["tie_gap"].get<double>(), 2 * (0.160 + 0.156));
+  EXPECT_EQ(g["tie_gap_source"], "auto: 2 x (0.160 + 0.156) from the L4 checks against fp32");
+  EXPECT_EQ(g["baseline_logits_err"].get<double>(), 0.160);
+  EXPECT_EQ(g["candidate_logits_err"].get<double>(), 0.156);
+  EXPECT_EQ(records[3]["greedy"][0]["tie_gap_source"], "fixed: no L4 check of model_l in nolog/bench.jsonl");
+  EXPECT_TRUE(records[3]["greedy"][0]["baseline_logits_err"].is_null());
+  int scores = 0;
+  for (const auto& rec : records)
+    if (rec["type"] == "score") {
+      ++scores;
+      EXPECT_EQ(rec["tie_gap"], "auto");
+    }
+  EXPECT_EQ(scores, 4);
+
+  const std::string m = slurp(md);
+  for (const char* line : {
+           "- scope: all; greedy near-tie bound: auto (per greedy check: 2 x the largest logits errors of the baseline's "
+           "and the candidate's L4 checks against fp32; 0.3 where a run has none)\n",
+           "- set near, org/llama-tiny: near-tie bound 0.632 (auto: 2 x (0.160 + 0.156) from the L4 checks against fp32): "
+           "near-tie 6/10\n",
+           "- set nolog, org/llama-tiny: near-tie bound 0.3 (fixed: no L4 check of model_l in nolog/bench.jsonl): "
+           "INCORRECT 6/10\n",
+       })
+    EXPECT_NE(m.find(line), std::string::npos) << "missing: " << line << "\n---\n" << m;
+
+  // --tie-gap N: every check uses N.
+  ASSERT_EQ(run(compare_cmd("tie_auto") + " --tie-gap 0.7 --jsonl " + q(jsonl) + " --markdown " + q(md), &out), 1) << out;
+  EXPECT_NE(out.find("greedy near-tie bound per check (--tie-gap 0.7):\n"
+                     "  set far, org/llama-tiny: near-tie bound 0.7 (fixed): near-tie 8/10\n"),
+            std::string::npos)
+      << out;
+  records.clear();
+  std::istringstream in2(slurp(jsonl));
+  for (std::string l; std::getline(in2, l);) records.push_back(nlohmann::json::parse(l));
+  EXPECT_EQ(records[0]["greedy"][0]["tie_gap"].get<double>(), 0.7);
+  EXPECT_EQ(records[0]["greedy"][0]["tie_gap_source"], "fixed");
+  EXPECT_EQ(records.back()["type"], "score");
+  EXPECT_EQ(records.back()["tie_gap"].get<double>(), 0.7);
+  EXPECT_NE(slurp(md).find("- scope: all; greedy near-tie bound: 0.7 logits (fixed, --tie-gap)\n"), std::string::npos);
 }
 
 TEST(Compare, TimeoutLeavesLaterCasesNotRun) {
@@ -237,11 +408,14 @@ TEST(Compare, UncheckedAndMaxLevel) {
 // ---- score ------------------------------------------------------------------------------------
 
 TEST(Compare, ScoreTwoFamiliesWithPartialCoverage) {
-  // norm (both families) PASSED x2.0; act_l (llama) PASSED x1.25; act_q (qwen) INCORRECT.
+  // One set `a`: norm (both families) PASSED x2.0; act_l (llama) PASSED x1.25; act_q (qwen) INCORRECT.
   const cmp::Report all = judge("score");
-  ASSERT_EQ(all.families.size(), 2u);
-  const cmp::FamilyScore* llama = family(all, "llama");
-  const cmp::FamilyScore* qwen = family(all, "qwen");
+  ASSERT_EQ(all.scores.size(), 1u);
+  const cmp::SetScore* a = all.score_of("a");
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->families.size(), 2u);
+  const cmp::FamilyScore* llama = family(*a, "llama");
+  const cmp::FamilyScore* qwen = family(*a, "qwen");
   ASSERT_TRUE(llama && qwen);
   EXPECT_EQ(llama->tasks, 10);
   EXPECT_EQ(llama->attempted_tasks, (std::vector<std::string>{"act_l", "norm"}));
@@ -257,28 +431,140 @@ TEST(Compare, ScoreTwoFamiliesWithPartialCoverage) {
   EXPECT_NEAR(*qwen->fraction_correct, 0.5, kEps);
   EXPECT_NEAR(qwen->coverage, 2.0 / 6, kEps);
   EXPECT_NEAR(qwen->score, 2.0 * 0.5 / 3, kEps);
-  EXPECT_NEAR(all.score, (std::sqrt(2.5) * 0.2 + 1.0 / 3) / 2, kEps);
+  EXPECT_NEAR(a->score, (std::sqrt(2.5) * 0.2 + 1.0 / 3) / 2, kEps);
   EXPECT_FALSE(all.all_passed());
 
   cmp::Options l1;
   l1.scope_level = 1;  // llama has 7 L1 tasks, qwen 3
   const cmp::Report r1 = judge("score", l1);
-  EXPECT_NEAR(family(r1, "llama")->coverage, 2.0 / 7, kEps);
-  EXPECT_NEAR(family(r1, "qwen")->coverage, 2.0 / 3, kEps);
-  EXPECT_NEAR(r1.score, (std::sqrt(2.5) * 2 / 7 + 2.0 * 0.5 * 2 / 3) / 2, kEps);
+  ASSERT_NE(r1.score_of("a"), nullptr);
+  EXPECT_NEAR(family(*r1.score_of("a"), "llama")->coverage, 2.0 / 7, kEps);
+  EXPECT_NEAR(family(*r1.score_of("a"), "qwen")->coverage, 2.0 / 3, kEps);
+  EXPECT_NEAR(r1.score_of("a")->score, (std::sqrt(2.5) * 2 / 7 + 2.0 * 0.5 * 2 / 3) / 2, kEps);
 
   cmp::Options l4;
   l4.scope_level = 4;  // one model per family, neither attempted: both score 0 and count
   const cmp::Report r4 = judge("score", l4);
-  ASSERT_EQ(r4.families.size(), 2u);
-  for (const auto& f : r4.families) {
+  ASSERT_NE(r4.score_of("a"), nullptr);
+  ASSERT_EQ(r4.score_of("a")->families.size(), 2u);
+  for (const auto& f : r4.score_of("a")->families) {
     EXPECT_EQ(f.tasks, 1) << f.family;
     EXPECT_TRUE(f.attempted_tasks.empty()) << f.family;
     EXPECT_FALSE(f.speedup) << f.family;
     EXPECT_FALSE(f.fraction_correct) << f.family;
     EXPECT_EQ(f.score, 0.0) << f.family;
   }
-  EXPECT_EQ(r4.score, 0.0);
+  EXPECT_EQ(r4.score_of("a")->score, 0.0);
+}
+
+TEST(Compare, SetsSharingATaskAreJudgedAndScoredSeparately) {
+  // Two alternatives both hold a candidate for norm: v1 = {norm PASSED x2.0}; v2 = {norm INCORRECT,
+  // act_l PASSED x1.25}. Each (set, candidate) is a row; each set is scored over its own candidates.
+  const cmp::Report r = judge("alternatives");
+  ASSERT_EQ(r.candidates.size(), 3u);
+  const cmp::CandidateResult* v1_norm = candidate(r, "v1", "norm");
+  const cmp::CandidateResult* v2_norm = candidate(r, "v2", "norm");
+  const cmp::CandidateResult* v2_act = candidate(r, "v2", "act_l");
+  ASSERT_TRUE(v1_norm && v2_norm && v2_act);
+  EXPECT_EQ(v1_norm->status, "PASSED") << v1_norm->reason;
+  EXPECT_NEAR(*v1_norm->speedup.geomean, 2.0, kEps);
+  EXPECT_EQ(v2_norm->status, "INCORRECT");
+  EXPECT_EQ(v2_norm->reason, "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 7]");
+  EXPECT_NEAR(*v2_norm->speedup.geomean, 1.0, kEps);  // only prefill_s128 was timed, 20 -> 20 us
+  EXPECT_EQ(v2_act->status, "PASSED") << v2_act->reason;
+  EXPECT_NEAR(*v2_act->speedup.geomean, 1.25, kEps);
+
+  ASSERT_EQ(r.scores.size(), 2u);
+  EXPECT_EQ(r.scores[0].set, "v1");
+  EXPECT_EQ(r.scores[1].set, "v2");
+  // v1: llama 2.0 x 1/1 x 1/10, qwen 2.0 x 1/1 x 1/6.
+  const cmp::SetScore& v1 = r.scores[0];
+  ASSERT_EQ(v1.families.size(), 2u);
+  EXPECT_EQ(family(v1, "llama")->attempted_tasks, std::vector<std::string>{"norm"});
+  EXPECT_NEAR(family(v1, "llama")->score, 0.2, kEps);
+  EXPECT_NEAR(family(v1, "qwen")->score, 2.0 / 6, kEps);
+  EXPECT_NEAR(v1.score, (0.2 + 2.0 / 6) / 2, kEps);
+  // v2: llama 1.25 x 1/2 x 2/10; qwen: norm attempted, none correct: 0.
+  const cmp::SetScore& v2 = r.scores[1];
+  const cmp::FamilyScore* llama = family(v2, "llama");
+  const cmp::FamilyScore* qwen = family(v2, "qwen");
+  ASSERT_TRUE(llama && qwen);
+  EXPECT_EQ(llama->attempted_tasks, (std::vector<std::string>{"act_l", "norm"}));
+  EXPECT_EQ(llama->correct, 1);
+  EXPECT_NEAR(*llama->speedup, 1.25, kEps);
+  EXPECT_NEAR(*llama->fraction_correct, 0.5, kEps);
+  EXPECT_NEAR(llama->coverage, 0.2, kEps);
+  EXPECT_NEAR(llama->score, 0.125, kEps);
+  EXPECT_EQ(qwen->attempted_tasks, std::vector<std::string>{"norm"});
+  EXPECT_EQ(qwen->correct, 0);
+  EXPECT_FALSE(qwen->speedup);
+  EXPECT_NEAR(*qwen->fraction_correct, 0.0, kEps);
+  EXPECT_NEAR(qwen->coverage, 1.0 / 6, kEps);
+  EXPECT_EQ(qwen->score, 0.0);
+  EXPECT_NEAR(v2.score, 0.0625, kEps);
+
+  // The command line: both rows, one score block / record pair / table per set.
+  TempDir tmp;
+  const fs::path jsonl = tmp.path() / "alt.jsonl", md = tmp.path() / "alt.md";
+  std::string out;
+  ASSERT_EQ(run(compare_cmd("alternatives") + " --jsonl " + q(jsonl) + " --markdown " + q(md), &out), 1) << out;
+  for (const char* line : {
+           "v1        | norm  | 1     | PASSED    | 2.000x (2.000-2.000)      | -/1.000x/1.000x      | -      | -             |\n",
+           "v2        | norm  | 1     | INCORRECT | 1.000x (1.000-1.000)      | -/1.000x/1.000x      | -      | -             | "
+           "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 7]\n",
+           "v2        | act_l | 1     | PASSED    | 1.250x (1.250-1.250)      | 1.000x/1.000x/1.000x | -      | -             |\n",
+           "3 candidate(s): 2 PASSED, 1 INCORRECT\n",
+           "set v1: 1 candidate(s): 1 PASSED\n"
+           "  llama: 0.200 = 2.000 x 1.000 (1/1) x 0.100 (1/10)\n"
+           "  qwen: 0.333 = 2.000 x 1.000 (1/1) x 0.167 (1/6)\n"
+           "  overall score of set v1: 0.267 (mean over 2 families)\n",
+           "set v2: 2 candidate(s): 1 PASSED, 1 INCORRECT\n"
+           "  llama: 0.125 = 1.250 x 0.500 (1/2) x 0.200 (2/10)\n"
+           "  qwen: 0.000 = - x 0.000 (0/1) x 0.167 (1/6)\n"
+           "  overall score of set v2: 0.062 (mean over 2 families)\n",
+       })
+    EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "\n---\n" << out;
+
+  std::vector<nlohmann::json> records;
+  std::istringstream in(slurp(jsonl));
+  for (std::string l; std::getline(in, l);) records.push_back(nlohmann::json::parse(l));
+  // 3 candidates, then per set: 2 families and a score.
+  ASSERT_EQ(records.size(), 3u + 3u + 3u);
+  EXPECT_EQ(records[0]["set"], "v1");
+  EXPECT_EQ(records[1]["set"], "v2");
+  EXPECT_EQ(records[1]["task"], "norm");
+  EXPECT_EQ(records[1]["status"], "INCORRECT");
+  const std::vector<std::pair<std::string, std::string>> kinds = {
+      {"family", "v1"}, {"family", "v1"}, {"score", "v1"}, {"family", "v2"}, {"family", "v2"}, {"score", "v2"}};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_EQ(records[3 + i]["type"], kinds[i].first) << i;
+    EXPECT_EQ(records[3 + i]["set"], kinds[i].second) << i;
+  }
+  EXPECT_NEAR(records[5]["score"].get<double>(), (0.2 + 2.0 / 6) / 2, kEps);
+  EXPECT_EQ(records[5]["candidates"], 1);
+  EXPECT_EQ(records[5]["all_passed"], true);
+  EXPECT_EQ(records[6]["family"], "llama");
+  EXPECT_NEAR(records[6]["fraction_correct"].get<double>(), 0.5, kEps);
+  EXPECT_NEAR(records[8]["score"].get<double>(), 0.0625, kEps);
+  EXPECT_EQ(records[8]["candidates"], 2);
+  EXPECT_EQ(records[8]["all_passed"], false);
+
+  const std::string m = slurp(md);
+  for (const char* line : {
+           "| v1 | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - |  |\n",
+           "| v2 | norm | 1 | INCORRECT | 1.000x (1.000-1.000) | -/1.000x/1.000x | - | - | "
+           "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 7] |\n",
+           "### Set `v1`\n\n1 candidate(s): 1 PASSED\n\n",
+           "| qwen | 0.333 | 2.000 | 1.000 (1/1) | 0.167 (1/6) |\n",
+           "**Overall score of set `v1`: 0.267** (mean over 2 families)\n",
+           "### Set `v2`\n\n2 candidate(s): 1 PASSED, 1 INCORRECT\n\n",
+           "| llama | 0.125 | 1.250 | 0.500 (1/2) | 0.200 (2/10) |\n",
+           "| qwen | 0.000 | - | 0.000 (0/1) | 0.167 (1/6) |\n",
+           "**Overall score of set `v2`: 0.062** (mean over 2 families)\n",
+           "### `v1`: norm (PASSED)\n",
+           "### `v2`: norm (INCORRECT)\n",
+       })
+    EXPECT_NE(m.find(line), std::string::npos) << "missing: " << line << "\n---\n" << m;
 }
 
 // ---- the command line -------------------------------------------------------------------------
@@ -290,11 +576,11 @@ TEST(Compare, ExitCodesTerminalJsonlAndMarkdown) {
   const fs::path jsonl = tmp.path() / "out" / "score.jsonl", md = tmp.path() / "score.md";
   ASSERT_EQ(run(compare_cmd("score") + " --jsonl " + q(jsonl) + " --markdown " + q(md), &out), 1) << out;
   for (const char* line : {
-           "  llama: 0.316 = 1.581 x 1.000 (2/2) x 0.200 (2/10)\n",
-           "  qwen: 0.333 = 2.000 x 0.500 (1/2) x 0.333 (2/6)\n",
-           "overall score: 0.325 (mean over 2 families)\n",
-           "3 candidate(s): 2 PASSED, 1 INCORRECT\n",
-           "c         | act_q | 1     | INCORRECT | 1.000x (1.000-1.000)      | 1.000x/1.000x/1.000x | -      | -             | "
+           "set a: 3 candidate(s): 2 PASSED, 1 INCORRECT\n"
+           "  llama: 0.316 = 1.581 x 1.000 (2/2) x 0.200 (2/10)\n"
+           "  qwen: 0.333 = 2.000 x 0.500 (1/2) x 0.333 (2/6)\n"
+           "  overall score of set a: 0.325 (mean over 2 families)\n",
+           "a         | act_q | 1     | INCORRECT | 1.000x (1.000-1.000)      | 1.000x/1.000x/1.000x | -      | -             | "
            "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 0]\n",
        })
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "\n---\n" << out;
@@ -312,10 +598,13 @@ TEST(Compare, ExitCodesTerminalJsonlAndMarkdown) {
   EXPECT_EQ(records[3]["family"], "llama");
   EXPECT_EQ(records[3]["attempted"], 2);
   EXPECT_NEAR(records[3]["coverage"].get<double>(), 0.2, kEps);
+  EXPECT_EQ(records[3]["set"], "a");
   EXPECT_EQ(records[5]["type"], "score");
+  EXPECT_EQ(records[5]["set"], "a");
   EXPECT_EQ(records[5]["scope"], "all");
   EXPECT_NEAR(records[5]["score"].get<double>(), (std::sqrt(2.5) * 0.2 + 1.0 / 3) / 2, kEps);
   EXPECT_EQ(records[5]["baseline_commit"], "b0a5e11");
+  EXPECT_EQ(records[5]["set_commit"], "c4nd1da (2025-06-02)");
 
   const std::string m = slurp(md);
   for (const char* line : {
@@ -324,7 +613,7 @@ TEST(Compare, ExitCodesTerminalJsonlAndMarkdown) {
            "- set `a`: c4nd1da (2025-06-02)\n",
            "| a | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - |  |\n",
            "| qwen | 0.333 | 2.000 | 0.500 (1/2) | 0.333 (2/6) |\n",
-           "**Overall score: 0.325** (mean over 2 families)\n",
+           "**Overall score of set `a`: 0.325** (mean over 2 families)\n",
            "| decode_b1 | decode | PASSED | INCORRECT (nonfinite) | 10.00 | - | - | output 0 holds NaN at [0, 0] |\n",
        })
     EXPECT_NE(m.find(line), std::string::npos) << "missing: " << line << "\n---\n" << m;
@@ -335,7 +624,10 @@ TEST(Compare, UsageErrors) {
   EXPECT_EQ(run(compare_cmd("score") + " --scope L5", &out), 2) << out;
   EXPECT_NE(out.find("--scope"), std::string::npos) << out;
   EXPECT_EQ(run(compare_cmd("score") + " --tie-gap -1", &out), 2) << out;
-  EXPECT_NE(out.find("--tie-gap"), std::string::npos) << out;
+  EXPECT_NE(out.find("--tie-gap: expected `auto` or a number >= 0, got -1"), std::string::npos) << out;
+  EXPECT_EQ(run(compare_cmd("score") + " --tie-gap measured", &out), 2) << out;
+  EXPECT_NE(out.find("--tie-gap: expected `auto` or a number >= 0, got measured"), std::string::npos) << out;
+  EXPECT_EQ(run(compare_cmd("score") + " --tie-gap auto", &out), 1) << out;
   EXPECT_EQ(run(bin() + " compare", &out), 2) << out;
   EXPECT_EQ(run(bin() + " compare " + q(dir("score")) + " --manifest /nonexistent/manifest.json", &out), 2) << out;
   EXPECT_NE(out.find("/nonexistent/manifest.json: cannot read (run `fastkernels generate`, or pass --manifest)"), std::string::npos) << out;
@@ -360,6 +652,8 @@ TEST(Compare, MalformedInputsAreListedAndNothingIsWritten) {
        {"baseline/bench.jsonl:1: $.commit: expected string, got nothing",
         "baseline/bench.jsonl:2: $.time_us.median: expected positive number, got \"fast\"",
         "baseline/bench.jsonl:3: $.status: expected one of PASSED, INCORRECT, RUNTIME_ERROR, TIMEOUT, SUSPECT, SKIPPED, got \"OK\"",
+        "baseline/bench.jsonl:4: $.check.outputs[0].max_abs_err: expected number >= 0 or null, got \"small\"",
+        "baseline/bench.jsonl:4: $.check.outputs[1].name: expected string, got nothing",
         "s1/status.json: $.static[0].verdict: expected one of PASSED, INTERFACE_MISMATCH, COMPILE_ERROR, SUSPECT, UNCHECKED, got \"FINE\"",
         "s1/status.json: $.build: expected one of OK, COMPILE_ERROR, got \"FAILED\"",
         "s1/status.json: $.affected: expected array of strings, got nothing"}},

@@ -4,7 +4,7 @@
 //            the manifest into the typed records below; every problem goes to Diagnostics
 //   evaluate cross-checks the files against each other and the manifest, then computes each
 //            candidate's final status, speedups, effect at higher levels, greedy check, end-to-end
-//            speedup, and the candidate-set score; pure (reads no file)
+//            speedup, and the score of each candidate set; pure (reads no file)
 //   render   terminal table, JSONL, markdown; strings only (the caller writes files)
 #pragma once
 
@@ -33,6 +33,10 @@ struct BenchCase {
   std::string reason;               ///< mismatch, oob-write, timeout, ... ("" when absent)
   std::string message;              ///< "" when absent
   std::optional<double> median_us;  ///< $.time_us.median, when the case was timed
+  /// Level-4 records only: $.check.outputs[].max_abs_err of each entry named "logits" (the
+  /// model's logits against the fp32 reference), file order; nullopt where fk_bench wrote null
+  /// (a non-finite error). Empty when the record has no check or no such entry.
+  std::vector<std::optional<double>> logits_errors;
 };
 
 /// One fk_bench JSONL file: an env record, the cases, then (unless the run stopped early) a summary.
@@ -142,9 +146,14 @@ std::optional<Session> load_session(const std::filesystem::path& dir, Diagnostic
 
 // ---- Results (the evaluate pass) ---------------------------------------------------------------
 
+/// The near-tie bound where it cannot be measured (and the fixed bound of docs/parity.md), logits.
+constexpr double kFallbackTieGap = 0.30;
+
 struct Options {
-  double tie_gap = 0.30;  ///< greedy near-tie bound in logits (docs/parity.md)
-  int scope_level = 0;    ///< score only tasks of this level; 0: all levels
+  /// Greedy near-tie bound in logits; nullopt (`--tie-gap auto`): measured per greedy check from
+  /// the L4 checks of both runs, else kFallbackTieGap (Note [Near-tie bound] in compare.cc).
+  std::optional<double> tie_gap;
+  int scope_level = 0;  ///< score only tasks of this level; 0: all levels
 };
 
 /// One case of a candidate's own task: the candidate run against the baseline.
@@ -185,6 +194,13 @@ struct GreedyCheck {
   std::string outcome;  ///< INCORRECT if any sequence is, else near-tie if any, else match
   int64_t matched = 0, total = 0;
   std::vector<GreedySequenceCheck> sequences;
+  /// The near-tie bound used (logits) and where it comes from: "fixed" (--tie-gap N),
+  /// "auto: 2 x (0.160 + 0.156) from the L4 checks against fp32", or, when a run has no usable
+  /// L4 check, "fixed: no L4 check of <task> in <set>/bench.jsonl" (Note [Near-tie bound]).
+  double tie_gap = kFallbackTieGap;
+  std::string tie_gap_source;
+  /// E_base, E_cand: each run's largest logits max_abs_err over the L4 checks of `task`, when found.
+  std::optional<double> baseline_logits_err, candidate_logits_err;
 };
 
 /// One fk_model --bench record matched between the two runs.
@@ -229,17 +245,26 @@ struct FamilyScore {
   double score = 0;
 };
 
+/// The score of one candidate set, over that set's candidates only (Note [Score] in compare.cc):
+/// each set is one alternative, so several sets may hold a candidate for the same task.
+struct SetScore {
+  std::string set;
+  std::vector<FamilyScore> families;  ///< families with at least one task in scope
+  double score = 0;                   ///< mean family score
+};
+
 struct Report {
   std::string dir;
   std::string gpu;
   std::string baseline_commit, baseline_date;
   std::vector<std::pair<std::string, std::string>> set_commits;  ///< (set, "commit date" or "-")
   Options options;
-  std::vector<CandidateResult> candidates;  ///< by set, then status.json order
-  std::vector<FamilyScore> families;        ///< families with at least one task in scope
-  double score = 0;                         ///< mean family score
+  std::vector<CandidateResult> candidates;  ///< one per (set, candidate): by set, then status.json order
+  std::vector<SetScore> scores;             ///< one per judged set, in set order
 
   bool all_passed() const;
+  /// The score of `set`; nullptr when no set of that name was judged.
+  const SetScore* score_of(const std::string& set) const;
 };
 
 /// Scope as written on the command line: "all", "L1".."L4".
