@@ -45,5 +45,11 @@ else()
   set(FK_GENERATED_OBJECTS "")
 endif()
 
-add_executable(fk_bench ${CMAKE_SOURCE_DIR}/runtime/runner/main.cc ${FK_GENERATED_OBJECTS})
-target_link_libraries(fk_bench PRIVATE fk_runtime CLI11::CLI11)
+# A runner (fk_bench: main.cc, fk_model: model_main.cu) over a set of task objects; candidate
+# builds (cmake/candidates.cmake) make more of them over other task sets.
+function(fk_add_runner target main objects)
+  add_executable(${target} ${CMAKE_SOURCE_DIR}/runtime/runner/${main} ${objects})
+  target_link_libraries(${target} PRIVATE fk_runtime CLI11::CLI11)
+endfunction()
+
+fk_add_runner(fk_bench main.cc "${FK_GENERATED_OBJECTS}")

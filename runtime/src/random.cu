@@ -129,6 +129,12 @@ void poison(Tensor& t) {
   FK_CUDA_CHECK(cudaMemsetAsync(t.data_ptr(), 0xFF, t.nbytes(), current_stream()));
 }
 
+void fingerprint_bytes_async(const void* p, int64_t nbytes, unsigned long long* acc, cudaStream_t s) {
+  if (nbytes <= 0) return;
+  fingerprint_kernel<<<grid_for(nbytes), 256, 0, s>>>(static_cast<const uint8_t*>(p), nbytes, acc);
+  FK_CHECK_LAUNCH();
+}
+
 uint64_t fingerprint(const Tensor& t) {
   FK_CHECK(t.is_contiguous(), "fingerprint needs a contiguous tensor, got " + t.str());
   const int64_t nbytes = static_cast<int64_t>(t.nbytes());
@@ -136,10 +142,7 @@ uint64_t fingerprint(const Tensor& t) {
   cudaStream_t s = current_stream();
   FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(*d), s));
   FK_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
-  if (nbytes > 0) {
-    fingerprint_kernel<<<grid_for(nbytes), 256, 0, s>>>(static_cast<const uint8_t*>(t.data_ptr()), nbytes, d);
-    FK_CHECK_LAUNCH();
-  }
+  fingerprint_bytes_async(t.data_ptr(), nbytes, d, s);
   unsigned long long h = 0;
   FK_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s));
   FK_CUDA_CHECK(cudaFreeAsync(d, s));

@@ -17,6 +17,9 @@ void fill_randint(Tensor& t, uint64_t seed, int64_t lo, int64_t hi);
 void poison(Tensor& t);
 /// Order-sensitive 64-bit fingerprint of the bytes (detects mutation of inputs).
 uint64_t fingerprint(const Tensor& t);
+/// The same sum for raw bytes, added on `s` into a device counter the caller zeroed (no
+/// allocation); the fingerprint is the counter's value ^ nbytes.
+void fingerprint_bytes_async(const void* p, int64_t nbytes, unsigned long long* acc, cudaStream_t s);
 
 /// Host-side helper: derive independent seeds for (seed, stream index).
 inline uint64_t mix_seed(uint64_t seed, uint64_t index) {
