@@ -18,7 +18,7 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -92,6 +92,31 @@ def build_model(cfg, dtype, device, attn="sdpa"):
     return m
 
 
+# HF checkpoints that store a fused projection (Phi-3: self_attn.qkv_proj, mlp.gate_up_proj)
+# where the fk_model contract names its Llama-style parts (Note [Seeded weights] in
+# runtime/include/fk/tasks/llama.h): the fused tensor is the parts stacked along rows, in this order.
+FUSED_PARTS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+               "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+
+
+def fuse_parts(expected, weights):
+    """weights with the parts of every fused parameter the model expects (and the file lacks)
+    concatenated under the fused name; everything else unchanged. Missing parts stay missing
+    (check_and_load reports them)."""
+    out = dict(weights)
+    for name in expected:
+        if name in out:
+            continue
+        for fused, parts in FUSED_PARTS.items():
+            head, sep, tail = name.partition(fused + ".")
+            if not sep or tail not in ("weight", "bias"):
+                continue
+            names = [f"{head}{p}.{tail}" for p in parts]
+            if all(n in out for n in names):
+                out[name] = torch.cat([out.pop(n) for n in names], dim=0)
+    return out
+
+
 def check_and_load(model, weights, tied=None):
     """Loads `weights` (name -> tensor) into `model` strictly. Missing/unexpected names, shape
     mismatches and non-bf16 tensors are WeightsError. With tied embeddings the file has no
@@ -100,6 +125,7 @@ def check_and_load(model, weights, tied=None):
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
     sd = model.state_dict()
     expected = set(sd)
+    weights = fuse_parts(expected, weights)
     have = set(weights)
     problems = []
     if tied:
@@ -172,6 +198,29 @@ class LayerCapture:
             if self.keep is not None:
                 h = h[self.keep]
             self.outs[i] = h.detach().float()
+        return fn
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+class RouterCapture:
+    """Forward hooks on each MoE layer's router (model.model.layers[i].mlp.gate, the
+    transformers-5 TopKRouter modules: forward returns (router_logits [T, E], weights, indices));
+    stores every layer's router logits in fp32. `active` is False for dense models."""
+
+    def __init__(self, model):
+        self.outs = {}
+        gates = [getattr(getattr(layer, "mlp", None), "gate", None) for layer in model.model.layers]
+        self.active = bool(gates) and all(g is not None and hasattr(g, "top_k") for g in gates)
+        self.n = len(gates) if self.active else 0
+        self.handles = [g.register_forward_hook(self._hook(i)) for i, g in enumerate(gates)] if self.active else []
+
+    def _hook(self, i):
+        def fn(_mod, _inp, out):
+            z = out[0] if isinstance(out, (tuple, list)) else out
+            self.outs[i] = z.detach().float().reshape(-1, z.shape[-1])
         return fn
 
     def remove(self):

@@ -15,17 +15,20 @@ struct Config {
   static constexpr int64_t num_kv_heads = 4;
   static constexpr int64_t head_dim = 128;
   static constexpr double softmax_scale = 0.08838834764831845;
+  static constexpr int64_t sliding_window = 0;  ///< keys attended, own included; 0: none
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vLLM's flash_attn_varlen_func (FlashAttention 3 on Hopper) behind a module:
 ///   __init__(num_heads, num_kv_heads, head_dim) /
 ///   forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], cu_seqlens_q, cu_seqlens_k,
-///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal.
+///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal; window_size
+///   (sliding_window - 1, 0) when sliding_window > 0 (Note [Sliding window] in fk/tasks/attention.h).
 class FlashAttnPrefill {
  public:
   FlashAttnPrefill(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
-      : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale) {
+      : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale),
+        sliding_window(Config::sliding_window) {
     FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
              "flash_attn_prefill_hq32_hkv4_d128_causal_bf16 is specialised on num_heads 32, num_kv_heads 4, head_dim 128");
   }
@@ -36,6 +39,7 @@ class FlashAttnPrefill {
 
   int64_t num_heads, num_kv_heads, head_dim;
   double softmax_scale;
+  int64_t sliding_window;  ///< vLLM Attention.sliding_window (0 here for None)
 };
 
 }  // namespace fk::generated::flash_attn_prefill_hq32_hkv4_d128_causal_bf16

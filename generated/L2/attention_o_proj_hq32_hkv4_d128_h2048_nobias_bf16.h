@@ -20,6 +20,7 @@ struct Config {
   static constexpr int64_t head_dim = 128;
   static constexpr int64_t hidden_size = 2048;
   static constexpr bool o_proj_bias = false;
+  static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
   using scalar_t = fk::bf16;
 };
 

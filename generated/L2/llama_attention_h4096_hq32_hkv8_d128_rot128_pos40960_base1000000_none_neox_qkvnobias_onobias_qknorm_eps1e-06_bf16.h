@@ -39,6 +39,7 @@ struct Config {
   static constexpr double beta_fast = 0;
   static constexpr double beta_slow = 0;
   static constexpr bool o_proj_bias = false;
+  static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
   using scalar_t = fk::bf16;
 };
 

@@ -36,6 +36,7 @@ struct Config {
   static constexpr double beta_fast = 0;
   static constexpr double beta_slow = 0;
   static constexpr bool o_proj_bias = false;
+  static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
   static constexpr int64_t intermediate_size = 14336;
   static constexpr bool mlp_bias = false;
   static constexpr int64_t num_hidden_layers = 32;

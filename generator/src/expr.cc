@@ -216,6 +216,12 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
       type_error("-", a);
     }
     case ExprNode::kCall: {
+      if (n.name == "select") {  // select(c, a, b): a if c else b; only the chosen branch is evaluated
+        if (n.args.size() != 3) throw GenError{"select() takes 3 argument(s)"};
+        const Value c = eval_node(*n.args[0], env);
+        if (c.index() != 1) throw GenError{"select() needs a boolean condition, got " + value_to_display(c)};
+        return std::get<bool>(c) ? eval_node(*n.args[1], env) : eval_node(*n.args[2], env);
+      }
       std::vector<Value> args;
       for (const auto& a : n.args) args.push_back(eval_node(*a, env));
       auto want = [&](size_t k) {
@@ -238,7 +244,7 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
         double x = as_double(args[0]), y = as_double(args[1]);
         return n.name == "min" ? std::min(x, y) : std::max(x, y);
       }
-      throw GenError{"unknown function '" + n.name + "' (known: float, max, min, pow)"};
+      throw GenError{"unknown function '" + n.name + "' (known: float, max, min, pow, select)"};
     }
     case ExprNode::kBinary: break;
   }

@@ -324,22 +324,35 @@ KindSpec lm_head_kind() {
   return k;
 }
 
+// `_sw{W}` when a sliding window of W keys applies (0: none; Note [Sliding window] in
+// fk/tasks/attention.h). Kinds without the parameter spell nothing.
+std::string window_spelling(const Params& p) {
+  auto it = p.find("sliding_window");
+  if (it == p.end()) return "";
+  const int64_t w = std::get<int64_t>(it->second);
+  if (w < 0) throw GenError{"sliding_window must be >= 0 (0: none), got " + i2s(w)};
+  return w > 0 ? "_sw" + i2s(w) : "";
+}
+
 KindSpec attn_kind(bool prefill) {
   KindSpec k;
   k.kind = k.template_name = prefill ? "flash_attn_prefill" : "flash_attn_decode";
   k.class_name = prefill ? "FlashAttnPrefill" : "FlashAttnDecode";
-  k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
-              {"softmax_scale", ParamType::kFloat}, {"max_position", ParamType::kInt, /*is_constant=*/false}};
+  k.params = {{"num_heads", ParamType::kInt},       {"num_kv_heads", ParamType::kInt},
+              {"head_dim", ParamType::kInt},        {"softmax_scale", ParamType::kFloat},
+              {"sliding_window", ParamType::kInt},  {"max_position", ParamType::kInt, /*is_constant=*/false}};
   k.name = [prefill](const Params& p, const std::string& dt) {
     return std::string(prefill ? "flash_attn_prefill" : "flash_attn_decode") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
-           i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal_" : "_") + dt;
+           i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal" : "") + window_spelling(p) +
+           "_" + dt;
   };
   k.production = [prefill](const Params&) {
     return std::string(prefill ? "vllm.vllm_flash_attn.flash_attn_varlen_func" : "vllm.vllm_flash_attn.flash_attn_with_kvcache");
   };
   k.placeholders = [](const Params& p) {
     return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
+              {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))},
+              {"sliding_window", i2s(I(p, "sliding_window"))}};
   };
   k.cases = [prefill](const Params& p) {
     return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
@@ -459,10 +472,11 @@ KindSpec moe_sum_kind() {
 
 // --- composite kinds (Note [Composite kinds], docs/task-kinds.md "Composite kinds") ----------
 
-// Whole decode steps and prefills of attention-bearing composites: sequences of 2048 tokens
-// (fewer when max_position is smaller: the length is clipped to it).
-std::vector<ShapeCase> step_cases(int64_t max_position) {
-  const int64_t len = std::min<int64_t>(2048, max_position);
+// Whole decode steps and prefills of attention-bearing composites: sequences of 2048 tokens, or
+// twice the sliding window when that is longer (so the window masks most of a sequence), clipped
+// to max_position.
+std::vector<ShapeCase> step_cases(int64_t max_position, int64_t window) {
+  const int64_t len = std::min<int64_t>(std::max<int64_t>(2048, 2 * window), max_position);
   std::vector<ShapeCase> out;
   int64_t k = 0;
   for (int64_t b : {1, 8, 32, 64})
@@ -491,7 +505,9 @@ PS qkv_rope_params() {
           {"high_freq_factor", ParamType::kFloat},   {"original_max_position", ParamType::kInt},
           {"beta_fast", ParamType::kFloat},          {"beta_slow", ParamType::kFloat}};
 }
-PS attention_params() { return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}}); }
+PS attention_params() {
+  return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}, {"sliding_window", ParamType::kInt}});
+}
 PS layer_params() {
   return concat(attention_params(), {{"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}});
 }
@@ -522,10 +538,12 @@ std::function<PH(const Params&)> constant_placeholders(PS params, bool eps_needs
 std::string heads_spelling(const Params& p) {
   return "hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim"));
 }
+// The heads of a kind that runs attention: then _sw{W} under a sliding window.
+std::string attn_heads_spelling(const Params& p) { return heads_spelling(p) + window_spelling(p); }
 std::string qk_norm_spelling(const Params& p) { return B(p, "qk_norm") ? "_qknorm_eps" + nf(F(p, "rms_norm_eps")) : ""; }
 // h{hidden}_i{intermediate}_hq_hkv_d_eps_{rope}_qkv{bias}_o{bias}_mlp{bias}[_qknorm]: a decoder layer's constants.
 std::string layer_spelling(const Params& p) {
-  return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" + heads_spelling(p) + "_eps" +
+  return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" + attn_heads_spelling(p) + "_eps" +
          nf(F(p, "rms_norm_eps")) + "_" + rope_spelling(p, "rope_theta") + "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" +
          bias_word(B(p, "o_proj_bias")) + "_mlp" + bias_word(B(p, "mlp_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
 }
@@ -552,7 +570,9 @@ KindSpec composite_kind(const std::string& kind, int level, const std::string& c
   k.params = params;
   k.production = [production](const Params&) { return production; };
   k.placeholders = constant_placeholders(params, eps_needs_qk_norm);
-  k.cases = [](const Params& p) { return step_cases(I(p, "max_position")); };
+  k.cases = [](const Params& p) {
+    return step_cases(I(p, "max_position"), p.count("sliding_window") ? I(p, "sliding_window") : 0);
+  };
   return k;
 }
 
@@ -573,10 +593,11 @@ KindSpec attention_o_proj_kind() {
                               {kAttnPrefill, kAttnDecode, kOProj},
                               {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
                                {"hidden_size", ParamType::kInt}, {"o_proj_bias", ParamType::kBool},
+                               {"sliding_window", ParamType::kInt},
                                {"max_position", ParamType::kInt, /*is_constant=*/false}},
                               false);
   k.name = [](const Params& p, const std::string& dt) {
-    return "attention_o_proj_" + heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
+    return "attention_o_proj_" + attn_heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
            "_" + dt;
   };
   return k;
@@ -603,7 +624,7 @@ KindSpec llama_attention_kind() {
                               {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite, kAttnPrefill, kAttnDecode, kOProj},
                               attention_params(), true);
   k.name = [](const Params& p, const std::string& dt) {
-    return "llama_attention_h" + i2s(I(p, "hidden_size")) + "_" + heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
+    return "llama_attention_h" + i2s(I(p, "hidden_size")) + "_" + attn_heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
            "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" + bias_word(B(p, "o_proj_bias")) + qk_norm_spelling(p) + "_" + dt;
   };
   return k;
@@ -689,7 +710,7 @@ PS moe_layer_params() {
 }
 std::string moe_layer_spelling(const Params& p) {
   return "h" + i2s(I(p, "hidden_size")) + "_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_i" +
-         i2s(I(p, "moe_intermediate_size")) + "_" + renorm_word(B(p, "renormalize")) + "_" + heads_spelling(p) + "_eps" +
+         i2s(I(p, "moe_intermediate_size")) + "_" + renorm_word(B(p, "renormalize")) + "_" + attn_heads_spelling(p) + "_eps" +
          nf(F(p, "rms_norm_eps")) + "_" + rope_spelling(p, "rope_theta") + "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" +
          bias_word(B(p, "o_proj_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
 }

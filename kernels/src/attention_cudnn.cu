@@ -58,7 +58,7 @@ struct CachedGraph {
   int32_t* aux = nullptr;  // seq_q [B] | seq_k [B] | off_q [B+1] | off_k [B+1]
 };
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, uint32_t, bool, bool>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, uint32_t, bool, bool, int>;
 
 std::mutex g_mu;
 
@@ -101,6 +101,7 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
                   .set_max_total_seq_len_q(a.total_q)
                   .set_max_total_seq_len_kv(a.total_k);
   if (a.causal) opts.set_causal_mask(true);
+  if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);  // keeps kv > q - window
   auto [o, stats] = g->sdpa(q, k, v, opts);
   (void)stats;
   o->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1}).set_ragged_offset(off_o);
@@ -130,6 +131,7 @@ CachedGraph build_dense(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
   auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}));
   auto opts = fe::graph::SDPA_attributes().set_name("flash_attn_dense").set_generate_stats(false).set_attn_scale(a.softmax_scale);
   if (a.causal) opts.set_causal_mask(true);
+  if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);
   auto [o, stats] = g->sdpa(q, k, v, opts);
   (void)stats;
   o->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
@@ -151,6 +153,8 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   if (a.batch == 0 || a.total_q == 0) return;
   if (!a.out || !a.q || !a.k || !a.v || !a.cu_seqlens_q || !a.cu_seqlens_k) fail("null pointer");
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.head_dim <= 0) fail("bad heads");
+  if (a.window < 0) fail("window must be >= 0 (0: no sliding window)");
+  if (a.window > 0 && !a.causal) fail("a sliding window needs causal attention here");
   if (a.total_q * a.num_heads * a.head_dim >= (int64_t(1) << 31) || a.total_k * a.num_kv_heads * a.head_dim >= (int64_t(1) << 31)) {
     fail("ragged offsets exceed int32");
   }
@@ -162,7 +166,7 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   // max_seqlen: no device -> host sync is needed to take the dense path.
   const bool dense = a.allow_dense && a.total_q == a.batch * a.max_seqlen_q && a.total_k == a.batch * a.max_seqlen_k;
   const Key key{dev,          static_cast<int>(a.dtype), a.batch,        a.max_seqlen_q, a.max_seqlen_k, a.num_heads,
-                a.num_kv_heads, a.head_dim,             scale_bits,     a.causal,       dense};
+                a.num_kv_heads, a.head_dim,             scale_bits,     a.causal,       dense,          a.window};
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, CachedGraph> cache;
   cudnnHandle_t handle = handle_for_device(dev);

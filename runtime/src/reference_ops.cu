@@ -194,27 +194,37 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
 }
 }  // namespace
 
+// The first key of a query at `pos` under a window (0: none); the query's own key is at pos.
+static int32_t window_first(int32_t pos, int64_t window) {
+  return window > 0 && pos + 1 > window ? static_cast<int32_t>(pos + 1 - window) : 0;
+}
+
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale) {
+                         int hkv, int d, double scale, int64_t window) {
   check_model_dtype(k, "attention k");
   check_model_dtype(v, "attention v");
   FK_CHECK(k.stride(0) == v.stride(0), "reference attention: k and v need the same row stride");
   std::vector<int32_t> begin, len;
   for (size_t s = 0; s + 1 < cu.size(); ++s)
     for (int32_t p = 0; p < cu[s + 1] - cu[s]; ++p) {
-      begin.push_back(cu[s]);
-      len.push_back(p + 1);
+      const int32_t first = window_first(p, window);
+      begin.push_back(cu[s] + first);
+      len.push_back(p + 1 - first);
     }
   return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale);
 }
 
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale) {
+                        int hq, int hkv, int d, double scale, int64_t window) {
   FK_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(), "reference decode caches " + k_cache.str());
   const int64_t max_len = k_cache.size(1);
-  std::vector<int32_t> begin;
-  for (size_t b = 0; b < lens.size(); ++b) begin.push_back(static_cast<int32_t>(b * max_len));
-  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, lens, hq, hkv, d, scale);
+  std::vector<int32_t> begin, len;
+  for (size_t b = 0; b < lens.size(); ++b) {
+    const int32_t first = lens[b] > 0 ? window_first(lens[b] - 1, window) : 0;
+    begin.push_back(static_cast<int32_t>(b * max_len + first));
+    len.push_back(lens[b] - first);
+  }
+  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, len, hq, hkv, d, scale);
 }
 
 namespace {

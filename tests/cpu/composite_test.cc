@@ -144,9 +144,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
     ++composites;
     EXPECT_EQ(t.level, levels.at(t.kind)) << name;
   }
-  // Llama family: 7 per config, minus 4 shared (2 MLPs, 1 attention_o_proj x2). MoE family: 7 per
-  // config, minus Mixtral's 3 attention composites (Mistral's).
-  EXPECT_EQ(composites, 35);
+  // Llama family: 7 per config (5 configs, Phi-3 among them), minus 4 shared (2 MLPs, 1
+  // attention_o_proj x2). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
+  EXPECT_EQ(composites, 42);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -161,7 +161,7 @@ TEST(Composites, PlaceholdersPerKind) {
   EXPECT_EQ(keys("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16"),
             (std::vector<std::string>{"includes", "attn_prefill_t", "attn_prefill_task", "attn_decode_t", "attn_decode_task",
                                       "o_proj_t", "o_proj_task", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
-                                      "o_proj_bias"}));
+                                      "o_proj_bias", "sliding_window"}));
   auto mlp = placeholders("llama_mlp_h4096_i14336_nobias_bf16");
   EXPECT_EQ(mlp["includes"],
             "#include \"L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h\"\n"

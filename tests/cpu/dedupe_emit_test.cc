@@ -20,7 +20,7 @@ LoweredModel model(const std::string& id, double softmax_scale, int64_t max_posi
   OpInstance norm{"blk.0.input_layernorm", find_kind("rms_norm"), "bfloat16", {{"hidden_size", int64_t{64}}, {"eps", 1e-05}}};
   OpInstance attn{"blk.0.attn_decode", find_kind("flash_attn_decode"), "bfloat16",
                   {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}},
-                   {"softmax_scale", softmax_scale}, {"max_position", max_position}}};
+                   {"softmax_scale", softmax_scale}, {"sliding_window", int64_t{0}}, {"max_position", max_position}}};
   m.ops = {norm, attn};
   return m;
 }

@@ -169,7 +169,7 @@ TEST(Golden, NothingIsWrittenWhenAnyConfigIsInvalid) {
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.text(),
             "hf_configs/tiny/broken/config.json: $.model_type: unknown model_type \"granite\"; known: llama, mistral, "
-            "mixtral, qwen2, qwen3, qwen3_moe; add a descriptor under generator/descriptors/\n");
+            "mixtral, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under generator/descriptors/\n");
   EXPECT_FALSE(fs::exists(tmp.path() / "generated"));
 }
 

@@ -64,6 +64,10 @@ TEST(Expr, ArithmeticAndLogic) {
   EXPECT_EQ(eval("t == 'silu'", {{"t", std::string("silu")}}), Value(true));
   EXPECT_EQ(eval("1e-05"), Value(1e-05));
   EXPECT_EQ(eval("rope_scaling.factor * 2", {{"rope_scaling.factor", 8.0}}), Value(16.0));
+  // select evaluates only the chosen branch: the null window is never compared.
+  EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", std::monostate{}}}), Value(int64_t{0}));
+  EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", int64_t{2047}}}), Value(int64_t{2047}));
+  EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", int64_t{8192}}}), Value(int64_t{0}));
 }
 
 TEST(Expr, Errors) {
@@ -78,7 +82,9 @@ TEST(Expr, Errors) {
   EXPECT_EQ(msg("a / b"), "100 is not divisible by 3");
   EXPECT_EQ(msg("c + 1"), "unknown name 'c'");
   EXPECT_EQ(msg("a && true"), "operator && cannot apply to 100");
-  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, max, min, pow)");
+  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, max, min, pow, select)");
+  EXPECT_EQ(msg("select(a, 1)"), "select() takes 3 argument(s)");
+  EXPECT_EQ(msg("select(a, 1, 2)"), "select() needs a boolean condition, got 100");
   EXPECT_EQ(msg("(a"), "invalid expression \"(a\": missing ')'");
 }
 
@@ -271,9 +277,12 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("parallel_lm_head", {{"num_embeddings", int64_t{32768}}, {"embedding_dim", int64_t{4096}}}),
             "parallel_lm_head_v32768_h4096_bf16");
   Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
-                 {"softmax_scale", 0.088}, {"max_position", int64_t{32768}}};
+                 {"softmax_scale", 0.088}, {"sliding_window", int64_t{0}}, {"max_position", int64_t{32768}}};
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_bf16");
   EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_bf16");
+  attn["sliding_window"] = int64_t{2047};  // a window is spelled; none (0) is not
+  EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_bf16");
+  EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_sw2047_bf16");
   EXPECT_EQ(name_of("store_kvcache", {{"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}}}), "store_kvcache_hkv8_d128_bf16");
 }
 
@@ -285,7 +294,7 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
               {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position", int64_t{8192}},
               {"beta_fast", 0.0}, {"beta_slow", 0.0}, {"o_proj_bias", false}, {"intermediate_size", int64_t{14336}},
               {"mlp_bias", false}, {"num_hidden_layers", int64_t{32}}, {"vocab_size", int64_t{128256}},
-              {"tie_word_embeddings", false}};
+              {"tie_word_embeddings", false}, {"sliding_window", int64_t{0}}};
   const std::string rope = "rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox";
   EXPECT_EQ(name_of("qkv_rope_cache", p), "qkv_rope_cache_h4096_hq32_hkv8_d128_" + rope + "_nobias_bf16");
   EXPECT_EQ(name_of("attention_o_proj", p), "attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16");
@@ -308,6 +317,14 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
             "llama_attention_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_none_neox_qkvbias_onobias_qknorm_eps1e-05_bf16");
   EXPECT_EQ(name_of("llama_for_causal_lm", p),
             "llama_for_causal_lm_l32_v128256_tied_h4096_i14336_hq32_hkv8_d128_eps1e-05_rot128_pos131072_base500000_none_neox_"
+            "qkvbias_onobias_mlpnobias_qknorm_bf16");
+  // A sliding window is spelled after the heads by every kind whose attention it changes (not qkv_rope_cache).
+  p["sliding_window"] = int64_t{4096};
+  EXPECT_EQ(name_of("attention_o_proj", p), "attention_o_proj_hq32_hkv8_d128_sw4096_h4096_nobias_bf16");
+  EXPECT_EQ(name_of("qkv_rope_cache", p),
+            "qkv_rope_cache_h4096_hq32_hkv8_d128_rot128_pos131072_base500000_none_neox_bias_qknorm_eps1e-05_bf16");
+  EXPECT_EQ(name_of("llama_decoder_layer", p),
+            "llama_decoder_layer_h4096_i14336_hq32_hkv8_d128_sw4096_eps1e-05_rot128_pos131072_base500000_none_neox_"
             "qkvbias_onobias_mlpnobias_qknorm_bf16");
 }
 
@@ -388,7 +405,7 @@ TEST(CaseRegistry, TokensAttentionAndLmHead) {
   EXPECT_EQ(case_names("parallel_lm_head", {{"num_embeddings", int64_t{8}}, {"embedding_dim", int64_t{8}}}),
             (std::vector<std::string>{"t1", "t8", "t32", "t64", "t256"}));
   Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
-                 {"softmax_scale", 0.088}, {"max_position", int64_t{4096}}};
+                 {"softmax_scale", 0.088}, {"sliding_window", int64_t{0}}, {"max_position", int64_t{4096}}};
   EXPECT_EQ(case_names("flash_attn_prefill", attn), (std::vector<std::string>{"b1_s1024", "b1_s4096", "b4_s2048", "b16_s1024"}));
   EXPECT_EQ(case_names("flash_attn_decode", attn),
             (std::vector<std::string>{"b1_kv1024", "b1_kv4096", "b8_kv1024", "b8_kv4096", "b32_kv1024", "b32_kv4096",
@@ -403,9 +420,12 @@ TEST(CaseRegistry, TokensAttentionAndLmHead) {
 
 TEST(CaseRegistry, CompositeStepsClipToMaxPosition) {
   Params p = {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}}, {"hidden_size", int64_t{64}},
-              {"o_proj_bias", false}, {"max_position", int64_t{32768}}};
+              {"o_proj_bias", false}, {"sliding_window", int64_t{0}}, {"max_position", int64_t{32768}}};
   EXPECT_EQ(case_names("attention_o_proj", p),
             (std::vector<std::string>{"b1_kv2048", "b8_kv2048", "b32_kv2048", "b64_kv2048", "b1_s2048", "b8_s2048"}));
+  p["sliding_window"] = int64_t{2047};  // sequences of twice the window, so the window masks most of them
+  EXPECT_EQ(case_names("attention_o_proj", p),
+            (std::vector<std::string>{"b1_kv4094", "b8_kv4094", "b32_kv4094", "b64_kv4094", "b1_s4094", "b8_s4094"}));
   p["max_position"] = int64_t{1024};
   EXPECT_EQ(case_names("attention_o_proj", p),
             (std::vector<std::string>{"b1_kv1024", "b8_kv1024", "b32_kv1024", "b64_kv1024", "b1_s1024", "b8_s1024"}));

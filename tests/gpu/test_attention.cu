@@ -19,27 +19,31 @@ constexpr int kHq = 32, kHkv = 8, kD = 128;
     if (!fk::kernels::cudnn_attention_available()) GTEST_SKIP() << "cuDNN SDPA not available here"; \
   } while (0)
 
-void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true) {
+// window > 0: a sliding window of that many keys (Note [Sliding window] in fk/tasks/attention.h);
+// the reference gets it as each row's key range.
+template <int Hq = kHq, int Hkv = kHkv, int D = kD>
+void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true, int window = 0) {
   std::vector<int32_t> cu{0}, begin, len;
   int64_t max_len = 0;
   for (int64_t l : lens) {
     for (int64_t p = 0; p < l; ++p) {
-      begin.push_back(cu.back());
-      len.push_back(static_cast<int32_t>(p + 1));
+      const auto [first, count] = fk::tasks::window_range(p, window);
+      begin.push_back(static_cast<int32_t>(cu.back() + first));
+      len.push_back(static_cast<int32_t>(count));
     }
     cu.push_back(static_cast<int32_t>(cu.back() + l));
     max_len = std::max(max_len, l);
   }
   const int64_t total = cu.back();
-  Tensor q = empty({total, kHq, kD}, DType::kBF16), k = empty({total, kHkv, kD}, DType::kBF16),
-         v = empty({total, kHkv, kD}, DType::kBF16), out = empty({total, kHq, kD}, DType::kBF16);
+  Tensor q = empty({total, Hq, D}, DType::kBF16), k = empty({total, Hkv, D}, DType::kBF16),
+         v = empty({total, Hkv, D}, DType::kBF16), out = empty({total, Hq, D}, DType::kBF16);
   fill_normal(q, 1);
   fill_normal(k, 2);
   fill_normal(v, 3);
   poison(out);
   Tensor cu_d = to_device(cu, {static_cast<int64_t>(cu.size())});
   Tensor begin_d = to_device(begin, {total}), len_d = to_device(len, {total});
-  const float scale = 1.f / std::sqrt(float(kD));
+  const float scale = 1.f / std::sqrt(float(D));
   fk::kernels::VarlenAttentionArgs a;
   a.out = out.data_ptr();
   a.q = q.data_ptr();
@@ -49,16 +53,17 @@ void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true) {
   a.batch = static_cast<int64_t>(lens.size());
   a.max_seqlen_q = a.max_seqlen_k = max_len;
   a.total_q = a.total_k = total;
-  a.num_heads = kHq;
-  a.num_kv_heads = kHkv;
-  a.head_dim = kD;
+  a.num_heads = Hq;
+  a.num_kv_heads = Hkv;
+  a.head_dim = D;
   a.softmax_scale = scale;
   a.allow_dense = allow_dense;
+  a.window = window;
   fk::kernels::varlen_attention_cudnn(a, current_stream());
-  Tensor ref = empty({total, kHq, kD}, DType::kF32);
-  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), kHq * kD, k.data<bf16>(), v.data<bf16>(),
-                                              kHkv * kD, begin_d.data<int32_t>(), len_d.data<int32_t>(), total, kHq,
-                                              kHkv, kD, scale, current_stream());
+  Tensor ref = empty({total, Hq, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), Hq * D, k.data<bf16>(), v.data<bf16>(),
+                                              Hkv * D, begin_d.data<int32_t>(), len_d.data<int32_t>(), total, Hq,
+                                              Hkv, D, scale, current_stream());
   FK_CHECK_LAUNCH();
   FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 1.0));  // see FlashAttnPrefillInstance
 }
@@ -77,28 +82,58 @@ TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b16_s128) {
   FK_REQUIRE_CUDNN();
   check_prefill(fk::tasks::prefill_seq_lens(16, 128));
 }
+// Sliding windows (Phi-3: 2047 keys, head_dim 96; Gemma 3: 512 keys, head_dim 256), ragged and
+// dense graphs; a window of 1 attends to the token itself only.
+TEST(Kernels, AttnPrefill_bf16_hq32_hkv32_d96_sw2047_b2_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<32, 32, 96>({4096, 2500}, true, 2047);
+}
+TEST(Kernels, AttnPrefill_bf16_hq32_hkv32_d96_sw2047_b2_equal_dense) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<32, 32, 96>({3000, 3000}, true, 2047);
+}
+TEST(Kernels, AttnPrefill_bf16_hq4_hkv1_d256_sw512_b3_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<4, 1, 256>({1500, 511, 1025}, true, 512);
+}
+TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_sw1_ragged) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill({300, 17}, false, 1);
+}
 
-template <int Hq, int Hkv> void check_decode(int64_t batch, int64_t max_len, const std::vector<int32_t>& lens) {
-  Tensor q = empty({batch, Hq, kD}, DType::kBF16), out = empty({batch, Hq, kD}, DType::kBF16);
-  Tensor kc = empty({batch, max_len, Hkv, kD}, DType::kBF16), vc = empty({batch, max_len, Hkv, kD}, DType::kBF16);
+// window > 0: the last `window` keys; softcap > 0: soft-capped scores (Note [Decode window and
+// soft-capping] in fk/kernels/flash_decode.cuh).
+template <int Hq, int Hkv, int D = kD>
+void check_decode(int64_t batch, int64_t max_len, const std::vector<int32_t>& lens, int window = 0, float softcap = 0.f) {
+  Tensor q = empty({batch, Hq, D}, DType::kBF16), out = empty({batch, Hq, D}, DType::kBF16);
+  Tensor kc = empty({batch, max_len, Hkv, D}, DType::kBF16), vc = empty({batch, max_len, Hkv, D}, DType::kBF16);
   fill_normal(q, 4);
   fill_normal(kc, 5);
   fill_normal(vc, 6);
   poison(out);
-  std::vector<int32_t> begin;
-  for (int64_t b = 0; b < batch; ++b) begin.push_back(static_cast<int32_t>(b * max_len));
-  Tensor lens_d = to_device(lens, {batch}), begin_d = to_device(begin, {batch});
-  const float scale = 1.f / std::sqrt(float(kD));
-  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, kD>(batch, max_len);
+  if (softcap > 0.f) fill_normal(q, 4, 0.f, 4.f);  // scores ~ N(0, 16): the cap binds
+  std::vector<int32_t> begin, rlen;
+  for (int64_t b = 0; b < batch; ++b) {
+    const auto [first, count] = lens[b] > 0 ? fk::tasks::window_range(lens[b] - 1, window) : std::pair<int64_t, int64_t>{0, 0};
+    begin.push_back(static_cast<int32_t>(b * max_len + first));
+    rlen.push_back(static_cast<int32_t>(count));
+  }
+  Tensor lens_d = to_device(lens, {batch}), begin_d = to_device(begin, {batch}), rlen_d = to_device(rlen, {batch});
+  const float scale = 1.f / std::sqrt(float(D));
+  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len, 0, window);
   Tensor ws = empty({static_cast<int64_t>(ws_bytes / 4 + 1)}, DType::kF32);
-  fk::kernels::flash_decode<Hq, Hkv, kD, bf16>(out.data<bf16>(), q.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(),
-                                              lens_d.data<int32_t>(), batch, max_len, scale, ws.data_ptr(),
-                                              current_stream());
+  fk::kernels::flash_decode<Hq, Hkv, D, bf16>(out.data<bf16>(), q.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(),
+                                             lens_d.data<int32_t>(), batch, max_len, scale, ws.data_ptr(),
+                                             current_stream(), 0, window, softcap);
   FK_CHECK_LAUNCH();
-  Tensor ref = empty({batch, Hq, kD}, DType::kF32);
-  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), Hq * kD, kc.data<bf16>(), vc.data<bf16>(),
-                                              Hkv * kD, begin_d.data<int32_t>(), lens_d.data<int32_t>(), batch, Hq, Hkv,
-                                              kD, scale, current_stream());
+  Tensor ref = empty({batch, Hq, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), Hq * D, kc.data<bf16>(), vc.data<bf16>(),
+                                              Hkv * D, begin_d.data<int32_t>(), rlen_d.data<int32_t>(), batch, Hq, Hkv,
+                                              D, scale, current_stream(), softcap);
   FK_CHECK_LAUNCH();
   FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 0.05));
 }
@@ -119,6 +154,27 @@ TEST(Kernels, FlashDecode_bf16_hq28_hkv4_d128_b64_kv1024) {
   for (int b = 0; b < 64; ++b) lens.push_back(1024 - 7 * b);
   check_decode<28, 4>(64, 1024, lens);
 }
+// Head sizes whose D/8 is not a power of two (Phi-3's 96), D 256 (Gemma), windows, soft-capping.
+TEST(Kernels, FlashDecode_bf16_hq32_hkv32_d96_b4_ragged) {
+  FK_REQUIRE_GPU();
+  check_decode<32, 32, 96>(4, 5000, {5000, 1, 37, 4093});
+}
+TEST(Kernels, FlashDecode_bf16_hq32_hkv32_d96_sw2047_b4_ragged) {
+  FK_REQUIRE_GPU();
+  check_decode<32, 32, 96>(4, 5000, {5000, 1, 2047, 2048}, 2047);
+}
+TEST(Kernels, FlashDecode_bf16_hq4_hkv1_d256_sw512_b3_kv32768) {
+  FK_REQUIRE_GPU();
+  check_decode<4, 1, 256>(3, 32768, {32768, 600, 100}, 512);
+}
+TEST(Kernels, FlashDecode_bf16_hq16_hkv8_d256_softcap50_b2_kv4096) {
+  FK_REQUIRE_GPU();
+  check_decode<16, 8, 256>(2, 4096, {4096, 1000}, 0, 50.f);
+}
+TEST(Kernels, FlashDecode_bf16_hq16_hkv8_d256_sw4096_softcap50_b2_kv8192) {
+  FK_REQUIRE_GPU();
+  check_decode<16, 8, 256>(2, 8192, {8192, 5000}, 4096, 50.f);
+}
 
 // Harnesses, with modules shaped like templates/flash_attn_{prefill,decode}.cu.mustache.
 struct AttnCfg {
@@ -126,6 +182,7 @@ struct AttnCfg {
   static constexpr int64_t num_kv_heads = kHkv;
   static constexpr int64_t head_dim = kD;
   static constexpr double softmax_scale = 0.088388347648318447;
+  static constexpr int64_t sliding_window = 0;
   using scalar_t = bf16;
 };
 class TestPrefill {
@@ -164,6 +221,42 @@ TEST(Tasks, FlashAttnPrefill_bf16_hq32_hkv8_d128_b1_s4096) {
 TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv8_d128_b8_kv8192) {
   FK_REQUIRE_GPU();
   fk::tasks::FlashAttnDecodeInstance<TestDecode, AttnCfg> inst(decode_case(8, 8192));
+  check_task_instance(inst);
+}
+// Windowed tasks (Phi-3 shape): the harness's reference ranges and costs follow the window.
+struct WindowCfg {
+  static constexpr int64_t num_heads = 32;
+  static constexpr int64_t num_kv_heads = 32;
+  static constexpr int64_t head_dim = 96;
+  static constexpr double softmax_scale = 0.10206207261596575;
+  static constexpr int64_t sliding_window = 2047;
+  using scalar_t = bf16;
+};
+class WindowPrefill {
+ public:
+  WindowPrefill(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
+    return fk::tasks::flash_attn_prefill_forward<WindowCfg>(q, k, v, cq, ck, mq, mk);
+  }
+};
+class WindowDecode {
+ public:
+  WindowDecode(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
+    return fk::tasks::flash_attn_decode_forward<WindowCfg>(q, kc, vc, lens);
+  }
+};
+TEST(Tasks, FlashAttnPrefill_bf16_hq32_hkv32_d96_sw2047_b1_s4096) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<WindowPrefill, WindowCfg> inst(prefill_case(1, 4096));
+  check_task_instance(inst);
+  // (query, key) pairs inside the window: 2047 * 2048 / 2 for the first 2047 tokens, then 2047 each.
+  EXPECT_DOUBLE_EQ(inst.cost().flops, 4.0 * (2047.0 * 2048 / 2 + (4096.0 - 2047) * 2047) * 96 * 32);
+}
+TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv32_d96_sw2047_b8_kv4096) {
+  FK_REQUIRE_GPU();
+  fk::tasks::FlashAttnDecodeInstance<WindowDecode, WindowCfg> inst(decode_case(8, 4096));
   check_task_instance(inst);
 }
 TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv8_d128_b1_kv32768) {

@@ -5,7 +5,9 @@
 // Layout THD (packed tokens): q [total_q, Hq, D], k/v [total_k, Hkv, D], out [total_q, Hq, D],
 // contiguous; cu_seqlens_q/k [batch + 1] i32 on the device (exclusive prefix sums of the
 // lengths). GQA when Hq != Hkv. Causal mask aligned top-left within each sequence (equal q and
-// k lengths in prefill, where this is also FlashAttention's bottom-right causal).
+// k lengths in prefill, where this is also FlashAttention's bottom-right causal). A sliding
+// window of W keys (window = W > 0) keeps key j for query i when j > i - W (HF's
+// sliding_window, FlashAttention's window_size (W - 1, 0)): cuDNN's diagonal band left bound.
 //
 // Note [cuDNN varlen SDPA]
 // cuDNN expresses THD through *ragged offsets*: each of Q, K, V, O is described as a
@@ -52,6 +54,7 @@ struct VarlenAttentionArgs {
   int head_dim = 0;
   float softmax_scale = 0.f;
   bool causal = true;
+  int window = 0;  ///< sliding window in keys, the query's own included; 0: none
   bool allow_dense = true;  ///< false: always the ragged graph (tests, benchmarks)
   AttnDType dtype = AttnDType::kBF16;
 };

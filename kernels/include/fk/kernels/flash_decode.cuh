@@ -14,6 +14,18 @@
 // and flash_decode_combine_kernel merges the splits. Splits are chosen on the host from
 // max_len (the lengths live on the device) so B * Hkv * splits fills the GPU; a block past its
 // sequence's length writes an empty partial (lse = -inf).
+//
+// Head sizes whose D/8 is not a power of two (Phi-3's 96) give each token the next power of
+// two of lanes; the lanes past D/8 load nothing and add zeros to the score reduction.
+//
+// Note [Decode window and soft-capping]
+// window > 0 (a sliding window of `window` keys, the query's own included: HF's
+// kv_idx > q_idx - window, vLLM's window_size (window - 1, 0)): sequence b reads only its last
+// min(len_b, window) cached tokens. The splits cover that range, not the cache: the host picks
+// them from min(max_len, window) and every block offsets its range by the sequence's own
+// start (on the device), so a long cache with a short window costs what the window costs.
+// softcap > 0: the scaled score s becomes softcap * tanh(s / softcap) (Gemma 2); then q is
+// pre-scaled by the softmax scale only and log2(e) is applied after the tanh.
 #pragma once
 
 #include <math_constants.h>
@@ -28,9 +40,10 @@ namespace detail {
 
 template <int kHq, int kHkv, int kD> struct DecodeShape {
   static_assert(kHq % kHkv == 0, "Hq must be a multiple of Hkv");
-  static_assert(kD % 8 == 0 && 32 % (kD / 8) == 0, "D/8 must divide 32");
+  static_assert(kD % 8 == 0 && kD <= 256, "D must be a multiple of 8, at most 256");
   static constexpr int kG = kHq / kHkv;
-  static constexpr int kLanesPerTok = kD / 8;
+  static constexpr int kDL = kD / 8;  // lanes that hold a part of a row
+  static constexpr int kLanesPerTok = kDL <= 1 ? 1 : kDL <= 2 ? 2 : kDL <= 4 ? 4 : kDL <= 8 ? 8 : kDL <= 16 ? 16 : 32;
   static constexpr int kTokPar = 32 / kLanesPerTok;  // tokens per warp per load
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
@@ -41,7 +54,8 @@ template <int kHq, int kHkv, int kD, int kTokIter, class T>
 __global__ void __launch_bounds__(DecodeShape<kHq, kHkv, kD>::kThreads)
 flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __restrict__ lse_part,
                     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                    const int32_t* __restrict__ seqlens, int max_len, int chunk, float scale_log2) {
+                    const int32_t* __restrict__ seqlens, int max_len, int chunk, float q_scale, int window,
+                    float softcap) {
   using S = DecodeShape<kHq, kHkv, kD>;
   constexpr int kG = S::kG;
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -49,15 +63,20 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / S::kLanesPerTok, dl = lane % S::kLanesPerTok;
   const int len = min(seqlens[b], max_len);
-  const int begin = split * chunk;
+  const int start = window > 0 ? max(0, len - window) : 0;
+  const int begin = start + split * chunk;
   const int end = min(begin + chunk, len);
+  const bool active = dl < S::kDL;  // lanes past D/8 (D/8 not a power of two) hold zeros
+  constexpr float kLog2e = 1.4426950408889634f;
 
   float qf[kG][8];
 #pragma unroll
   for (int h = 0; h < kG; ++h) {
-    const Vec16<T> qv = load16(q + (static_cast<int64_t>(b) * kHq + kvh * kG + h) * kD + dl * 8);
+    Vec16<T> qv;
+    if (active) qv = load16(q + (static_cast<int64_t>(b) * kHq + kvh * kG + h) * kD + dl * 8);
+    else *reinterpret_cast<uint4*>(&qv) = make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) qf[h][j] = to_float(qv.v[j]) * scale_log2;
+    for (int j = 0; j < 8; ++j) qf[h][j] = to_float(qv.v[j]) * q_scale;
   }
   float m[kG], l[kG], o[kG][8];
 #pragma unroll
@@ -79,7 +98,7 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
 #pragma unroll
     for (int i = 0; i < kTokIter; ++i) {
       const int t = t0 + i * S::kTokPar + sub;
-      if (t < end) {
+      if (t < end && active) {
         kr[i] = load16_stream(kb + t * tok_stride);
         vr[i] = load16_stream(vb + t * tok_stride);
       } else {
@@ -110,6 +129,12 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
       for (int i = 0; i < kTokIter; ++i)
 #pragma unroll
         for (int h = 0; h < kG; ++h) s[i][h] += __shfl_xor_sync(0xffffffffu, s[i][h], off);
+    }
+    if (softcap > 0.f) {
+#pragma unroll
+      for (int i = 0; i < kTokIter; ++i)
+#pragma unroll
+        for (int h = 0; h < kG; ++h) s[i][h] = softcap * tanhf(s[i][h] / softcap) * kLog2e;
     }
 #pragma unroll
     for (int h = 0; h < kG; ++h) {
@@ -151,8 +176,10 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
       sm_m[part][h] = m[h];
       sm_l[part][h] = l[h];
     }
+    if (active) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sm_o[part][h][dl * 8 + j] = o[h][j];
+      for (int j = 0; j < 8; ++j) sm_o[part][h][dl * 8 + j] = o[h][j];
+    }
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < kG * kD; idx += S::kThreads) {
@@ -217,9 +244,12 @@ struct DecodeSplit {
   int chunk;
   int splits;
 };
+/// `window` > 0: only the last `window` tokens of a sequence are read (Note [Decode window and
+/// soft-capping]), so the splits cover min(max_len, window) tokens.
 template <int kHq, int kHkv, int kD, int kTokIter = 4>
-DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm = 0) {
+DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm = 0, int window = 0) {
   using S = detail::DecodeShape<kHq, kHkv, kD>;
+  if (window > 0) max_len = std::min<int64_t>(max_len, window);
   // Auto (0): aim at 2 blocks per SM while batch * Hkv is below the SM count, else 4 (the best
   // of {2, 4, 8} at every shape measured by bench/micro/mm_attn_bench.cu on the H100).
   if (blocks_per_sm <= 0) blocks_per_sm = batch * kHkv < detail::num_sms() ? 2 : 4;
@@ -236,25 +266,29 @@ DecodeSplit flash_decode_split(int64_t batch, int64_t max_len, int blocks_per_sm
 
 /// Bytes of fp32 workspace flash_decode needs (partials + lse); 0 when one split suffices.
 template <int kHq, int kHkv, int kD, int kTokIter = 4>
-size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_per_sm = 0) {
-  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
+size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_per_sm = 0, int window = 0) {
+  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm, window);
   if (sp.splits == 1) return 0;
   return static_cast<size_t>(batch) * kHq * sp.splits * (kD + 1) * sizeof(float);
 }
 
 /// out[b, h, :] = softmax(q[b, h] · K[b, :len_b, h / G]^T * scale) · V[b, :len_b, h / G].
-/// All tensors contiguous. `workspace` holds flash_decode_workspace_bytes() (16-byte aligned).
+/// All tensors contiguous. `workspace` holds flash_decode_workspace_bytes() (16-byte aligned)
+/// for the same window. window > 0: keys len_b - window .. len_b - 1 only; softcap > 0: scores
+/// soft-capped (Note [Decode window and soft-capping]).
 template <int kHq, int kHkv, int kD, class T, int kTokIter = 4>
 void flash_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int32_t* cache_seqlens, int64_t batch,
-                  int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 0) {
+                  int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 0,
+                  int window = 0, float softcap = 0.f) {
   if (batch == 0) return;
-  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm);
+  const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm, window);
   float* o_part = static_cast<float*>(workspace);
   float* lse_part = sp.splits > 1 ? o_part + static_cast<size_t>(batch) * kHq * sp.splits * kD : nullptr;
   const dim3 grid(sp.splits, kHkv, static_cast<unsigned>(batch));
   constexpr float kLog2e = 1.4426950408889634f;
   detail::flash_decode_kernel<kHq, kHkv, kD, kTokIter, T><<<grid, detail::DecodeShape<kHq, kHkv, kD>::kThreads, 0, stream>>>(
-      out, o_part, lse_part, q, k_cache, v_cache, cache_seqlens, static_cast<int>(max_len), sp.chunk, scale * kLog2e);
+      out, o_part, lse_part, q, k_cache, v_cache, cache_seqlens, static_cast<int>(max_len), sp.chunk,
+      softcap > 0.f ? scale : scale * kLog2e, window, softcap);
   if (sp.splits > 1) {
     detail::flash_decode_combine_kernel<kD, T><<<static_cast<unsigned>(batch * kHq), kD, 0, stream>>>(out, o_part, lse_part,
                                                                                                    sp.splits);

@@ -3,13 +3,20 @@
 //                       (fk/kernels/attention.h)
 //   flash_attn_decode   FlashAttention flash_attn_with_kvcache (one query token per sequence)
 //                       -> split-KV flash decoding (fk/kernels/flash_decode.cuh)
-// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, scalar_t.
+// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, sliding_window, scalar_t.
+//
+// Note [Sliding window]
+// sliding_window = W > 0: a query attends to the last W keys of its sequence, its own included
+// (HF transformers' sliding_window: key j is kept for query i when j > i - W; vLLM passes
+// window_size (W - 1, 0) to FlashAttention). 0: full causal attention. References express the
+// window as each row's key range (window_range), so they share nothing with the kernels' masks.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "fk/kernels/attention.h"
@@ -37,6 +44,13 @@ inline std::vector<int64_t> prefill_seq_lens(int64_t batch, int64_t seq_len) {
 /// Cached lengths of a decode case: sequence b attends to kv_len - b * kv_len / (2 * batch)
 /// tokens (the same deterministic spread as prefill; batch 1 uses the full kv_len).
 inline std::vector<int64_t> decode_seq_lens(int64_t batch, int64_t kv_len) { return prefill_seq_lens(batch, kv_len); }
+
+/// The keys a query at position `pos` (0-based in its sequence) attends to: [first, pos], with
+/// first = pos - W + 1 clipped at 0 under a window of W (0: none). Returns (first, count).
+inline std::pair<int64_t, int64_t> window_range(int64_t pos, int64_t window) {
+  const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+  return {first, pos - first + 1};
+}
 
 /// flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
 /// softmax_scale, causal=True): out [T, Hq, D] (a new tensor).
@@ -71,6 +85,7 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   a.head_dim = static_cast<int>(D);
   a.softmax_scale = static_cast<float>(Cfg::softmax_scale);
   a.causal = true;
+  a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
   fk::kernels::varlen_attention_cudnn(a, current_stream());
   return out;
@@ -93,11 +108,13 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
            "FlashAttnDecode cache_seqlens " + cache_seqlens.str());
   const int64_t max_len = k_cache.size(1);
   Tensor out = empty(q.sizes(), q.dtype());
-  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len);
+  constexpr int kWindow = static_cast<int>(Cfg::sliding_window);
+  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len, 0, kWindow);
   Tensor ws = ws_bytes ? empty({static_cast<int64_t>(ws_bytes / sizeof(float))}, DType::kF32) : Tensor();
   fk::kernels::flash_decode<Hq, Hkv, D, T>(out.data<T>(), q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
                                            cache_seqlens.data<int32_t>(), batch, max_len,
-                                           static_cast<float>(Cfg::softmax_scale), ws.data_ptr(), current_stream());
+                                           static_cast<float>(Cfg::softmax_scale), ws.data_ptr(), current_stream(), 0,
+                                           kWindow);
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -112,8 +129,10 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
     std::vector<int32_t> cu{0}, begin, len;
     for (int64_t l : lens_) {
       for (int64_t p = 0; p < l; ++p) {
-        begin.push_back(cu.back());
-        len.push_back(static_cast<int32_t>(p + 1));
+        const auto [first, count] = window_range(p, Cfg::sliding_window);
+        begin.push_back(static_cast<int32_t>(cu.back() + first));
+        len.push_back(static_cast<int32_t>(count));
+        pairs_ += double(count);
       }
       cu.push_back(static_cast<int32_t>(cu.back() + l));
       max_len_ = std::max(max_len_, l);
@@ -158,9 +177,7 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
     return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, 1.0)}};
   }
   Cost cost() const override {
-    double pairs = 0;
-    for (int64_t l : lens_) pairs += double(l) * double(l + 1) / 2;
-    const double flops = 4.0 * pairs * Cfg::head_dim * Cfg::num_heads;
+    const double flops = 4.0 * pairs_ * Cfg::head_dim * Cfg::num_heads;  // (query, key) pairs inside the mask
     const double bytes = double(total_) * (2 * Cfg::num_heads + 2 * Cfg::num_kv_heads) * Cfg::head_dim * sizeof(T);
     return {flops, bytes};
   }
@@ -170,6 +187,7 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
   Module module_;
   std::vector<int64_t> lens_;
   int64_t total_ = 0, max_len_ = 0;
+  double pairs_ = 0;
   Tensor cu_, ref_begin_, ref_len_;
   std::vector<Tensor> q_, k_, v_, out_;
 };
@@ -182,10 +200,13 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
   explicit FlashAttnDecodeInstance(const ShapeCase& c)
       : batch_(c.get("batch")), max_len_(c.get("kv_len")), module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
     lens_ = decode_seq_lens(batch_, max_len_);
-    std::vector<int32_t> lens32, begin;
+    std::vector<int32_t> lens32, begin, ref_len;
     for (int64_t b = 0; b < batch_; ++b) {
       lens32.push_back(static_cast<int32_t>(lens_[b]));
-      begin.push_back(static_cast<int32_t>(b * max_len_));
+      const auto [first, count] = window_range(lens_[b] - 1, Cfg::sliding_window);  // the new token is the last
+      begin.push_back(static_cast<int32_t>(b * max_len_ + first));
+      ref_len.push_back(static_cast<int32_t>(count));
+      keys_ += double(count);
     }
     const double cache_bytes = 2.0 * batch_ * max_len_ * Cfg::num_kv_heads * Cfg::head_dim * sizeof(T);
     const double set_bytes = cache_bytes + 2.0 * batch_ * Cfg::num_heads * Cfg::head_dim * sizeof(T);
@@ -194,6 +215,7 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
     FK_CHECK(batch_ * max_len_ < (int64_t(1) << 31), "decode case too large for i32 token indices");
     seqlens_ = to_device(lens32, {batch_});
     ref_begin_ = to_device(begin, {batch_});
+    ref_len_ = to_device(ref_len, {batch_});
     for (int s = 0; s < n; ++s) {
       q_.push_back(empty({batch_, Cfg::num_heads, Cfg::head_dim}, dtype_of<T>));
       k_.push_back(empty({batch_, max_len_, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<T>));
@@ -216,17 +238,18 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
     Tensor ref = empty({batch_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
     fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
                                              k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
-                                             ref_begin_.data<int32_t>(), seqlens_.data<int32_t>(), batch_,
+                                             ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), batch_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
                                              static_cast<float>(Cfg::softmax_scale), current_stream());
     FK_CHECK_LAUNCH();
-    // ~sqrt(e / n) for n >= kv_len / 2 keys (mean |N(0, s^2)| = 0.8 s).
-    const double typical = 0.8 * std::sqrt(2.72 / std::max<double>(1.0, double(max_len_) / 2));
+    // ~sqrt(e / n) for n >= min(kv_len / 2, window) keys (mean |N(0, s^2)| = 0.8 s).
+    double min_keys = double(max_len_) / 2;
+    if (Cfg::sliding_window > 0) min_keys = std::min<double>(min_keys, double(Cfg::sliding_window));
+    const double typical = 0.8 * std::sqrt(2.72 / std::max<double>(1.0, min_keys));
     return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
   }
   Cost cost() const override {
-    double toks = 0;
-    for (int64_t l : lens_) toks += double(l);
+    const double toks = keys_;  // keys read (inside the window)
     const double flops = 4.0 * toks * Cfg::head_dim * Cfg::num_heads;
     const double bytes = (2.0 * toks * Cfg::num_kv_heads + 2.0 * batch_ * Cfg::num_heads) * Cfg::head_dim * sizeof(T) +
                          batch_ * sizeof(int32_t);
@@ -238,7 +261,8 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
   int64_t batch_, max_len_;
   Module module_;
   std::vector<int64_t> lens_;
-  Tensor seqlens_, ref_begin_;
+  double keys_ = 0;
+  Tensor seqlens_, ref_begin_, ref_len_;
   std::vector<Tensor> q_, k_, v_, out_;
 };
 

@@ -147,6 +147,12 @@ template <class Cfg, class M> void add_mlp_params(ParamList& out, M& m, const st
 // ---------------------------------------------------------------------------------------------
 // References (Note [Composite references]).
 
+/// A composite's attention window (Cfg::sliding_window; 0 for kinds without attention).
+template <class Cfg, class = void> struct WindowOf : std::integral_constant<int64_t, 0> {};
+template <class Cfg>
+struct WindowOf<Cfg, std::void_t<decltype(Cfg::sliding_window)>> : std::integral_constant<int64_t, Cfg::sliding_window> {};
+template <class Cfg> constexpr int64_t window_of() { return WindowOf<Cfg>::value; }
+
 /// The host view of the step's metadata that references need.
 struct RefMeta {
   bool is_prefill = true;
@@ -181,9 +187,10 @@ template <class Cfg, class M>
 Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tensor& k, const Tensor& v) {
   constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
   Tensor attn = rm.is_prefill
-                    ? ref::attention_prefill(q, k, v, rm.cu, Hq, Hkv, D, m.attn_prefill.softmax_scale)
+                    ? ref::attention_prefill(q, k, v, rm.cu, Hq, Hkv, D, m.attn_prefill.softmax_scale,
+                                             m.attn_prefill.sliding_window)
                     : ref::attention_decode(q, m.k_cache.narrow_first(0, q.size(0)), m.v_cache.narrow_first(0, q.size(0)),
-                                            rm.lens, Hq, Hkv, D, m.attn_prefill.softmax_scale);
+                                            rm.lens, Hq, Hkv, D, m.attn_decode.softmax_scale, m.attn_decode.sliding_window);
   return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
 }
 
@@ -276,26 +283,20 @@ struct StepInputs {
     meta.slot_mapping = to_device(slots, {meta.num_tokens});
   }
   int64_t tokens() const { return meta.num_tokens; }
-  /// KV tokens attended per query token, summed (for FLOP counts).
-  double attended_pairs() const {
+  /// KV tokens attended per query token, summed (for FLOP counts), under a sliding window of
+  /// `window` keys (0: none).
+  double attended_pairs(int64_t window = 0) const {
     double s = 0;
     if (host.is_prefill) {
-      for (size_t b = 0; b + 1 < host.cu.size(); ++b) {
-        const double l = host.cu[b + 1] - host.cu[b];
-        s += l * (l + 1) / 2;
-      }
+      for (size_t b = 0; b + 1 < host.cu.size(); ++b)
+        for (int64_t p = 0; p < host.cu[b + 1] - host.cu[b]; ++p) s += double(window_range(p, window).second);
     } else {
-      for (int32_t l : host.lens) s += l;
+      for (int32_t l : host.lens) s += double(window_range(l - 1, window).second);
     }
     return s;
   }
   /// KV tokens that must be read from the cache (decode) — prefill reads its own fresh k/v.
-  double cached_kv_tokens() const {
-    double s = 0;
-    if (!host.is_prefill)
-      for (int32_t l : host.lens) s += l;
-    return s;
-  }
+  double cached_kv_tokens(int64_t window = 0) const { return host.is_prefill ? 0.0 : attended_pairs(window); }
 };
 
 /// Tolerance for composite outputs: elementwise bounds loose enough for bf16 rounding that a
@@ -541,8 +542,8 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
     const double t = double(step_.tokens()), es = sizeof(T);
     double flops = 0, bytes = param_bytes(params_);
-    const double attn_flops = 4.0 * step_.attended_pairs() * D * Hq;
-    const double kv_read = step_.cached_kv_tokens() * 2 * Hkv * D * es;
+    const double attn_flops = 4.0 * step_.attended_pairs(window_of<Cfg>()) * D * Hq;
+    const double kv_read = step_.cached_kv_tokens(window_of<Cfg>()) * 2 * Hkv * D * es;
     const double qkv_flops = 2 * t * H * (Hq + 2 * Hkv) * D, o_flops = 2 * t * Hq * D * H;
     switch (kKind) {
       case AttnKind::kQKVRopeCache: flops = qkv_flops; bytes += t * (H + (Hq + 4 * Hkv) * D) * es; break;
@@ -635,10 +636,10 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
     const double t = double(step_.tokens()), b = double(step_.meta.num_seqs), L = double(model_->model.layers.size());
     const double per_layer = 2 * t * H * (Hq + 2 * Hkv) * D + 2 * t * Hq * D * H + 6 * t * H * Cfg::intermediate_size;
-    const double flops = L * (per_layer + 4.0 * step_.attended_pairs() * D * Hq) + 2 * b * H * Cfg::vocab_size;
+    const double flops = L * (per_layer + 4.0 * step_.attended_pairs(window_of<Cfg>()) * D * Hq) + 2 * b * H * Cfg::vocab_size;
     // Every weight except the embedding table (only T rows of it are read) + the KV cache read.
     const double bytes = param_bytes(params_) - double(Cfg::vocab_size) * H * sizeof(T) +
-                         L * (step_.cached_kv_tokens() * 2 * Hkv * D * sizeof(T) - unread_expert_bytes<Cfg>(t));
+                         L * (step_.cached_kv_tokens(window_of<Cfg>()) * 2 * Hkv * D * sizeof(T) - unread_expert_bytes<Cfg>(t));
     return {flops, bytes};
   }
 

@@ -36,13 +36,14 @@ Tensor embedding(const Tensor& ids, const Tensor& weight);
 /// cache_rows[slot_mapping[t]] = x[t] for a cache viewed as [slots, row] rows.
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
 /// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
-/// given by host token offsets cu (size B+1). Returns [T, Hq*D].
+/// given by host token offsets cu (size B+1). Returns [T, Hq*D]. window > 0: each query sees
+/// its last `window` keys only (Note [Sliding window] in fk/tasks/attention.h).
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale);
+                         int hkv, int d, double scale, int64_t window = 0);
 /// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
-/// lens: host KV lengths. Returns [B, Hq*D].
+/// lens: host KV lengths (the query is the last of them). Returns [B, Hq*D].
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale);
+                        int hq, int hkv, int d, double scale, int64_t window = 0);
 /// Grouped expert GEMM, fp32 result [num_valid, N]: row s = A[per_slot_rows ? s : s / top_k] @
 /// w[topk_ids[s]]^T, times topk_weights[s] when given (f32 [num_valid], else undefined).
 /// topk_ids is the flat host copy [num_valid]; rows are grouped by expert on the host and each

@@ -2,7 +2,9 @@
 // head), fp32 scores and softmax over the row's key range, fp32 output, no rounding.
 // Row r attends to keys kv_begin[r] .. kv_begin[r] + kv_len[r] - 1 (token indices into k/v);
 // the causal range of a prefill token and the cached length of a decode sequence are both
-// expressed this way by the caller. GQA: query head h reads KV head h / (Hq / Hkv).
+// expressed this way by the caller (a sliding window too: it only moves the range's start).
+// GQA: query head h reads KV head h / (Hq / Hkv). softcap > 0: a score s (after the scale)
+// becomes softcap * tanh(s / softcap) before the softmax (Gemma 2's attention soft-capping).
 // Keys are processed in chunks of 256 with a running max (exact softmax, any length).
 #pragma once
 
@@ -20,7 +22,7 @@ template <class T>
 __global__ void __launch_bounds__(kAttnRefThreads)
 attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q_row_stride, const T* __restrict__ k,
                      const T* __restrict__ v, int64_t kv_tok_stride, const int32_t* __restrict__ kv_begin,
-                     const int32_t* __restrict__ kv_len, int hq, int hkv, int d, float scale) {
+                     const int32_t* __restrict__ kv_len, int hq, int hkv, int d, float scale, float softcap) {
   __shared__ float qs[kAttnRefMaxD];
   __shared__ float ps[kAttnRefChunk];
   __shared__ float red[32];
@@ -45,6 +47,7 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
         for (int e = 0; e < Vec16<T>::kN; ++e) s = fmaf(qs[i + e], to_float(kv.v[e]), s);
       }
       s *= scale;
+      if (softcap > 0.f) s = softcap * tanhf(s / softcap);
       ps[j] = s;
       local_max = fmaxf(local_max, s);
     }
@@ -91,14 +94,15 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
 
 /// out [rows, hq, d] fp32. q row r, head h at q + r * q_row_stride + h * d; key token t, KV head
 /// g at k + t * kv_tok_stride + g * d (same for v). kv_begin/kv_len: device arrays [rows]. d <= 256, d and strides multiples of 8 (16-byte rows).
+/// softcap 0: no soft-capping.
 template <class T>
 void attention_ref(float* out, const T* q, int64_t q_row_stride, const T* k, const T* v, int64_t kv_tok_stride,
                    const int32_t* kv_begin, const int32_t* kv_len, int64_t rows, int hq, int hkv, int d, float scale,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, float softcap = 0.f) {
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), hq);
   detail::attention_ref_kernel<T><<<grid, detail::kAttnRefThreads, 0, stream>>>(out, q, q_row_stride, k, v, kv_tok_stride,
-                                                                              kv_begin, kv_len, hq, hkv, d, scale);
+                                                                              kv_begin, kv_len, hq, hkv, d, scale, softcap);
 }
 
 }  // namespace fk::kernels::reference
