@@ -378,6 +378,22 @@ def build(kind, name, dims, use_compile):
         sets = [(torch.randn(1, hq, S, d, device=dev, dtype=dtype), torch.randn(1, hkv, S, d, device=dev, dtype=dtype),
                  torch.randn(1, hkv, S, d, device=dev, dtype=dtype)) for _ in range(n)]
         from torch.nn.attention import SDPBackend, sdpa_kernel
+        sw = re.search(r"_sw(\d+)_", name)
+        if sw:  # sliding window of W keys: key j kept for query i when i - W < j <= i
+            W = int(sw.group(1))
+            ii = torch.arange(S, device=dev)
+            band = (ii[None, :] <= ii[:, None]) & (ii[None, :] > ii[:, None] - W)
+            for tag, be in (("efficient", SDPBackend.EFFICIENT_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                def fm(i, be=be):
+                    with sdpa_kernel([be]):
+                        return F.scaled_dot_product_attention(*sets[i], attn_mask=band, enable_gqa=True)
+                peers["torch_sdpa_mask_" + tag] = fm
+            if use_compile:
+                from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+                bm = create_block_mask(lambda b, h, q, kv: (kv <= q) & (kv > q - W), None, None, S, S, device=dev)
+                flex = torch.compile(flex_attention, dynamic=False)
+                peers["torch_flex_attention_compiled"] = lambda i: flex(*sets[i], block_mask=bm, enable_gqa=True)
+            return peers, n
         for tag, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                         ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
             def f(i, be=be):
@@ -393,6 +409,12 @@ def build(kind, name, dims, use_compile):
         sets = [(torch.randn(B, hq, 1, d, device=dev, dtype=dtype),
                  torch.randn(B, L, hkv, d, device=dev, dtype=dtype).transpose(1, 2),
                  torch.randn(B, L, hkv, d, device=dev, dtype=dtype).transpose(1, 2)) for _ in range(n)]
+        sw = re.search(r"_sw(\d+)_", name)
+        if sw:  # the query (the last token) sees the last W cached keys: SDPA over that slice
+            W = min(int(sw.group(1)), L)
+            peers["torch_sdpa_window_slice"] = lambda i: F.scaled_dot_product_attention(
+                sets[i][0], sets[i][1][:, :, L - W:], sets[i][2][:, :, L - W:], enable_gqa=True)
+            return peers, n
         peers["torch_sdpa"] = lambda i: F.scaled_dot_product_attention(*sets[i], enable_gqa=True)
         return peers, n
     if kind == "store_kvcache":
