@@ -472,17 +472,22 @@ KindSpec moe_sum_kind() {
 
 // --- composite kinds (Note [Composite kinds], docs/task-kinds.md "Composite kinds") ----------
 
-// Whole decode steps and prefills of attention-bearing composites: sequences of 2048 tokens, or
-// twice the sliding window when that is longer (so the window masks most of a sequence), clipped
-// to max_position.
+// Whole decode steps and prefills of attention-bearing composites: sequences of 2048 tokens
+// (fewer when max_position is smaller: the length is clipped to it). Under a sliding window the
+// decode steps and the single-sequence prefill use twice the window when that is longer, so the
+// window masks most of the sequence (the 8-sequence prefill stays at 2048: 8 long prompts of a
+// multi-head model outgrow the whole-model reference's memory).
 std::vector<ShapeCase> step_cases(int64_t max_position, int64_t window) {
-  const int64_t len = std::min<int64_t>(std::max<int64_t>(2048, 2 * window), max_position);
+  const int64_t len = std::min<int64_t>(2048, max_position);
+  const int64_t wlen = std::min<int64_t>(std::max<int64_t>(2048, 2 * window), max_position);
   std::vector<ShapeCase> out;
   int64_t k = 0;
   for (int64_t b : {1, 8, 32, 64})
-    out.push_back({"b" + i2s(b) + "_kv" + i2s(len), "decode", {{"batch", b}, {"kv_len", len}}, {k++, len}});
-  for (int64_t b : {1, 8})
-    out.push_back({"b" + i2s(b) + "_s" + i2s(len), "prefill", {{"batch", b}, {"seq_len", len}}, {k++, len}});
+    out.push_back({"b" + i2s(b) + "_kv" + i2s(wlen), "decode", {{"batch", b}, {"kv_len", wlen}}, {k++, wlen}});
+  for (int64_t b : {1, 8}) {
+    const int64_t l = b == 1 ? wlen : len;
+    out.push_back({"b" + i2s(b) + "_s" + i2s(l), "prefill", {{"batch", b}, {"seq_len", l}}, {k++, l}});
+  }
   return out;
 }
 
