@@ -13,6 +13,7 @@ namespace fk::generated::rms_norm_h3584_eps1e_06_bf16 {
 struct Config {
   static constexpr int64_t hidden_size = 3584;
   static constexpr double eps = 1e-06;
+  static constexpr bool gemma = false;  ///< GemmaRMSNorm: the weight multiplies as 1 + w
   using scalar_t = fk::bf16;
 };
 

@@ -16,6 +16,7 @@ namespace fk::generated::rms_norm_h4096_eps1e_05_bf16 {
 struct Config {
   static constexpr int64_t hidden_size = 4096;
   static constexpr double eps = 1e-05;
+  static constexpr bool gemma = false;  ///< GemmaRMSNorm: the weight multiplies as 1 + w
   using scalar_t = fk::bf16;
 };
 

@@ -15,11 +15,12 @@ namespace fk::generated::silu_and_mul_i14336_bf16 {
 /// Constants inlined from the config.
 struct Config {
   static constexpr int64_t intermediate_size = 14336;
+  static constexpr fk::kernels::GatedAct activation = fk::kernels::GatedAct::kSilu;
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.layers.activation.SiluAndMul:
-///   __init__() / forward(x [..., 2 * intermediate_size]) -> silu(x[..., :d]) * x[..., d:].
+///   __init__() / forward(x [..., 2 * intermediate_size]) -> act(x[..., :d]) * x[..., d:].
 class SiluAndMul {
  public:
   SiluAndMul() = default;

@@ -93,19 +93,24 @@ using PH = std::vector<std::pair<std::string, std::string>>;
 
 std::string bias_word(bool b) { return b ? "bias" : "nobias"; }
 
-KindSpec rms_norm_kind(bool fused) {
+// rms_norm, fused_add_rms_norm and their Gemma forms (GemmaRMSNorm: weight used as 1 + w, one
+// rounding at the end) share templates/rms_norm.
+KindSpec rms_norm_kind(bool fused, bool gemma = false) {
   KindSpec k;
-  k.kind = fused ? "fused_add_rms_norm" : "rms_norm";
+  k.kind = std::string(gemma ? "gemma_" : "") + (fused ? "fused_add_rms_norm" : "rms_norm");
   k.template_name = "rms_norm";
-  k.class_name = "RMSNorm";
+  k.class_name = gemma ? "GemmaRMSNorm" : "RMSNorm";
   k.params = {{"hidden_size", ParamType::kInt}, {"eps", ParamType::kFloat}};
   std::string prefix = k.kind;
   k.name = [prefix](const Params& p, const std::string& dt) {
     return prefix + "_h" + i2s(I(p, "hidden_size")) + "_eps" + nf(F(p, "eps")) + "_" + dt;
   };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.layernorm.RMSNorm"; };
-  k.placeholders = [fused](const Params& p) {
-    return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"eps", cf(F(p, "eps"))}, {"fused_add", b2s(fused)}};
+  k.production = [gemma](const Params&) {
+    return std::string("vllm.model_executor.layers.layernorm.") + (gemma ? "GemmaRMSNorm" : "RMSNorm");
+  };
+  k.placeholders = [fused, gemma, cls = k.class_name](const Params& p) {
+    return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"eps", cf(F(p, "eps"))}, {"fused_add", b2s(fused)},
+              {"gemma", b2s(gemma)}, {"class_name", cls}};
   };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
@@ -197,14 +202,25 @@ KindSpec rotary_kind() {
   return k;
 }
 
-KindSpec silu_kind() {
+// silu_and_mul and gelu_tanh_and_mul (GeluAndMul(approximate="tanh"), Gemma) share
+// templates/silu_and_mul.
+KindSpec silu_kind(bool gelu_tanh = false) {
   KindSpec k;
-  k.kind = k.template_name = "silu_and_mul";
-  k.class_name = "SiluAndMul";
+  k.kind = gelu_tanh ? "gelu_tanh_and_mul" : "silu_and_mul";
+  k.template_name = "silu_and_mul";
+  k.class_name = gelu_tanh ? "GeluAndMul" : "SiluAndMul";
   k.params = {{"intermediate_size", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) { return "silu_and_mul_i" + i2s(I(p, "intermediate_size")) + "_" + dt; };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.activation.SiluAndMul"; };
-  k.placeholders = [](const Params& p) { return PH{{"intermediate_size", i2s(I(p, "intermediate_size"))}}; };
+  std::string prefix = k.kind;
+  k.name = [prefix](const Params& p, const std::string& dt) { return prefix + "_i" + i2s(I(p, "intermediate_size")) + "_" + dt; };
+  k.production = [gelu_tanh](const Params&) {
+    return std::string("vllm.model_executor.layers.activation.") +
+           (gelu_tanh ? "GeluAndMul(approximate='tanh')" : "SiluAndMul");
+  };
+  k.placeholders = [gelu_tanh, cls = k.class_name](const Params& p) {
+    return PH{{"intermediate_size", i2s(I(p, "intermediate_size"))},
+              {"activation", gelu_tanh ? "fk::kernels::GatedAct::kGeluTanh" : "fk::kernels::GatedAct::kSilu"},
+              {"class_name", cls}};
+  };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
 }
@@ -740,7 +756,8 @@ KindSpec moe_for_causal_lm_kind() {
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
-    for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), qk_norm_kind(), rotary_kind(), silu_kind(),
+    for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), rms_norm_kind(false, true), rms_norm_kind(true, true),
+                       qk_norm_kind(), rotary_kind(), silu_kind(), silu_kind(true),
                        embedding_kind(), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
                        attn_kind(false), store_kvcache_kind(), qkv_rope_cache_kind(), attention_o_proj_kind(),
                        mlp_kind(false), mlp_kind(true), llama_attention_kind(), llama_decoder_layer_kind(),

@@ -331,7 +331,8 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
 TEST(TaskKinds, ClassNamesAndSlots) {
   std::map<std::string, std::string> l1 = {
       {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"},
-      {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"},
+      {"gemma_rms_norm", "GemmaRMSNorm"}, {"gemma_fused_add_rms_norm", "GemmaRMSNorm"},
+      {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"}, {"gelu_tanh_and_mul", "GeluAndMul"},
       {"vocab_parallel_embedding", "VocabParallelEmbedding"}, {"qkv_parallel_linear", "QKVParallelLinear"},
       {"merged_column_parallel_linear", "MergedColumnParallelLinear"}, {"row_parallel_linear", "RowParallelLinear"},
       {"parallel_lm_head", "ParallelLMHead"}, {"flash_attn_prefill", "FlashAttnPrefill"},

@@ -32,7 +32,9 @@ template <int kHidden, class T, int kVPT = 0> struct RmsNormShape {
   static constexpr int kThreads = ((kThreadsRaw + 31) / 32) * 32;
 };
 
-template <int kHidden, class T, bool kFusedAdd, int kVPT = 0>
+// kGemma: vLLM's GemmaRMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w) in fp32, rounded once at
+// the end; with a residual, x + residual is rounded to T first and the norm is of that value.
+template <int kHidden, class T, bool kFusedAdd, int kVPT = 0, bool kGemma = false>
 __global__ void __launch_bounds__(RmsNormShape<kHidden, T, kVPT>::kThreads)
 rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
                 T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight, int64_t rows, float eps) {
@@ -76,6 +78,7 @@ rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x
           if constexpr (kFusedAdd) {
             z += to_float(r[i].v[j]);
             v[i].v[j] = from_float<T>(z);  // residual is kept in the model dtype, as in vLLM
+            if constexpr (kGemma) z = to_float(v[i].v[j]);
           }
           sumsq += z * z;
         }
@@ -92,9 +95,13 @@ rms_norm_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x
         Vec16<T> o;
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
-          // vLLM rounds x * inv_rms to the model dtype before the weight multiply.
-          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
-          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
+          if constexpr (kGemma) {
+            o.v[j] = from_float<T>(to_float(v[i].v[j]) * inv_rms * (1.f + to_float(w[i].v[j])));
+          } else {
+            // vLLM rounds x * inv_rms to the model dtype before the weight multiply.
+            const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+            o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
+          }
         }
         store16(orow + vi * kN, o);
       }
@@ -126,26 +133,27 @@ template <int kBlocksPerSM> inline unsigned rms_norm_grid(int64_t rows) {
 
 }  // namespace detail
 
-/// out[r, :] = rmsnorm(x[r, :]) * weight for r < rows. Row strides in elements (16-byte aligned).
-/// kVPT forces the 16-byte vectors per thread (0: default) and kBlocksPerSM the grid (-1:
-/// default, 0: one block per row, k: k blocks per SM striding over rows); for tuning only.
-template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1>
+/// out[r, :] = rmsnorm(x[r, :]) * weight for r < rows (kGemma: * (1 + weight), GemmaRMSNorm).
+/// Row strides in elements (16-byte aligned). kVPT forces the 16-byte vectors per thread (0:
+/// default) and kBlocksPerSM the grid (-1: default, 0: one block per row, k: k blocks per SM
+/// striding over rows); for tuning only.
+template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1, bool kGemma = false>
 void rms_norm(T* out, int64_t out_stride, const T* x, int64_t x_stride, const T* weight, int64_t rows, float eps,
               cudaStream_t stream) {
   if (rows == 0) return;
   using S = detail::RmsNormShape<kHidden, T, kVPT>;
-  detail::rms_norm_kernel<kHidden, T, false, kVPT>
+  detail::rms_norm_kernel<kHidden, T, false, kVPT, kGemma>
       <<<detail::rms_norm_grid<kBlocksPerSM>(rows), S::kThreads, 0, stream>>>(out, out_stride, x, x_stride, nullptr, 0,
                                                                               weight, rows, eps);
 }
 
 /// residual += x (rounded to T); x = rmsnorm(residual) * weight. In place, as vLLM's kernel.
-template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1>
+template <int kHidden, class T, int kVPT = 0, int kBlocksPerSM = -1, bool kGemma = false>
 void fused_add_rms_norm(T* x, int64_t x_stride, T* residual, int64_t res_stride, const T* weight, int64_t rows,
                         float eps, cudaStream_t stream) {
   if (rows == 0) return;
   using S = detail::RmsNormShape<kHidden, T, kVPT>;
-  detail::rms_norm_kernel<kHidden, T, true, kVPT>
+  detail::rms_norm_kernel<kHidden, T, true, kVPT, kGemma>
       <<<detail::rms_norm_grid<kBlocksPerSM>(rows), S::kThreads, 0, stream>>>(x, x_stride, x, x_stride, residual,
                                                                               res_stride, weight, rows, eps);
 }

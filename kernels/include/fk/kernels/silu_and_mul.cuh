@@ -19,9 +19,24 @@
 
 namespace fk::kernels {
 
+/// The gate activation of a gated MLP: silu (vLLM SiluAndMul) or the tanh approximation of GELU
+/// (vLLM GeluAndMul(approximate="tanh"), Gemma's gelu_pytorch_tanh). Either is computed in fp32
+/// and rounded to the model dtype before the multiply, as vLLM's act_and_mul kernel does.
+enum class GatedAct { kSilu, kGeluTanh };
+
+template <GatedAct kAct> __device__ __forceinline__ float gate_act(float a) {
+  if constexpr (kAct == GatedAct::kSilu) {
+    return __fdividef(a, 1.f + __expf(-a));
+  } else {
+    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    return 0.5f * a * (1.f + tanhf(kBeta * (a + 0.044715f * a * a * a)));
+  }
+}
+
 namespace detail {
 
-template <class T, int kI, int kVecPerThread, int kThreads, bool kPrefetch = false, bool kStreamStore = false>
+template <class T, int kI, int kVecPerThread, int kThreads, bool kPrefetch = false, bool kStreamStore = false,
+          GatedAct kAct = GatedAct::kSilu>
 __global__ void __launch_bounds__(kThreads)
 silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
                     uint32_t total) {
@@ -61,7 +76,7 @@ silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict
 #pragma unroll
         for (int j = 0; j < kN; ++j) {
           const float a = to_float(g[i].v[j]);
-          const float act = to_float(from_float<T>(__fdividef(a, 1.f + __expf(-a))));
+          const float act = to_float(from_float<T>(gate_act<kAct>(a)));
           o.v[j] = from_float<T>(act * to_float(u[i].v[j]));
         }
         T* dst = out + row * out_stride + c * kN;
@@ -81,14 +96,15 @@ silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict
 
 }  // namespace detail
 
-/// out [T, I] (row stride out_stride) = silu(x[:, :I]) * x[:, I:] for x [T, 2I] (row stride
-/// x_stride). Strides in elements, 16-byte aligned. T * I / 8 must be < 2^32.
-template <class T, int kI>
+/// out [T, I] (row stride out_stride) = act(x[:, :I]) * x[:, I:] for x [T, 2I] (row stride
+/// x_stride), act = silu (default) or GELU-tanh. Strides in elements, 16-byte aligned. T * I / 8
+/// must be < 2^32.
+template <class T, int kI, GatedAct kAct = GatedAct::kSilu>
 void silu_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t num_tokens, cudaStream_t stream) {
   if (num_tokens == 0) return;
   constexpr int kN = Vec16<T>::kN;
   const int64_t total = num_tokens * (kI / kN);
-  detail::silu_and_mul_kernel<T, kI, 1, 128>
+  detail::silu_and_mul_kernel<T, kI, 1, 128, false, false, kAct>
       <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
 }
 

@@ -1,15 +1,21 @@
 // Harness and forward glue for the `rms_norm` and `fused_add_rms_norm` task kinds, which both
 // mirror vllm.model_executor.layers.layernorm.RMSNorm (forward(x) and forward(x, residual)).
-// Cfg (generated): hidden_size, eps, scalar_t.
+// The `gemma_rms_norm` / `gemma_fused_add_rms_norm` kinds mirror GemmaRMSNorm (weight used as
+// 1 + w, no intermediate rounding) through the same glue with Cfg::gemma set.
+// Cfg (generated): hidden_size, eps, scalar_t, gemma (optional, false when absent).
 #pragma once
 
 #include <tuple>
+#include <type_traits>
 
 #include "fk/kernels/reference/rms_norm_ref.cuh"
 #include "fk/kernels/rms_norm.cuh"
 #include "fk/tasks/harness.h"
 
 namespace fk::tasks {
+
+template <class Cfg, class = void> struct GemmaNormOf : std::false_type {};
+template <class Cfg> struct GemmaNormOf<Cfg, std::void_t<decltype(Cfg::gemma)>> : std::bool_constant<Cfg::gemma> {};
 
 /// RMSNorm.forward(x): out = rmsnorm(x) * weight (a new tensor).
 template <class Cfg> Tensor rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
@@ -18,7 +24,7 @@ template <class Cfg> Tensor rms_norm_forward(const Tensor& x, const Tensor& weig
   const int64_t rows = x.numel() / Cfg::hidden_size;
   Tensor x2 = x.dim() == 2 ? x : x.view({rows, Cfg::hidden_size});
   Tensor out = empty(x.sizes(), x.dtype());
-  fk::kernels::rms_norm<Cfg::hidden_size, T>(out.data<T>(), Cfg::hidden_size, x2.data<T>(), x2.stride(0),
+  fk::kernels::rms_norm<Cfg::hidden_size, T, 0, -1, GemmaNormOf<Cfg>::value>(out.data<T>(), Cfg::hidden_size, x2.data<T>(), x2.stride(0),
                                             weight.data<T>(), rows, static_cast<float>(eps), current_stream());
   FK_CHECK_LAUNCH();
   return out;
@@ -30,7 +36,7 @@ std::tuple<Tensor, Tensor> fused_add_rms_norm_forward(Tensor& x, Tensor& residua
   using T = typename Cfg::scalar_t;
   FK_CHECK(x.size(-1) == Cfg::hidden_size && residual.sizes() == x.sizes(), "RMSNorm inputs " + x.str() + ", " + residual.str());
   const int64_t rows = x.numel() / Cfg::hidden_size;
-  fk::kernels::fused_add_rms_norm<Cfg::hidden_size, T>(x.data<T>(), x.dim() == 2 ? x.stride(0) : Cfg::hidden_size,
+  fk::kernels::fused_add_rms_norm<Cfg::hidden_size, T, 0, -1, GemmaNormOf<Cfg>::value>(x.data<T>(), x.dim() == 2 ? x.stride(0) : Cfg::hidden_size,
                                                       residual.data<T>(), residual.dim() == 2 ? residual.stride(0) : Cfg::hidden_size,
                                                       weight.data<T>(), rows, static_cast<float>(eps), current_stream());
   FK_CHECK_LAUNCH();
@@ -56,7 +62,7 @@ template <class Module, class Cfg, bool kFusedAdd> class RmsNormInstance final :
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    fill_normal(module_.weight, mix_seed(seed, 0), 1.f, 0.1f);
+    fill_normal(module_.weight, mix_seed(seed, 0), GemmaNormOf<Cfg>::value ? 0.f : 1.f, 0.1f);  // Gemma: 1 + w ~ 1
     for (int s = 0; s < num_sets(); ++s) {
       fill_normal(x_[s], mix_seed(seed, 1 + 2 * s));
       if (kFusedAdd) {
@@ -86,17 +92,18 @@ template <class Module, class Cfg, bool kFusedAdd> class RmsNormInstance final :
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({tokens_, Cfg::hidden_size}, DType::kF32);
     Tol tol = default_tolerance(dtype_of<T>);
+    constexpr float kOffset = GemmaNormOf<Cfg>::value ? 1.f : 0.f;  // GemmaRMSNorm multiplies by 1 + w
     if constexpr (kFusedAdd) {
       Tensor ref_res = empty({tokens_, Cfg::hidden_size}, DType::kF32);
       fk::kernels::reference::rms_norm_ref<T>(ref.data<float>(), ref_res.data<float>(), x0_[s].data<T>(), Cfg::hidden_size,
                                              res0_[s].data<T>(), Cfg::hidden_size, module_.weight.template data<T>(), tokens_,
-                                             Cfg::hidden_size, static_cast<float>(Cfg::eps), current_stream());
+                                             Cfg::hidden_size, static_cast<float>(Cfg::eps), current_stream(), kOffset);
       FK_CHECK_LAUNCH();
       return {{"out", x_[s], ref, tol}, {"residual", res_[s], ref_res, tol}};
     } else {
       fk::kernels::reference::rms_norm_ref<T>(ref.data<float>(), nullptr, x_[s].data<T>(), Cfg::hidden_size, nullptr, 0,
                                              module_.weight.template data<T>(), tokens_, Cfg::hidden_size,
-                                             static_cast<float>(Cfg::eps), current_stream());
+                                             static_cast<float>(Cfg::eps), current_stream(), kOffset);
       FK_CHECK_LAUNCH();
       return {{"out", out_[s], ref, tol}};
     }

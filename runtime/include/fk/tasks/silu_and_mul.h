@@ -9,7 +9,15 @@
 
 namespace fk::tasks {
 
-/// SiluAndMul.forward(x): silu(x[..., :I]) * x[..., I:] (a new tensor).
+/// The gate activation of a Cfg (Cfg::activation; silu when absent).
+template <class Cfg, class = void> struct ActOf {
+  static constexpr fk::kernels::GatedAct value = fk::kernels::GatedAct::kSilu;
+};
+template <class Cfg> struct ActOf<Cfg, std::void_t<decltype(Cfg::activation)>> {
+  static constexpr fk::kernels::GatedAct value = Cfg::activation;
+};
+
+/// SiluAndMul.forward(x) / GeluAndMul.forward(x): act(x[..., :I]) * x[..., I:] (a new tensor).
 template <class Cfg> Tensor silu_and_mul_forward(const Tensor& x) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t I = Cfg::intermediate_size;
@@ -18,7 +26,7 @@ template <class Cfg> Tensor silu_and_mul_forward(const Tensor& x) {
   Shape out_shape = x.sizes();
   out_shape.back() = I;
   Tensor out = empty(out_shape, x.dtype());
-  fk::kernels::silu_and_mul<T, I>(out.data<T>(), I, x.data<T>(), x.dim() == 2 ? x.stride(0) : 2 * I, rows,
+  fk::kernels::silu_and_mul<T, I, ActOf<Cfg>::value>(out.data<T>(), I, x.data<T>(), x.dim() == 2 ? x.stride(0) : 2 * I, rows,
                                   current_stream());
   FK_CHECK_LAUNCH();
   return out;
@@ -43,7 +51,8 @@ template <class Module, class Cfg> class SiluAndMulInstance final : public TaskI
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({tokens_, Cfg::intermediate_size}, DType::kF32);
     fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
-                                                Cfg::intermediate_size, current_stream());
+                                                Cfg::intermediate_size, current_stream(),
+                                                ActOf<Cfg>::value == fk::kernels::GatedAct::kGeluTanh);
     FK_CHECK_LAUNCH();
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
   }

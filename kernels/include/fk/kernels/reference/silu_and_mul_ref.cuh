@@ -7,21 +7,25 @@
 namespace fk::kernels::reference {
 
 template <class T>
-__global__ void silu_and_mul_ref_kernel(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d) {
+__global__ void silu_and_mul_ref_kernel(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, bool gelu_tanh) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= num_tokens * d) return;
   const int64_t t = i / d;
   const int c = static_cast<int>(i % d);
   const double a = to_float(x[t * x_stride + c]);
   const double b = to_float(x[t * x_stride + d + c]);
-  out[i] = static_cast<float>(a / (1.0 + exp(-a)) * b);
+  const double act = gelu_tanh ? 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
+                               : a / (1.0 + exp(-a));
+  out[i] = static_cast<float>(act * b);
 }
 
-/// out (fp32, contiguous [T, d]) = silu(x[:, :d]) * x[:, d:2d].
+/// out (fp32, contiguous [T, d]) = act(x[:, :d]) * x[:, d:2d], act = silu or (gelu_tanh) the tanh
+/// approximation of GELU.
 template <class T>
-void silu_and_mul_ref(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, cudaStream_t stream) {
+void silu_and_mul_ref(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, cudaStream_t stream,
+                      bool gelu_tanh = false) {
   if (num_tokens == 0) return;
-  silu_and_mul_ref_kernel<T><<<ceil_div(num_tokens * d, 256), 256, 0, stream>>>(out, x, x_stride, num_tokens, d);
+  silu_and_mul_ref_kernel<T><<<ceil_div(num_tokens * d, 256), 256, 0, stream>>>(out, x, x_stride, num_tokens, d, gelu_tanh);
 }
 
 }  // namespace fk::kernels::reference
