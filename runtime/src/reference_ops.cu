@@ -10,6 +10,7 @@
 #include "fk/kernels/reference/silu_and_mul_ref.cuh"
 #include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
 #include "fk/runtime/cuda_check.h"
+#include "fk/tasks/attention.h"  // window_range
 
 namespace fk::tasks::ref {
 
@@ -194,11 +195,6 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
 }
 }  // namespace
 
-// The first key of a query at `pos` under a window (0: none); the query's own key is at pos.
-static int32_t window_first(int32_t pos, int64_t window) {
-  return window > 0 && pos + 1 > window ? static_cast<int32_t>(pos + 1 - window) : 0;
-}
-
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
                          int hkv, int d, double scale, int64_t window) {
   check_model_dtype(k, "attention k");
@@ -207,7 +203,7 @@ Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, cons
   std::vector<int32_t> begin, len;
   for (size_t s = 0; s + 1 < cu.size(); ++s)
     for (int32_t p = 0; p < cu[s + 1] - cu[s]; ++p) {
-      const int32_t first = window_first(p, window);
+      const auto first = static_cast<int32_t>(window_range(p, window).first);
       begin.push_back(cu[s] + first);
       len.push_back(p + 1 - first);
     }
@@ -220,7 +216,7 @@ Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   const int64_t max_len = k_cache.size(1);
   std::vector<int32_t> begin, len;
   for (size_t b = 0; b < lens.size(); ++b) {
-    const int32_t first = lens[b] > 0 ? window_first(lens[b] - 1, window) : 0;
+    const auto first = lens[b] > 0 ? static_cast<int32_t>(window_range(lens[b] - 1, window).first) : 0;
     begin.push_back(static_cast<int32_t>(b * max_len + first));
     len.push_back(lens[b] - first);
   }
