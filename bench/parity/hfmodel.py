@@ -18,7 +18,7 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -158,22 +158,25 @@ def check_and_load(model, weights, tied=None):
 
 def random_weights(model, seed, std=None):
     """Seeded random bf16 weights with HF names (used by the fake fk_model and the perf peer
-    when no weights file is given). Norm weights 1 + 0.1 N(0,1), biases 0.1 N(0,1), embeddings
-    N(0,1), other matrices N(0, 1/fan_in) (or N(0, std) when std is given). Generated on CPU in
+    when no weights file is given). Norm weights 1 + 0.1 N(0,1) (Gemma: 0.1 N(0,1)), biases 0.1
+    N(0,1), embeddings N(0,1) (Gemma: N(0, 1/hidden)), other matrices N(0, 1/fan_in) (or N(0, std) when std is given). Generated on CPU in
     sorted-name order so the values do not depend on the device."""
     g = torch.Generator().manual_seed(int(seed))
     out = {}
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    # Gemma: GemmaRMSNorm weights are used as 1 + w, embeddings are scaled by sqrt(hidden)
+    # (the generated GemmaForCausalLM seeds them N(0, 0.1) and N(0, 1/hidden) for the same scales).
+    gemma = str(getattr(model.config, "model_type", "")).startswith("gemma")
     for name, p in sorted(model.state_dict().items()):
         if tied and name == "lm_head.weight":
             continue
         shape = tuple(p.shape)
         if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=g)
+            t = (0.0 if gemma else 1.0) + 0.1 * torch.randn(shape, generator=g)
         elif name.endswith(".bias"):
             t = 0.1 * torch.randn(shape, generator=g)
         elif name == "model.embed_tokens.weight":
-            t = torch.randn(shape, generator=g)
+            t = torch.randn(shape, generator=g) * (shape[-1] ** -0.5 if gemma else 1.0)
         else:
             s = std if std is not None else shape[-1] ** -0.5
             t = s * torch.randn(shape, generator=g)

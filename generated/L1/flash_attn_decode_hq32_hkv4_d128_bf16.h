@@ -16,6 +16,7 @@ struct Config {
   static constexpr int64_t head_dim = 128;
   static constexpr double softmax_scale = 0.08838834764831845;
   static constexpr int64_t sliding_window = 0;  ///< keys attended, own included; 0: none
+  static constexpr double softcap = 0;  ///< scores s -> softcap * tanh(s / softcap); 0: none
   using scalar_t = fk::bf16;
 };
 
@@ -28,7 +29,7 @@ class FlashAttnDecode {
  public:
   FlashAttnDecode(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
       : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale),
-        sliding_window(Config::sliding_window) {
+        sliding_window(Config::sliding_window), logits_soft_cap(Config::softcap) {
     FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
              "flash_attn_decode_hq32_hkv4_d128_bf16 is specialised on num_heads 32, num_kv_heads 4, head_dim 128");
   }
@@ -40,6 +41,7 @@ class FlashAttnDecode {
   int64_t num_heads, num_kv_heads, head_dim;
   double softmax_scale;
   int64_t sliding_window;  ///< vLLM Attention.sliding_window (0 here for None)
+  double logits_soft_cap;  ///< vLLM Attention.logits_soft_cap (0 here for None)
 };
 
 }  // namespace fk::generated::flash_attn_decode_hq32_hkv4_d128_bf16

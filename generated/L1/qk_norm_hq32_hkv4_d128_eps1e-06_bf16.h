@@ -15,14 +15,16 @@ struct Config {
   static constexpr int64_t num_kv_heads = 4;
   static constexpr int64_t head_dim = 128;
   static constexpr double eps = 1e-06;
+  static constexpr bool gemma = false;  ///< GemmaRMSNorm: the weight multiplies as 1 + w
   using scalar_t = fk::bf16;
 };
 
-/// Mirrors Qwen3Attention's q_norm / k_norm (vllm.model_executor.layers.layernorm.RMSNorm(head_dim)
-/// applied per head to q.view(T, Hq, D) and k.view(T, Hkv, D)), fused into one module:
+/// Mirrors vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm: RMSNorm(head_dim) (GemmaRMSNorm when
+/// Config::gemma) applied per head to q.view(T, Hq, D) and k.view(T, Hkv, D), fused into one module:
 ///   __init__(num_heads, num_kv_heads, head_dim, eps) / forward(q, k) -> (q_out, k_out).
 class QKNorm {
  public:
+  static constexpr bool gemma = Config::gemma;  ///< for references: the weight is used as 1 + w
   QKNorm(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps)
       : q_weight(fk::empty({head_dim}, fk::dtype_of<Config::scalar_t>)),
         k_weight(fk::empty({head_dim}, fk::dtype_of<Config::scalar_t>)),

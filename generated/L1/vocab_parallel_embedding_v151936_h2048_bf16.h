@@ -13,11 +13,14 @@ namespace fk::generated::vocab_parallel_embedding_v151936_h2048_bf16 {
 struct Config {
   static constexpr int64_t num_embeddings = 151936;
   static constexpr int embedding_dim = 2048;
+  /// Rows are multiplied by this, rounded to scalar_t first (Gemma's sqrt(hidden_size)); 0: none.
+  static constexpr double embed_scale = 0;
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding
-/// (tensor-parallel size 1): __init__(num_embeddings, embedding_dim) / forward(input_) -> weight[input_].
+/// (tensor-parallel size 1): __init__(num_embeddings, embedding_dim) / forward(input_) -> weight[input_]
+/// (times embed_scale when Config::embed_scale != 0).
 class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim)

@@ -21,6 +21,8 @@ struct Config {
   static constexpr int64_t hidden_size = 3584;
   static constexpr bool o_proj_bias = false;
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
+  static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
+  static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   using scalar_t = fk::bf16;
 };
 

@@ -21,6 +21,8 @@ struct Config {
   static constexpr int64_t hidden_size = 3072;
   static constexpr bool o_proj_bias = false;
   static constexpr int64_t sliding_window = 2047;  // attention window in keys (0: none)
+  static constexpr double softmax_scale = 0.10206207261596575;  // the attention children's scale
+  static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   using scalar_t = fk::bf16;
 };
 

@@ -41,10 +41,12 @@ struct Config {
   static constexpr double beta_slow = 0;
   static constexpr bool o_proj_bias = false;
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
+  static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
+  static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   using scalar_t = fk::bf16;
 };
 
-/// Mirrors vllm.model_executor.models.llama.LlamaAttention (Qwen3Attention when qk_norm):
+/// Mirrors vllm.model_executor.models.llama.LlamaAttention (Qwen3Attention when a QKNorm is present):
 ///   __init__(hidden_size, num_heads, num_kv_heads, rope_theta, max_position_embeddings, bias, bias_o_proj) /
 ///   forward(positions [T] i64, hidden_states [T, hidden]) -> [T, hidden].
 /// Its Attention layer (cache write + prefill/decode attention) reads the forward context; the

@@ -6,6 +6,8 @@
 // Level 2 task `llama_mlp_h3072_i8192_nobias_bf16`: mirrors vllm.model_executor.models.llama.LlamaMLP.
 #pragma once
 
+#include <string_view>
+
 #include "fk/tasks/llama.h"
 #include "L1/merged_column_parallel_linear_k3072_n8192_8192_nobias_bf16.h"
 #include "L1/silu_and_mul_i8192_bf16.h"
@@ -29,13 +31,15 @@ class LlamaMLP {
   using GateUpProj = fk::generated::merged_column_parallel_linear_k3072_n8192_8192_nobias_bf16::MergedColumnParallelLinear;  // merged_column_parallel_linear_k3072_n8192_8192_nobias_bf16
   using ActFn = fk::generated::silu_and_mul_i8192_bf16::SiluAndMul;  // silu_and_mul_i8192_bf16
   using DownProj = fk::generated::row_parallel_linear_k8192_n3072_nobias_bf16::RowParallelLinear;  // row_parallel_linear_k8192_n3072_nobias_bf16
+  static constexpr bool gelu_tanh = std::string_view("silu") == "gelu_pytorch_tanh";  ///< for references
 
   LlamaMLP(int64_t hidden_size, int64_t intermediate_size, const std::string& hidden_act, bool bias)
       : gate_up_proj(hidden_size, std::vector<int64_t>{intermediate_size, intermediate_size}, bias),
         down_proj(intermediate_size, hidden_size, bias) {
     FK_CHECK(hidden_act == "silu", "llama_mlp_h3072_i8192_nobias_bf16: unsupported hidden_act " + hidden_act + " (silu expected)");
   }
-  explicit LlamaMLP(fk::tasks::FromConfig) : LlamaMLP(Config::hidden_size, Config::intermediate_size, "silu", Config::mlp_bias) {}
+  explicit LlamaMLP(fk::tasks::FromConfig)
+      : LlamaMLP(Config::hidden_size, Config::intermediate_size, "silu", Config::mlp_bias) {}
 
   fk::Tensor forward(const fk::Tensor& x) {
     fk::Tensor act = fk::tasks::gate_up_silu_forward(*this, x);

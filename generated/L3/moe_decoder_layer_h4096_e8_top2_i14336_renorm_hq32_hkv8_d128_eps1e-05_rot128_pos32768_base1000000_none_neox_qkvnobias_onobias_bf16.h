@@ -36,6 +36,8 @@ struct Config {
   static constexpr double beta_slow = 0;
   static constexpr bool o_proj_bias = false;
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
+  static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
+  static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   static constexpr int64_t moe_intermediate_size = 14336;
   static constexpr int64_t num_experts = 8;
   static constexpr int64_t top_k = 2;

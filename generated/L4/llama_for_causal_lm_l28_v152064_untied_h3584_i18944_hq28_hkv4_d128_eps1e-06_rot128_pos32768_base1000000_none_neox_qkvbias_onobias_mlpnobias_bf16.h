@@ -37,6 +37,8 @@ struct Config {
   static constexpr double beta_slow = 0;
   static constexpr bool o_proj_bias = false;
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
+  static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
+  static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   static constexpr int64_t intermediate_size = 18944;
   static constexpr bool mlp_bias = false;
   static constexpr int64_t num_hidden_layers = 28;
@@ -73,6 +75,12 @@ class LlamaModel {
     }
     return std::get<0>(norm.forward(hidden_states, residual));
   }
+
+  /// The decoder layers in order (the harness and the engine visit them through this).
+  template <class F> void for_each_layer(F&& f) {
+    for (Layer& layer : layers) f(layer);
+  }
+  int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
 
   EmbedTokens embed_tokens;
   std::vector<Layer> layers;

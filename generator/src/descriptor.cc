@@ -324,9 +324,9 @@ class Loader {
                     const std::map<std::string, size_t>& declared) {
     ModuleStep m;
     m.json_path = p;
-    static const std::set<std::string> keys = {"bind", "children", "doc", "if", "kind", "op", "scope"};
+    static const std::set<std::string> keys = {"at", "bind", "children", "doc", "if", "kind", "op", "scope"};
     for (const auto& [k, x] : v.items())
-      if (!keys.count(k)) err(p + "." + k, "unknown key (known: bind, children, doc, if, kind, op, scope)");
+      if (!keys.count(k)) err(p + "." + k, "unknown key (known: at, bind, children, doc, if, kind, op, scope)");
     m.op = str(v, "op", p, true);
     static const std::regex name_re("[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*");
     if (!m.op.empty() && !std::regex_match(m.op, name_re))
@@ -347,7 +347,16 @@ class Loader {
       err(p + ".scope", "expected \"layer\" or \"model\", got " + got(v["scope"]));
     m.layer_scope = scope == "layer";
     if (v.contains("if")) m.when = expr(v["if"], p + ".if");
+    if (v.contains("at")) {
+      if (!m.layer_scope) err(p + ".at", "expected no \"at\" on a model-scope module (it picks a layer of the layer loop)");
+      size_t before = exprs_.size();
+      m.at = expr(v["at"], p + ".at");
+      for (size_t i = before; i < exprs_.size(); ++i) exprs_[i].in_layer = true;
+    }
+    size_t bind_before = exprs_.size();
     if (v.contains("bind")) m.bind = expr_map(v["bind"], p + ".bind");
+    if (m.at)  // `layer` is the representative layer there
+      for (size_t i = bind_before; i < exprs_.size(); ++i) exprs_[i].in_layer = true;
     if (kind) check_bind(*kind, m.bind, p);
     if (!v.contains("children") || !v["children"].is_object()) {
       err(p + ".children", "expected object, got " + (v.contains("children") ? got(v["children"]) : "nothing"));
@@ -426,9 +435,9 @@ class Loader {
     }
     for (const auto& k : kinds) {
       const KindSpec* ks = find_kind(k);
-      if (ks && ks->class_name != slot.class_name) {
-        err(p, "expected a role of class " + slot.class_name + " for slot " + slot.name + " of kind " + m.kind + ", got " +
-                   json_quote(c.role) + " (kind " + k + ", class " + ks->class_name + ")");
+      if (ks && !slot_accepts(slot, ks->class_name)) {
+        err(p, "expected a role of class " + slot_classes_text(slot) + " for slot " + slot.name + " of kind " + m.kind +
+                   ", got " + json_quote(c.role) + " (kind " + k + ", class " + ks->class_name + ")");
         return std::nullopt;
       }
     }

@@ -10,6 +10,12 @@ const std::vector<FieldSpec>& field_table() {
     std::vector<FieldSpec> t = {
         {"architectures", FieldType::kStringList, {}, "HF model classes, e.g. LlamaForCausalLM"},
         {"attention_bias", FieldType::kBool, {}, "q/k/v/o projections carry a bias"},
+        {"attn_logit_softcapping", FieldType::kNumberOrNull, {}, "attention scores -> c * tanh(s / c) (gemma2) or null"},
+        {"final_logit_softcapping", FieldType::kNumberOrNull, {}, "logits -> c * tanh(x / c) (gemma2) or null"},
+        {"query_pre_attn_scalar", FieldType::kPosNumber, {}, "softmax scale is its inverse square root (gemma)"},
+        {"rope_local_base_freq", FieldType::kPosNumber, {}, "RoPE base of the sliding-window layers (gemma3)"},
+        {"sliding_window_pattern", FieldType::kPosInt, {}, "every n-th layer is a full-attention one (gemma3)"},
+        {"sliding_window_size", FieldType::kIntOrNull, {}, "legacy duplicate of sliding_window (gemma2) or null"},
         {"head_dim", FieldType::kIntOrNull, {}, "per-head dimension (null: derived)"},
         {"hidden_act", FieldType::kString, {"hidden_activation"}, "MLP activation"},
         {"hidden_size", FieldType::kPosInt, {"n_embd", "d_model"}, "model width"},
@@ -57,6 +63,7 @@ std::string expected_text(FieldType t) {
     case FieldType::kNonNegInt: return "non-negative integer";
     case FieldType::kIntOrNull: return "positive integer or null";
     case FieldType::kPosNumber: return "positive number";
+    case FieldType::kNumberOrNull: return "positive number or null";
     case FieldType::kBool: return "boolean";
     case FieldType::kString: return "string";
     case FieldType::kStringList: return "array of strings";

@@ -3,6 +3,7 @@
 #include "fk/gen/kinds.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "fk/gen/diag.h"
@@ -116,19 +117,25 @@ KindSpec rms_norm_kind(bool fused, bool gemma = false) {
   return k;
 }
 
-KindSpec qk_norm_kind() {
+// qk_norm and gemma_qk_norm (GemmaRMSNorm(head_dim) per head: 1 + w) share templates/qk_norm.
+KindSpec qk_norm_kind(bool gemma = false) {
   KindSpec k;
-  k.kind = k.template_name = "qk_norm";
-  k.class_name = "QKNorm";
+  k.kind = gemma ? "gemma_qk_norm" : "qk_norm";
+  k.template_name = "qk_norm";
+  k.class_name = gemma ? "GemmaQKNorm" : "QKNorm";
   k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}, {"eps", ParamType::kFloat}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "qk_norm_hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) +
+  std::string prefix = k.kind;
+  k.name = [prefix](const Params& p, const std::string& dt) {
+    return prefix + "_hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) +
            "_eps" + nf(F(p, "eps")) + "_" + dt;
   };
-  k.production = [](const Params&) { return "vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm"; };
-  k.placeholders = [](const Params& p) {
+  k.production = [gemma](const Params&) {
+    return std::string(gemma ? "vllm.model_executor.models.gemma3.Gemma3Attention.q_norm/k_norm (GemmaRMSNorm)"
+                             : "vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm");
+  };
+  k.placeholders = [gemma, cls = k.class_name](const Params& p) {
     return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"head_dim", i2s(I(p, "head_dim"))}, {"eps", cf(F(p, "eps"))}};
+              {"head_dim", i2s(I(p, "head_dim"))}, {"eps", cf(F(p, "eps"))}, {"gemma", b2s(gemma)}, {"class_name", cls}};
   };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
@@ -225,17 +232,31 @@ KindSpec silu_kind(bool gelu_tanh = false) {
   return k;
 }
 
-KindSpec embedding_kind() {
+// vocab_parallel_embedding and scaled_word_embedding (Gemma: rows times embed_scale rounded to
+// the model dtype) share templates/vocab_parallel_embedding.
+KindSpec embedding_kind(bool scaled = false) {
   KindSpec k;
-  k.kind = k.template_name = "vocab_parallel_embedding";
-  k.class_name = "VocabParallelEmbedding";
+  k.kind = scaled ? "scaled_word_embedding" : "vocab_parallel_embedding";
+  k.template_name = "vocab_parallel_embedding";
+  k.class_name = scaled ? "ScaledWordEmbedding" : "VocabParallelEmbedding";
   k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "vocab_parallel_embedding_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
+  if (scaled) k.params.push_back({"embed_scale", ParamType::kFloat});
+  std::string prefix = k.kind;
+  k.name = [prefix, scaled](const Params& p, const std::string& dt) {
+    std::string scale;
+    if (scaled) {  // "_scaled" for Gemma's sqrt(embedding_dim), else the factor
+      const double s = F(p, "embed_scale"), gemma = std::sqrt(double(I(p, "embedding_dim")));
+      scale = std::fabs(s - gemma) <= 1e-12 * gemma ? "_scaled" : "_s" + nf(s);
+    }
+    return prefix + "_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + scale + "_" + dt;
   };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding"; };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_embeddings", i2s(I(p, "num_embeddings"))}, {"embedding_dim", i2s(I(p, "embedding_dim"))}};
+  k.production = [scaled](const Params&) {
+    return std::string(scaled ? "transformers Gemma3TextScaledWordEmbedding (vLLM: VocabParallelEmbedding, then *= normalizer)"
+                              : "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding");
+  };
+  k.placeholders = [scaled, cls = k.class_name](const Params& p) {
+    return PH{{"num_embeddings", i2s(I(p, "num_embeddings"))}, {"embedding_dim", i2s(I(p, "embedding_dim"))},
+              {"embed_scale", scaled ? cf(F(p, "embed_scale")) : "0"}, {"class_name", cls}};
   };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
@@ -350,17 +371,30 @@ std::string window_spelling(const Params& p) {
   return w > 0 ? "_sw" + i2s(w) : "";
 }
 
+// `_scale{s}` when the softmax scale is not head_dim^-0.5 (Gemma's query_pre_attn_scalar), then
+// `_cap{c}` under attention-logit soft-capping (Note [Decode window and soft-capping]).
+std::string attn_extra_spelling(const Params& p) {
+  std::string out;
+  const double s = F(p, "softmax_scale"), standard = 1.0 / std::sqrt(double(I(p, "head_dim")));
+  if (std::fabs(s - standard) > 1e-12 * standard) out += "_scale" + nf(s);
+  const double c = F(p, "softcap");
+  if (c < 0) throw GenError{"softcap must be >= 0 (0: none), got " + cf(c)};
+  if (c > 0) out += "_cap" + nf(c);
+  return out;
+}
+
 KindSpec attn_kind(bool prefill) {
   KindSpec k;
   k.kind = k.template_name = prefill ? "flash_attn_prefill" : "flash_attn_decode";
   k.class_name = prefill ? "FlashAttnPrefill" : "FlashAttnDecode";
   k.params = {{"num_heads", ParamType::kInt},       {"num_kv_heads", ParamType::kInt},
               {"head_dim", ParamType::kInt},        {"softmax_scale", ParamType::kFloat},
-              {"sliding_window", ParamType::kInt},  {"max_position", ParamType::kInt, /*is_constant=*/false}};
+              {"sliding_window", ParamType::kInt},  {"softcap", ParamType::kFloat},
+              {"max_position", ParamType::kInt, /*is_constant=*/false}};
   k.name = [prefill](const Params& p, const std::string& dt) {
     return std::string(prefill ? "flash_attn_prefill" : "flash_attn_decode") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
            i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal" : "") + window_spelling(p) +
-           "_" + dt;
+           attn_extra_spelling(p) + "_" + dt;
   };
   k.production = [prefill](const Params&) {
     return std::string(prefill ? "vllm.vllm_flash_attn.flash_attn_varlen_func" : "vllm.vllm_flash_attn.flash_attn_with_kvcache");
@@ -368,7 +402,7 @@ KindSpec attn_kind(bool prefill) {
   k.placeholders = [](const Params& p) {
     return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
               {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))},
-              {"sliding_window", i2s(I(p, "sliding_window"))}};
+              {"sliding_window", i2s(I(p, "sliding_window"))}, {"softcap", cf(F(p, "softcap"))}};
   };
   k.cases = [prefill](const Params& p) {
     return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
@@ -527,7 +561,8 @@ PS qkv_rope_params() {
           {"beta_fast", ParamType::kFloat},          {"beta_slow", ParamType::kFloat}};
 }
 PS attention_params() {
-  return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}, {"sliding_window", ParamType::kInt}});
+  return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}, {"sliding_window", ParamType::kInt},
+                                    {"softmax_scale", ParamType::kFloat}, {"softcap", ParamType::kFloat}});
 }
 PS layer_params() {
   return concat(attention_params(), {{"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}});
@@ -559,8 +594,9 @@ std::function<PH(const Params&)> constant_placeholders(PS params, bool eps_needs
 std::string heads_spelling(const Params& p) {
   return "hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim"));
 }
-// The heads of a kind that runs attention: then _sw{W} under a sliding window.
-std::string attn_heads_spelling(const Params& p) { return heads_spelling(p) + window_spelling(p); }
+// The heads of a kind that runs attention: then _sw{W} under a sliding window, _scale{s} for a
+// softmax scale other than head_dim^-0.5 and _cap{c} under soft-capping.
+std::string attn_heads_spelling(const Params& p) { return heads_spelling(p) + window_spelling(p) + attn_extra_spelling(p); }
 std::string qk_norm_spelling(const Params& p) { return B(p, "qk_norm") ? "_qknorm_eps" + nf(F(p, "rms_norm_eps")) : ""; }
 // h{hidden}_i{intermediate}_hq_hkv_d_eps_{rope}_qkv{bias}_o{bias}_mlp{bias}[_qknorm]: a decoder layer's constants.
 std::string layer_spelling(const Params& p) {
@@ -571,7 +607,7 @@ std::string layer_spelling(const Params& p) {
 
 // Slots, by the production attribute names (Note [Composite kinds]).
 const SlotSpec kQKVProj{"qkv_proj", "QKVParallelLinear", ""};
-const SlotSpec kQKNorm{"qk_norm", "QKNorm", "fk::tasks::NoQKNorm"};
+const SlotSpec kQKNorm{"qk_norm", "QKNorm|GemmaQKNorm", "fk::tasks::NoQKNorm"};
 const SlotSpec kRotaryEmb{"rotary_emb", "RotaryEmbedding", ""};
 const SlotSpec kKVCacheWrite{"kv_cache_write", "StoreKVCache", ""};
 const SlotSpec kAttnPrefill{"attn_prefill", "FlashAttnPrefill", ""};
@@ -579,6 +615,7 @@ const SlotSpec kAttnDecode{"attn_decode", "FlashAttnDecode", ""};
 const SlotSpec kOProj{"o_proj", "RowParallelLinear", ""};
 const SlotSpec kGateUpProj{"gate_up_proj", "MergedColumnParallelLinear", ""};
 const SlotSpec kActFn{"act_fn", "SiluAndMul", ""};
+const SlotSpec kGeluActFn{"act_fn", "GeluAndMul", ""};
 const SlotSpec kDownProj{"down_proj", "RowParallelLinear", ""};
 
 KindSpec composite_kind(const std::string& kind, int level, const std::string& cls, const std::string& production,
@@ -590,7 +627,11 @@ KindSpec composite_kind(const std::string& kind, int level, const std::string& c
   k.slots = std::move(slots);
   k.params = params;
   k.production = [production](const Params&) { return production; };
-  k.placeholders = constant_placeholders(params, eps_needs_qk_norm);
+  k.placeholders = [ph = constant_placeholders(params, eps_needs_qk_norm), cls](const Params& p) {
+    PH out = ph(p);
+    out.emplace_back("class_name", cls);
+    return out;
+  };
   k.cases = [](const Params& p) {
     return step_cases(I(p, "max_position"), p.count("sliding_window") ? I(p, "sliding_window") : 0);
   };
@@ -614,8 +655,8 @@ KindSpec attention_o_proj_kind() {
                               {kAttnPrefill, kAttnDecode, kOProj},
                               {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
                                {"hidden_size", ParamType::kInt}, {"o_proj_bias", ParamType::kBool},
-                               {"sliding_window", ParamType::kInt},
-                               {"max_position", ParamType::kInt, /*is_constant=*/false}},
+                               {"sliding_window", ParamType::kInt}, {"softmax_scale", ParamType::kFloat},
+                               {"softcap", ParamType::kFloat}, {"max_position", ParamType::kInt, /*is_constant=*/false}},
                               false);
   k.name = [](const Params& p, const std::string& dt) {
     return "attention_o_proj_" + attn_heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
@@ -624,14 +665,23 @@ KindSpec attention_o_proj_kind() {
   return k;
 }
 
-// gate_up_silu and llama_mlp: token cases like the L1 linear kinds.
-KindSpec mlp_kind(bool down) {
-  std::string kind = down ? "llama_mlp" : "gate_up_silu";
+// gate_up_silu, llama_mlp and gemma_mlp (GELU-tanh gating; templates/llama_mlp): token cases
+// like the L1 linear kinds.
+KindSpec mlp_kind(bool down, bool gemma = false) {
+  std::string kind = gemma ? "gemma_mlp" : down ? "llama_mlp" : "gate_up_silu";
   KindSpec k = composite_kind(
-      kind, 2, down ? "LlamaMLP" : "GateUpSilu",
-      down ? "vllm.model_executor.models.llama.LlamaMLP" : "vllm LlamaMLP.gate_up_proj + SiluAndMul",
-      down ? std::vector<SlotSpec>{kGateUpProj, kActFn, kDownProj} : std::vector<SlotSpec>{kGateUpProj, kActFn},
+      kind, 2, gemma ? "GemmaMLP" : down ? "LlamaMLP" : "GateUpSilu",
+      gemma ? "vllm.model_executor.models.gemma2.Gemma2MLP / gemma3.Gemma3MLP"
+            : down ? "vllm.model_executor.models.llama.LlamaMLP" : "vllm LlamaMLP.gate_up_proj + SiluAndMul",
+      down ? std::vector<SlotSpec>{kGateUpProj, gemma ? kGeluActFn : kActFn, kDownProj} : std::vector<SlotSpec>{kGateUpProj, kActFn},
       {{"hidden_size", ParamType::kInt}, {"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}}, false);
+  k.template_name = gemma ? "llama_mlp" : kind;
+  if (down)
+    k.placeholders = [ph = k.placeholders, gemma](const Params& p) {
+      PH out = ph(p);
+      out.emplace_back("hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
+      return out;
+    };
   k.name = [kind](const Params& p, const std::string& dt) {
     return kind + "_h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" +
            bias_word(B(p, "mlp_bias")) + "_" + dt;
@@ -640,12 +690,18 @@ KindSpec mlp_kind(bool down) {
   return k;
 }
 
-KindSpec llama_attention_kind() {
-  KindSpec k = composite_kind("llama_attention", 2, "LlamaAttention", "vllm.model_executor.models.llama.LlamaAttention",
+// llama_attention and gemma_attention (Gemma 2/3: GemmaRMSNorm q/k norm, query_pre_attn_scalar,
+// soft-capping; the same children) share templates/llama_attention.
+KindSpec llama_attention_kind(bool gemma = false) {
+  std::string kind = gemma ? "gemma_attention" : "llama_attention";
+  KindSpec k = composite_kind(kind, 2, gemma ? "GemmaAttention" : "LlamaAttention",
+                              gemma ? "vllm.model_executor.models.gemma3.Gemma3Attention / gemma2.Gemma2Attention"
+                                    : "vllm.model_executor.models.llama.LlamaAttention",
                               {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite, kAttnPrefill, kAttnDecode, kOProj},
                               attention_params(), true);
-  k.name = [](const Params& p, const std::string& dt) {
-    return "llama_attention_h" + i2s(I(p, "hidden_size")) + "_" + attn_heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
+  k.template_name = "llama_attention";
+  k.name = [kind](const Params& p, const std::string& dt) {
+    return kind + "_h" + i2s(I(p, "hidden_size")) + "_" + attn_heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
            "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" + bias_word(B(p, "o_proj_bias")) + qk_norm_spelling(p) + "_" + dt;
   };
   return k;
@@ -687,6 +743,52 @@ KindSpec causal_lm_kind(const std::string& kind, const std::string& cls, const s
 KindSpec llama_for_causal_lm_kind() {
   return causal_lm_kind("llama_for_causal_lm", "LlamaForCausalLM", "vllm.model_executor.models.llama.LlamaForCausalLM",
                         "LlamaDecoderLayer", layer_params(), layer_spelling);
+}
+
+// Gemma 2/3 decoder layer: GemmaRMSNorm around attention and around the MLP (four norms).
+KindSpec gemma_decoder_layer_kind() {
+  KindSpec k = composite_kind("gemma_decoder_layer", 3, "GemmaDecoderLayer",
+                              "vllm.model_executor.models.gemma3.Gemma3DecoderLayer / gemma2.Gemma2DecoderLayer",
+                              {{"input_layernorm", "GemmaRMSNorm", ""},
+                               {"self_attn", "GemmaAttention", ""},
+                               {"post_attention_layernorm", "GemmaRMSNorm", ""},
+                               {"pre_feedforward_layernorm", "GemmaRMSNorm", ""},
+                               {"mlp", "GemmaMLP", ""},
+                               {"post_feedforward_layernorm", "GemmaRMSNorm", ""}},
+                              layer_params(), false);
+  k.name = [](const Params& p, const std::string& dt) { return "gemma_decoder_layer_" + layer_spelling(p) + "_" + dt; };
+  return k;
+}
+
+// Gemma 2/3 model: scaled embedding, sliding-window layers (window local_sliding_window, rope
+// base local_rope_theta, no rope scaling) between full-attention layers (the layer constants:
+// sliding_window 0, rope_theta and its scaling); layer i is a full one when
+// (i + 1) % full_every == 0. final_softcap > 0: logits soft-capped (Gemma 2).
+KindSpec gemma_for_causal_lm_kind() {
+  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool}},
+                 layer_params());
+  ps = concat(ps, {{"local_sliding_window", ParamType::kInt}, {"local_rope_theta", ParamType::kFloat},
+                   {"full_every", ParamType::kInt}, {"final_softcap", ParamType::kFloat}});
+  KindSpec k = composite_kind("gemma_for_causal_lm", 4, "GemmaForCausalLM",
+                              "vllm.model_executor.models.gemma3.Gemma3ForCausalLM / gemma2.Gemma2ForCausalLM",
+                              {{"embed_tokens", "ScaledWordEmbedding", ""},
+                               {"sliding_layers", "GemmaDecoderLayer", ""},
+                               {"full_layers", "GemmaDecoderLayer", ""},
+                               {"norm", "GemmaRMSNorm", ""},
+                               {"lm_head", "ParallelLMHead", ""}},
+                              ps, false);
+  k.name = [](const Params& p, const std::string& dt) {
+    const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
+    if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};
+    if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
+    const double cap = F(p, "final_softcap");
+    return "gemma_for_causal_lm_l" + i2s(I(p, "num_hidden_layers")) + "_v" + i2s(I(p, "vocab_size")) + "_" +
+           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + layer_spelling(p) + "_local" +
+           (w > 0 ? "_sw" + i2s(w) : "") + "_base" + nf(F(p, "local_rope_theta")) + "_every" + i2s(every) +
+           (cap > 0 ? "_fcap" + nf(cap) : "") + "_" + dt;
+  };
+  k.cases = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
+  return k;
 }
 
 // The MoE composites: the expert constants every one of them spells.
@@ -757,13 +859,14 @@ const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
     for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), rms_norm_kind(false, true), rms_norm_kind(true, true),
-                       qk_norm_kind(), rotary_kind(), silu_kind(), silu_kind(true),
-                       embedding_kind(), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
+                       qk_norm_kind(), qk_norm_kind(true), rotary_kind(), silu_kind(), silu_kind(true),
+                       embedding_kind(), embedding_kind(true), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
                        attn_kind(false), store_kvcache_kind(), qkv_rope_cache_kind(), attention_o_proj_kind(),
                        mlp_kind(false), mlp_kind(true), llama_attention_kind(), llama_decoder_layer_kind(),
                        llama_for_causal_lm_kind(), replicated_kind(), topk_softmax_kind(), moe_align_kind(),
                        moe_grouped_gemm_kind(), moe_sum_kind(), fused_experts_kind(), sparse_moe_block_kind(),
-                       moe_decoder_layer_kind(), moe_for_causal_lm_kind()})
+                       moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
+                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind()})
       t.emplace(k.kind, k);
     return t;
   }();
@@ -775,6 +878,22 @@ const std::map<std::string, KindSpec>& kind_table() {
 const KindSpec* find_kind(const std::string& kind) {
   auto it = kind_table().find(kind);
   return it == kind_table().end() ? nullptr : &it->second;
+}
+
+bool slot_accepts(const SlotSpec& slot, const std::string& cls) {
+  size_t start = 0;
+  while (true) {
+    size_t bar = slot.class_name.find('|', start);
+    if (slot.class_name.compare(start, bar == std::string::npos ? std::string::npos : bar - start, cls) == 0) return true;
+    if (bar == std::string::npos) return false;
+    start = bar + 1;
+  }
+}
+
+std::string slot_classes_text(const SlotSpec& slot) {
+  std::string out = slot.class_name;
+  for (size_t bar; (bar = out.find('|')) != std::string::npos;) out.replace(bar, 1, " or ");
+  return out;
 }
 
 std::vector<std::string> kind_names(bool composite) {

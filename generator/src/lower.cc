@@ -1,6 +1,7 @@
 // The lower pass (see fk/gen/lower.h).
 #include "fk/gen/lower.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -36,6 +37,7 @@ class Lowerer {
         for (const auto& s : item.layer_ops) step(s, "blk." + std::to_string(layer) + "." + s.op, layer);
       if (n > 0)
         for (const auto& s : item.layer_ops) last_layer_[s.op] = n - 1;
+      loop_layers_ = std::max(loop_layers_, n);
     }
     for (const auto& m : d.modules) module(m);
   }
@@ -89,6 +91,13 @@ class Lowerer {
   void module(const ModuleStep& s) {
     auto e = env(std::nullopt);
     auto on = exists(s.when, s.json_path, s.op, e);
+    std::optional<int64_t> at_layer;
+    if (on && *on && s.at) {
+      at_layer = representative_layer(s);
+      if (!at_layer) on = std::nullopt;  // reported
+      else if (*at_layer < 0) on = false;  // no layer qualifies: the module is absent
+      else e = env(at_layer);
+    }
     if (!on) broken_.insert(s.op);
     if (!on || !*on) return;
     ModuleInstance m;
@@ -105,6 +114,10 @@ class Lowerer {
           child.clear();
           target = "an op of role " + json_quote(c.role);
           why = "the layer loop has no layer";
+        } else if (at_layer) {
+          child = "blk." + std::to_string(*at_layer) + "." + c.role;
+          target = "op " + child + " (role " + json_quote(c.role) + " in the last layer where \"at\" holds)";
+          why = "its \"if\" is false in that layer";
         } else {
           child = "blk." + std::to_string(last->second) + "." + c.role;
           target = "op " + child + " (role " + json_quote(c.role) + " in the last layer)";
@@ -127,6 +140,21 @@ class Lowerer {
     if (!names_.insert(s.op).second)
       return fail(s.json_path + ".op", s.op, "expected a unique op name, got a second op named " + json_quote(s.op));
     out_.modules.push_back(std::move(m));
+  }
+
+  // The last layer where the module's `at` holds; -1 when none does, nullopt after reporting.
+  std::optional<int64_t> representative_layer(const ModuleStep& s) {
+    for (int64_t layer = loop_layers_ - 1; layer >= 0; --layer) {
+      try {
+        Value v = s.at->eval(env(layer));
+        if (v.index() != 1) throw GenError{"expected boolean, got " + value_to_display(v)};
+        if (std::get<bool>(v)) return layer;
+      } catch (const GenError& ge) {
+        fail(s.json_path + ".at", s.op, ge.message);
+        return std::nullopt;
+      }
+    }
+    return -1;
   }
 
   // Evaluates and type-checks every parameter of `kind` into `out`; false after reporting.
@@ -165,6 +193,7 @@ class Lowerer {
   std::set<std::string> reported_;
   std::set<std::string> names_;                     // ops and modules lowered so far
   std::map<std::string, int64_t> last_layer_;       // layer-loop role -> its loop's last layer
+  int64_t loop_layers_ = 0;                         // the layer loop's repeat count
   std::set<std::string> broken_;                    // modules not lowered because of an error
 };
 

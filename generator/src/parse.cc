@@ -45,15 +45,19 @@ class ConfigParser {
         out_.unrecognised.push_back({key, path, got(val)});
         continue;
       }
-      // Two spellings of one field at the same level are ambiguous.
+      // Two spellings of one field at the same level are ambiguous unless they agree (Gemma 2's
+      // configs carry both hidden_act and hidden_activation, with one value).
       std::string level_key = prefix + "|" + spec->name;
       auto seen = seen_.find(level_key);
       if (seen != seen_.end()) {
+        if (seen_values_.at(level_key) == val) continue;
         out_.invalid.insert(spec->name);
-        err(path, "expected one spelling of " + spec->name + ", got both " + seen->second + " and " + path);
+        err(path, "expected one spelling of " + spec->name + " (or two that agree), got both " + seen->second + " = " +
+                      got(seen_values_.at(level_key)) + " and " + path + " = " + got(val));
         continue;
       }
       seen_[level_key] = path;
+      seen_values_[level_key] = val;
       field(*spec, val, path);
     }
     if (!nested && obj.contains("text_config") && obj["text_config"].is_object())
@@ -83,7 +87,12 @@ class ConfigParser {
         value = x;
         break;
       }
+      case FieldType::kNumberOrNull:
       case FieldType::kPosNumber: {
+        if (v.is_null() && spec.type == FieldType::kNumberOrNull) {
+          value = std::monostate{};
+          break;
+        }
         if (!v.is_number()) return bad();
         double x = v.get<double>();
         if (!(x > 0)) return bad();
@@ -224,6 +233,7 @@ class ConfigParser {
   ParsedConfig& out_;
   Diagnostics& diag_;
   std::map<std::string, std::string> seen_;
+  std::map<std::string, json> seen_values_;  // the value under each seen_ key
 };
 
 }  // namespace

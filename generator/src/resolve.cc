@@ -22,6 +22,7 @@ bool value_fits(FieldType t, const Value& v) {
     case FieldType::kNonNegInt: return v.index() == 2;
     case FieldType::kIntOrNull: return v.index() == 2 || v.index() == 0;
     case FieldType::kPosNumber: return is_numeric(v);
+    case FieldType::kNumberOrNull: return is_numeric(v) || v.index() == 0;
     case FieldType::kBool: return v.index() == 1;
     case FieldType::kString:
     case FieldType::kDType:

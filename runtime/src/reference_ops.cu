@@ -91,34 +91,35 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return finish(c, x.dtype(), bias);
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) {
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, float weight_offset) {
   check_model_dtype(x, "rms_norm input");
   Tensor out = empty(x.sizes(), DType::kF32);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::rms_norm_ref<T>(out.data<float>(), nullptr, x.data<T>(), x.stride(0), nullptr, 0, w.data<T>(), x.size(0),
-                        static_cast<int>(x.size(1)), static_cast<float>(eps), current_stream());
+                        static_cast<int>(x.size(1)), static_cast<float>(eps), current_stream(), weight_offset);
   });
   FK_CHECK_LAUNCH();
   return finish(out, x.dtype());
 }
 
-std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps) {
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps,
+                                       float weight_offset) {
   check_model_dtype(x, "rms_norm input");
   check_model_dtype(residual, "rms_norm residual");
   // The residual sum is rounded to the model dtype before the norm reads it, as production does.
   Tensor sum32 = add_f32(x, residual);
   Tensor sum = finish(sum32, x.dtype());
-  return {rms_norm(sum, w, eps), sum};
+  return {rms_norm(sum, w, eps, weight_offset), sum};
 }
 
-Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps) {
+Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps, float weight_offset) {
   check_model_dtype(x, "head_rms_norm input");
   Tensor out = empty({x.size(0), int64_t(heads) * head_dim}, DType::kF32);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::qk_norm_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), w.data<T>(), x.size(0), heads, head_dim,
-                       static_cast<float>(eps), current_stream());
+                       static_cast<float>(eps), current_stream(), weight_offset);
   });
   FK_CHECK_LAUNCH();
   return finish(out, x.dtype());
@@ -139,28 +140,51 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cach
   return finish(out, x.dtype());
 }
 
-Tensor silu_and_mul(const Tensor& x) {
+Tensor silu_and_mul(const Tensor& x, bool gelu_tanh) {
   check_model_dtype(x, "silu_and_mul input");
   const int64_t d = x.size(1) / 2;
   Tensor out = empty({x.size(0), d}, DType::kF32);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kr::silu_and_mul_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(d), current_stream());
+    kr::silu_and_mul_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(d), current_stream(),
+                            gelu_tanh);
   });
   FK_CHECK_LAUNCH();
   return finish(out, x.dtype());
 }
 
-Tensor embedding(const Tensor& ids, const Tensor& weight) {
+Tensor embedding(const Tensor& ids, const Tensor& weight, float scale) {
   FK_CHECK(ids.dtype() == DType::kI64 && ids.is_contiguous(), "reference embedding ids " + ids.str());
   Tensor out = empty({ids.numel(), weight.size(1)}, DType::kF32);
   dispatch(weight.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::vocab_parallel_embedding_ref<T>(out.data<float>(), ids.data<int64_t>(), weight.data<T>(), weight.size(0),
-                                        ids.numel(), static_cast<int>(weight.size(1)), current_stream());
+                                        ids.numel(), static_cast<int>(weight.size(1)), current_stream(), scale);
   });
   FK_CHECK_LAUNCH();
   return finish(out, weight.dtype());
+}
+
+namespace {
+template <class T> __global__ void softcap_ref_kernel(float* out, const T* x, int64_t n, float cap) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(static_cast<double>(cap) * tanh(static_cast<double>(fk::kernels::to_float(x[i])) / cap));
+}
+}  // namespace
+
+Tensor softcap(const Tensor& x, double cap) {
+  check_model_dtype(x, "softcap input");
+  FK_CHECK(x.is_contiguous() && cap > 0, "reference softcap of " + x.str() + " with cap " + std::to_string(cap));
+  Tensor out = empty(x.sizes(), DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = x.numel();
+    if (n > 0)
+      softcap_ref_kernel<T><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n,
+                                                                                         static_cast<float>(cap));
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
 }
 
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping) {
@@ -179,7 +203,7 @@ void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping) {
 
 namespace {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_tok_stride, const std::vector<int32_t>& begin,
-                 const std::vector<int32_t>& len, int hq, int hkv, int d, double scale) {
+                 const std::vector<int32_t>& len, int hq, int hkv, int d, double scale, double softcap) {
   check_model_dtype(q, "attention q");
   const int64_t rows = q.size(0);
   FK_CHECK(int64_t(begin.size()) == rows && int64_t(len.size()) == rows, "reference attention: one KV range per query row");
@@ -188,7 +212,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
   dispatch(q.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::attention_ref<T>(out.data<float>(), q.data<T>(), q.stride(0), k.data<T>(), v.data<T>(), kv_tok_stride,
-                         b.data<int32_t>(), l.data<int32_t>(), rows, hq, hkv, d, static_cast<float>(scale), current_stream());
+                         b.data<int32_t>(), l.data<int32_t>(), rows, hq, hkv, d, static_cast<float>(scale), current_stream(),
+                         static_cast<float>(softcap));
   });
   FK_CHECK_LAUNCH();
   return finish(out, q.dtype());
@@ -196,7 +221,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
 }  // namespace
 
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window) {
+                         int hkv, int d, double scale, int64_t window, double softcap) {
   check_model_dtype(k, "attention k");
   check_model_dtype(v, "attention v");
   FK_CHECK(k.stride(0) == v.stride(0), "reference attention: k and v need the same row stride");
@@ -207,11 +232,11 @@ Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, cons
       begin.push_back(cu[s] + first);
       len.push_back(p + 1 - first);
     }
-  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale);
+  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale, softcap);
 }
 
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale, int64_t window) {
+                        int hq, int hkv, int d, double scale, int64_t window, double softcap) {
   FK_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(), "reference decode caches " + k_cache.str());
   const int64_t max_len = k_cache.size(1);
   std::vector<int32_t> begin, len;
@@ -220,7 +245,7 @@ Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_
     begin.push_back(static_cast<int32_t>(b * max_len + first));
     len.push_back(lens[b] - first);
   }
-  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, len, hq, hkv, d, scale);
+  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, len, hq, hkv, d, scale, softcap);
 }
 
 namespace {

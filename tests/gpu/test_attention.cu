@@ -183,6 +183,7 @@ struct AttnCfg {
   static constexpr int64_t head_dim = kD;
   static constexpr double softmax_scale = 0.088388347648318447;
   static constexpr int64_t sliding_window = 0;
+  static constexpr double softcap = 0;
   using scalar_t = bf16;
 };
 class TestPrefill {
@@ -230,6 +231,7 @@ struct WindowCfg {
   static constexpr int64_t head_dim = 96;
   static constexpr double softmax_scale = 0.10206207261596575;
   static constexpr int64_t sliding_window = 2047;
+  static constexpr double softcap = 0;
   using scalar_t = bf16;
 };
 class WindowPrefill {
@@ -262,6 +264,29 @@ TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv32_d96_sw2047_b8_kv4096) {
 TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv8_d128_b1_kv32768) {
   FK_REQUIRE_GPU();
   fk::tasks::FlashAttnDecodeInstance<TestDecode, AttnCfg> inst(decode_case(1, 32768));
+  check_task_instance(inst);
+}
+
+// Gemma 2 decode through the harness: window 4096, soft-capping 50, query_pre_attn_scalar 256.
+struct CapCfg {
+  static constexpr int64_t num_heads = 16;
+  static constexpr int64_t num_kv_heads = 8;
+  static constexpr int64_t head_dim = 256;
+  static constexpr double softmax_scale = 0.0625;
+  static constexpr int64_t sliding_window = 4096;
+  static constexpr double softcap = 50;
+  using scalar_t = bf16;
+};
+class CapDecode {
+ public:
+  CapDecode(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
+    return fk::tasks::flash_attn_decode_forward<CapCfg>(q, kc, vc, lens);
+  }
+};
+TEST(Tasks, FlashAttnDecode_bf16_hq16_hkv8_d256_sw4096_cap50_b8_kv8192) {
+  FK_REQUIRE_GPU();
+  fk::tasks::FlashAttnDecodeInstance<CapDecode, CapCfg> inst(decode_case(8, 8192));
   check_task_instance(inst);
 }
 

@@ -5,25 +5,27 @@
 namespace fk::testing {
 namespace {
 
-template <class T, int kHq, int kHkv, int kD> void check_qk_norm(int64_t tokens) {
+template <class T, int kHq, int kHkv, int kD, bool kGemma = false> void check_qk_norm(int64_t tokens) {
   constexpr int64_t kQ = kHq * kD, kK = kHkv * kD, kW = kQ + 2 * kK;
   const float eps = 1e-6f;
   Tensor qkv = empty({tokens, kW}, dtype_of<T>);
   Tensor qw = empty({kD}, dtype_of<T>), kw = empty({kD}, dtype_of<T>);
   fill_normal(qkv, 21);
-  fill_normal(qw, 22, 1.f, 0.1f);
-  fill_normal(kw, 23, 1.f, 0.1f);
+  const float mean = kGemma ? 0.f : 1.f;  // GemmaRMSNorm multiplies by 1 + w
+  fill_normal(qw, 22, mean, 0.1f);
+  fill_normal(kw, 23, mean, 0.1f);
   Tensor q_out = empty({tokens, kQ}, dtype_of<T>), k_out = empty({tokens, kK}, dtype_of<T>);
   poison(q_out);
   poison(k_out);
   const T* q = qkv.data<T>();
   const T* k = q + kQ;
-  fk::kernels::qk_norm<T, kHq, kHkv, kD>(q_out.data<T>(), kQ, k_out.data<T>(), kK, q, kW, k, kW, qw.data<T>(),
+  fk::kernels::qk_norm<T, kHq, kHkv, kD, kGemma>(q_out.data<T>(), kQ, k_out.data<T>(), kK, q, kW, k, kW, qw.data<T>(),
                                          kw.data<T>(), tokens, eps, current_stream());
   FK_CHECK_LAUNCH();
   Tensor q_ref = empty({tokens, kQ}, DType::kF32), k_ref = empty({tokens, kK}, DType::kF32);
-  fk::kernels::reference::qk_norm_ref<T>(q_ref.data<float>(), q, kW, qw.data<T>(), tokens, kHq, kD, eps, current_stream());
-  fk::kernels::reference::qk_norm_ref<T>(k_ref.data<float>(), k, kW, kw.data<T>(), tokens, kHkv, kD, eps, current_stream());
+  const float offset = kGemma ? 1.f : 0.f;
+  fk::kernels::reference::qk_norm_ref<T>(q_ref.data<float>(), q, kW, qw.data<T>(), tokens, kHq, kD, eps, current_stream(), offset);
+  fk::kernels::reference::qk_norm_ref<T>(k_ref.data<float>(), k, kW, kw.data<T>(), tokens, kHkv, kD, eps, current_stream(), offset);
   FK_CHECK_LAUNCH();
   const Tolerance tol = default_tolerance(dtype_of<T>);
   FK_EXPECT_CLOSE(q_out, q_ref, tol);
@@ -41,9 +43,15 @@ FK_QKN_TESTS(bf16, 40, 8, 128)
 FK_QKN_TESTS(f16, 16, 8, 64)
 FK_QKN_TESTS(f32, 32, 8, 128)
 
+// GemmaRMSNorm q/k norm (Gemma 3 1B: 4 query heads, 1 KV head of 256; 27B-like 32/16/128).
+TEST(Kernels, GemmaQKNorm_bf16_hq4_hkv1_d256_t7) { FK_REQUIRE_GPU(); check_qk_norm<bf16, 4, 1, 256, true>(7); }
+TEST(Kernels, GemmaQKNorm_bf16_hq4_hkv1_d256_t4096) { FK_REQUIRE_GPU(); check_qk_norm<bf16, 4, 1, 256, true>(4096); }
+TEST(Kernels, GemmaQKNorm_bf16_hq32_hkv16_d128_t16384) { FK_REQUIRE_GPU(); check_qk_norm<bf16, 32, 16, 128, true>(16384); }
+
 struct QKCfg {
   static constexpr int64_t num_heads = 32, num_kv_heads = 8, head_dim = 128;
   static constexpr double eps = 1e-6;
+  static constexpr bool gemma = false;
   using scalar_t = bf16;
 };
 class TestQKNorm {  // shaped like templates/qk_norm.cu.mustache

@@ -1,5 +1,7 @@
 // vocab_parallel_embedding: baseline kernel vs the reference gather, and the harness.
+#include <cmath>
 #include "fk/tasks/embedding.h"
+#include "fk/tasks/reference_ops.h"
 #include "mem_test_util.h"
 
 namespace fk::testing {
@@ -54,6 +56,7 @@ TEST(Kernels, VocabParallelEmbedding_bf16_out_of_range_ids_give_zero_rows) {
 struct EmbCfg {
   static constexpr int64_t num_embeddings = 128256;
   static constexpr int embedding_dim = 4096;
+  static constexpr double embed_scale = 0;
   using scalar_t = bf16;
 };
 class TestEmbedding {  // shaped like templates/vocab_parallel_embedding.cu.mustache
@@ -70,6 +73,39 @@ TEST(Tasks, VocabParallelEmbedding_bf16_v128256_h4096_t7) {
   FK_REQUIRE_GPU();
   fk::tasks::EmbeddingInstance<TestEmbedding, EmbCfg> inst(tokens_case(7));
   check_task_instance(inst);
+}
+
+// Gemma 3 1B's scaled embedding: rows times bf16(sqrt(1152)) = 34.
+struct ScaledEmbCfg {
+  static constexpr int64_t num_embeddings = 262144;
+  static constexpr int embedding_dim = 1152;
+  static constexpr double embed_scale = 33.941125496954285;
+  using scalar_t = bf16;
+};
+class TestScaledEmbedding {
+ public:
+  TestScaledEmbedding(int64_t num_embeddings, int64_t embedding_dim)
+      : weight(empty({num_embeddings, embedding_dim}, dtype_of<bf16>)) {}
+  Tensor forward(const Tensor& input_) { return fk::tasks::embedding_forward<ScaledEmbCfg>(input_, weight); }
+  Tensor weight;
+};
+
+TEST(Tasks, ScaledWordEmbedding_bf16_v262144_h1152_t256) {
+  FK_REQUIRE_GPU();
+  EXPECT_EQ(fk::tasks::embed_scale_of<ScaledEmbCfg>(), 34.f);  // rounded to bf16 first, as HF does
+  fk::tasks::EmbeddingInstance<TestScaledEmbedding, ScaledEmbCfg> inst(tokens_case(256));
+  check_task_instance(inst);
+  // The scale is applied: the output is 34x the weight row.
+  Tensor ids = empty({1}, DType::kI64);
+  fill_randint(ids, 5, 0, ScaledEmbCfg::num_embeddings);
+  TestScaledEmbedding m(ScaledEmbCfg::num_embeddings, ScaledEmbCfg::embedding_dim);
+  fill_normal(m.weight, 6);
+  std::vector<bf16> out = to_host<bf16>(m.forward(ids));
+  std::vector<bf16> row = to_host<bf16>(fk::tasks::ref::embedding(ids, m.weight));
+  for (int i = 0; i < 8; ++i) {
+    const float o = __bfloat162float(out[i]), r = __bfloat162float(row[i]);
+    EXPECT_NEAR(o, 34.f * r, std::fabs(r) * 34.f / 128.f) << i;
+  }
 }
 
 }  // namespace

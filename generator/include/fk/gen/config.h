@@ -26,6 +26,7 @@ enum class FieldType {
   kNonNegInt,   ///< integer >= 0
   kIntOrNull,   ///< integer > 0, or null (absent optional)
   kPosNumber,   ///< number > 0
+  kNumberOrNull,  ///< number > 0, or null (absent optional)
   kBool,
   kString,
   kStringList,  ///< array of strings

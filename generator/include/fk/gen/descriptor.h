@@ -61,6 +61,9 @@ struct ModuleStep {
   bool layer_scope = false;          ///< `scope`: "layer" (roles of the layer loop) or "model"
   std::vector<ChildRef> children;    ///< in the kind's slot order
   std::optional<Expr> when;          ///< `if`: the module exists only where true
+  /// `at` (layer scope only): the representative layer is the last one where this is true
+  /// (Note [Last-layer roles]); `layer` is that layer in `bind`. Absent: the last layer.
+  std::optional<Expr> at;
   std::map<std::string, Expr> bind;  ///< kind parameter -> expression
   std::string json_path;             ///< for messages, e.g. $.modules[2]
 };

@@ -61,7 +61,9 @@ struct ShapeCase {
 /// A slot of a composite kind (Note [Composite kinds]).
 struct SlotSpec {
   std::string name;        ///< e.g. qkv_proj; placeholders <name>_t and <name>_task
-  std::string class_name;  ///< the module class a child must have, e.g. QKVParallelLinear
+  /// The module class a child must have, e.g. QKVParallelLinear; "A|B": either (classes with
+  /// the same interface, e.g. SiluAndMul|GeluAndMul; slot_accepts).
+  std::string class_name;
   /// C++ type used when an optional role is absent (e.g. fk::tasks::NoQKNorm); empty: the
   /// slot must always have a child.
   std::string fallback;
@@ -85,6 +87,10 @@ struct KindSpec {
 
 /// The kind named `kind`; nullptr when unknown.
 const KindSpec* find_kind(const std::string& kind);
+/// Whether a child of class `cls` fits `slot` (one of its "|"-separated classes).
+bool slot_accepts(const SlotSpec& slot, const std::string& cls);
+/// The slot's classes for messages: "A" or "A or B".
+std::string slot_classes_text(const SlotSpec& slot);
 /// Names of the L1 kinds (composite = false) or of the composite kinds (true), sorted.
 std::vector<std::string> kind_names(bool composite);
 

@@ -10,6 +10,10 @@
 // after; both have the class RMSNorm), so the last layer is the representative one. A role
 // whose op does not exist in the last layer (its `if` is false there) is absent: an optional
 // role ("qk_norm?") then gets its slot's fallback type, a required one is an error.
+// Models whose layers differ in kind (Gemma: sliding-window layers with a local rope base
+// between full-attention layers) give each variant its own modules with `"at": <expr>`: their
+// roles resolve to the last layer where the expression holds (`layer` is that layer in the
+// module's `bind`), and a module whose `at` holds in no layer is absent, like a false `if`.
 #pragma once
 
 #include <optional>

@@ -1,7 +1,8 @@
 // Per-head RMSNorm of the query and key heads (Qwen3's q_norm / k_norm: vLLM applies
 // RMSNorm(head_dim) to q.view(T, Hq, D) and k.view(T, Hkv, D)), specialised on the head
 // counts and head size. Statistics in fp32; x * inv_rms is rounded to the model dtype before
-// the weight multiply, as vLLM's rms_norm kernel does.
+// the weight multiply, as vLLM's rms_norm kernel does. kGemma (Gemma 3's q_norm / k_norm,
+// GemmaRMSNorm(head_dim)): x * inv_rms * (1 + w) in fp32, rounded once.
 //
 // Layout: a head of D elements is kLanes = D / (16 / sizeof(T)) 16-byte vectors (D 128 bf16:
 // 16 lanes); a group of kLanes adjacent lanes owns one head and reduces with shuffles (no
@@ -24,7 +25,13 @@ namespace fk::kernels {
 
 namespace detail {
 
-template <class T, int kHq, int kHkv, int kD, int kUnroll>
+/// One normalised element: RMSNorm rounds x * inv_rms before the weight, GemmaRMSNorm does not.
+template <class T, bool kGemma> __device__ __forceinline__ T qk_norm_elem(T x, float inv_rms, T w) {
+  if constexpr (kGemma) return from_float<T>(to_float(x) * inv_rms * (1.f + to_float(w)));
+  else return from_float<T>(to_float(from_float<T>(to_float(x) * inv_rms)) * to_float(w));
+}
+
+template <class T, int kHq, int kHkv, int kD, int kUnroll, bool kGemma>
 __global__ void __launch_bounds__(256, kUnroll > 1 ? 4 : 1)
 qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
                const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
@@ -87,10 +94,7 @@ qk_norm_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_ou
       const float inv_rms = rsqrtf(ss[u] / static_cast<float>(kD) + eps);
       Vec16<T> o;
 #pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        const float normed = to_float(from_float<T>(to_float(v[u].v[j]) * inv_rms));
-        o.v[j] = from_float<T>(normed * to_float(is_q ? wq.v[j] : wk.v[j]));
-      }
+      for (int j = 0; j < kN; ++j) o.v[j] = qk_norm_elem<T, kGemma>(v[u].v[j], inv_rms, is_q ? wq.v[j] : wk.v[j]);
       store16(dst + lane * kN, o);
     }
   }
@@ -105,7 +109,7 @@ template <class T, int kHq, int kHkv, int kD, int kHPT> struct QKNormTokenShape 
   static constexpr int kThreads = (kLanes * kGroups + 31) / 32 * 32;
 };
 
-template <class T, int kHq, int kHkv, int kD, int kHPT>
+template <class T, int kHq, int kHkv, int kD, int kHPT, bool kGemma>
 __global__ void __launch_bounds__(QKNormTokenShape<T, kHq, kHkv, kD, kHPT>::kThreads)
 qk_norm_token_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
                      const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
@@ -158,10 +162,7 @@ qk_norm_token_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict_
       const float inv_rms = rsqrtf(ss[j] / static_cast<float>(kD) + eps);
       Vec16<T> o;
 #pragma unroll
-      for (int e = 0; e < kN; ++e) {
-        const float normed = to_float(from_float<T>(to_float(v[j].v[e]) * inv_rms));
-        o.v[e] = from_float<T>(normed * to_float(is_q ? wq.v[e] : wk.v[e]));
-      }
+      for (int e = 0; e < kN; ++e) o.v[e] = qk_norm_elem<T, kGemma>(v[j].v[e], inv_rms, is_q ? wq.v[e] : wk.v[e]);
       store16(dst + lane * kN, o);
     }
   }
@@ -171,8 +172,8 @@ qk_norm_token_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict_
 
 /// q_out[t, h*D:(h+1)*D] = rmsnorm(q[t, h*D:(h+1)*D]) * q_weight for every head h < Hq, and the
 /// same for k with k_weight (Hkv heads). Row strides in elements (16-byte aligned; the head
-/// vectors of a row are contiguous). Outputs must not overlap the inputs.
-template <class T, int kHq, int kHkv, int kD>
+/// vectors of a row are contiguous). Outputs must not overlap the inputs. kGemma: * (1 + weight).
+template <class T, int kHq, int kHkv, int kD, bool kGemma = false>
 void qk_norm(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, const T* q, int64_t q_stride, const T* k,
              int64_t k_stride, const T* q_weight, const T* k_weight, int64_t num_tokens, float eps,
              cudaStream_t stream) {
@@ -186,10 +187,10 @@ void qk_norm(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, con
     // One block per token, 1 head per thread (2 when that would exceed 1024 threads).
     constexpr int kHPT = (kLanes * kH + 1023) / 1024;
     using S = detail::QKNormTokenShape<T, kHq, kHkv, kD, kHPT>;
-    detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
+    detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT, kGemma><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
         q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, eps);
   } else {
-    detail::qk_norm_kernel<T, kHq, kHkv, kD, 1><<<ceil_div(units, kGroups), 256, 0, stream>>>(
+    detail::qk_norm_kernel<T, kHq, kHkv, kD, 1, kGemma><<<ceil_div(units, kGroups), 256, 0, stream>>>(
         q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, num_tokens, eps);
   }
 }
@@ -201,7 +202,7 @@ void qk_norm_per_token(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_s
                        cudaStream_t stream) {
   if (num_tokens == 0) return;
   using S = detail::QKNormTokenShape<T, kHq, kHkv, kD, kHPT>;
-  detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
+  detail::qk_norm_token_kernel<T, kHq, kHkv, kD, kHPT, false><<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(
       q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, eps);
 }
 

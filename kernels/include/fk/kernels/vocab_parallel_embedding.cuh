@@ -2,6 +2,10 @@
 // on the embedding dim. Token ids outside [0, num_embeddings) produce zero rows (vLLM masks ids
 // outside the local shard the same way).
 //
+// scale != 0 (Gemma's scaled embedding): each element becomes x * scale computed in fp32 and
+// rounded once; the caller passes the scale already rounded to T, as HF rounds embed_scale to
+// the weight dtype (Gemma3TextScaledWordEmbedding, vLLM's normalizer buffer).
+//
 // Layout: one block per token; a thread copies kVecPerThread 16-byte vectors of the row, all
 // loads issued before the stores (the id load is the only dependent step).
 // Launch: H 4096 bf16 -> 128 threads x 4 vectors; 3584 -> 128 threads (112 busy) x 4; grid = T.
@@ -24,7 +28,7 @@ template <int kHidden, class T> struct EmbeddingShape {
 template <int kHidden, class T>
 __global__ void __launch_bounds__(EmbeddingShape<kHidden, T>::kThreads)
 embedding_kernel(T* __restrict__ out, int64_t out_stride, const int64_t* __restrict__ ids,
-                 const T* __restrict__ weight, int64_t num_embeddings) {
+                 const T* __restrict__ weight, int64_t num_embeddings, float scale) {
   using S = EmbeddingShape<kHidden, T>;
   constexpr int kN = S::kN;
   const int64_t tok = blockIdx.x;
@@ -38,6 +42,10 @@ embedding_kernel(T* __restrict__ out, int64_t out_stride, const int64_t* __restr
     if (vi < S::kVecs) {
       if (valid) {
         v[i] = load16(src + vi * kN);
+        if (scale != 0.f) {
+#pragma unroll
+          for (int j = 0; j < kN; ++j) v[i].v[j] = from_float<T>(to_float(v[i].v[j]) * scale);
+        }
       } else {
 #pragma unroll
         for (int j = 0; j < kN; ++j) v[i].v[j] = from_float<T>(0.f);
@@ -54,14 +62,15 @@ embedding_kernel(T* __restrict__ out, int64_t out_stride, const int64_t* __restr
 
 }  // namespace detail
 
-/// out [T, H] (row stride out_stride, elements) = weight[ids[t]] for weight [num_embeddings, H].
+/// out [T, H] (row stride out_stride, elements) = weight[ids[t]] for weight [num_embeddings, H],
+/// times `scale` when it is not 0.
 template <int kHidden, class T>
 void vocab_parallel_embedding(T* out, int64_t out_stride, const int64_t* ids, const T* weight, int64_t num_embeddings,
-                              int64_t num_tokens, cudaStream_t stream) {
+                              int64_t num_tokens, cudaStream_t stream, float scale = 0.f) {
   if (num_tokens == 0) return;
   detail::embedding_kernel<kHidden, T>
       <<<static_cast<unsigned>(num_tokens), detail::EmbeddingShape<kHidden, T>::kThreads, 0, stream>>>(
-          out, out_stride, ids, weight, num_embeddings);
+          out, out_stride, ids, weight, num_embeddings, scale);
 }
 
 }  // namespace fk::kernels

@@ -3,7 +3,7 @@
 //                       (fk/kernels/attention.h)
 //   flash_attn_decode   FlashAttention flash_attn_with_kvcache (one query token per sequence)
 //                       -> split-KV flash decoding (fk/kernels/flash_decode.cuh)
-// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, sliding_window, scalar_t.
+// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, sliding_window, softcap, scalar_t.
 //
 // Note [Sliding window]
 // sliding_window = W > 0: a query attends to the last W keys of its sequence, its own included
@@ -87,6 +87,10 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   a.causal = true;
   a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
+  // cuDNN's SDPA refuses a score modifier together with causal/padding masks (Note [Prefill
+  // soft-capping] in fk/kernels/flash_prefill.cuh).
+  FK_CHECK(Cfg::softcap == 0.0, "FlashAttnPrefill: attention soft-capping in prefill is not implemented yet (softcap " +
+                                    std::to_string(Cfg::softcap) + ")");
   fk::kernels::varlen_attention_cudnn(a, current_stream());
   return out;
 }
@@ -114,7 +118,7 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
   fk::kernels::flash_decode<Hq, Hkv, D, T>(out.data<T>(), q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
                                            cache_seqlens.data<int32_t>(), batch, max_len,
                                            static_cast<float>(Cfg::softmax_scale), ws.data_ptr(), current_stream(), 0,
-                                           kWindow);
+                                           kWindow, static_cast<float>(Cfg::softcap));
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -168,7 +172,8 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
                                              k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
                                              ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), total_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
-                                             static_cast<float>(Cfg::softmax_scale), current_stream());
+                                             static_cast<float>(Cfg::softmax_scale), current_stream(),
+                                             static_cast<float>(Cfg::softcap));
     FK_CHECK_LAUNCH();
     // Outputs are softmax-weighted means of N(0, 1) values. Flash attention rounds the
     // probabilities to the model dtype before P·V, so an output's error scales with the
@@ -240,7 +245,8 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
                                              k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
                                              ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), batch_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
-                                             static_cast<float>(Cfg::softmax_scale), current_stream());
+                                             static_cast<float>(Cfg::softmax_scale), current_stream(),
+                                             static_cast<float>(Cfg::softcap));
     FK_CHECK_LAUNCH();
     // ~sqrt(e / n) for n >= min(kv_len / 2, window) keys (mean |N(0, s^2)| = 0.8 s).
     double min_keys = double(max_len_) / 2;

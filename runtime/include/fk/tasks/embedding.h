@@ -1,7 +1,9 @@
 // Harness and forward glue for the `vocab_parallel_embedding` task kind: mirrors
 // vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding at tensor-parallel
 // size 1 (forward(input_ [T] i64) -> [T, H]).
-// Cfg (generated): num_embeddings, embedding_dim, scalar_t.
+// The `scaled_word_embedding` kind (Gemma) shares it with Cfg::embed_scale != 0: rows times
+// embed_scale rounded to the model dtype (embed_scale_of).
+// Cfg (generated): num_embeddings, embedding_dim, embed_scale, scalar_t.
 #pragma once
 
 #include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
@@ -9,6 +11,13 @@
 #include "fk/tasks/harness.h"
 
 namespace fk::tasks {
+
+/// Cfg::embed_scale rounded to the model dtype (0: none), as HF multiplies by
+/// embed_scale.to(weight.dtype).
+template <class Cfg> float embed_scale_of() {
+  if constexpr (Cfg::embed_scale == 0.0) return 0.f;
+  else return static_cast<float>(typename Cfg::scalar_t(static_cast<float>(Cfg::embed_scale)));  // round to nearest
+}
 
 /// VocabParallelEmbedding.forward(input_): weight[input_] (a new tensor [..., H]).
 template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor& weight) {
@@ -22,7 +31,8 @@ template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor
   Tensor out = empty(out_shape, weight.dtype());
   fk::kernels::vocab_parallel_embedding<Cfg::embedding_dim, T>(out.data<T>(), Cfg::embedding_dim,
                                                               input_.data<int64_t>(), weight.data<T>(),
-                                                              Cfg::num_embeddings, input_.numel(), current_stream());
+                                                              Cfg::num_embeddings, input_.numel(), current_stream(),
+                                                              embed_scale_of<Cfg>());
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -51,7 +61,8 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
     Tensor ref = empty({tokens_, Cfg::embedding_dim}, DType::kF32);
     fk::kernels::reference::vocab_parallel_embedding_ref<T>(ref.data<float>(), ids_[s].data<int64_t>(),
                                                             module_.weight.template data<T>(), Cfg::num_embeddings,
-                                                            tokens_, Cfg::embedding_dim, current_stream());
+                                                            tokens_, Cfg::embedding_dim, current_stream(),
+                                                            embed_scale_of<Cfg>());
     FK_CHECK_LAUNCH();
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
   }

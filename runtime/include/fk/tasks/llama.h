@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "fk/kernels/softcap.cuh"
 #include "fk/runtime/model.h"
 #include "fk/tasks/attention.h"
 #include "fk/tasks/forward_context.h"
@@ -27,6 +28,17 @@
 namespace fk::tasks {
 
 template <class N> inline constexpr bool kHasQKNorm = !std::is_same_v<N, NoQKNorm>;
+
+/// Reference traits of generated classes: GemmaRMSNorm q/k norms (N::gemma) and GELU-tanh MLPs
+/// (M::gelu_tanh, GemmaMLP); false where the class has no such member.
+template <class N, class = void> struct IsGemmaQKNorm : std::false_type {};
+template <class N> struct IsGemmaQKNorm<N, std::void_t<decltype(N::gemma)>> : std::bool_constant<N::gemma> {};
+template <class M, class = void> struct IsGeluMlp : std::false_type {};
+template <class M> struct IsGeluMlp<M, std::void_t<decltype(M::gelu_tanh)>> : std::bool_constant<M::gelu_tanh> {};
+/// A Gemma decoder layer (norms around attention and around the MLP).
+template <class L, class = void> struct IsGemmaLayer : std::false_type {};
+template <class L>
+struct IsGemmaLayer<L, std::void_t<decltype(std::declval<L&>().pre_feedforward_layernorm)>> : std::true_type {};
 
 // ---------------------------------------------------------------------------------------------
 // Forward glue (the baseline composition; every call goes through the child modules).
@@ -75,6 +87,14 @@ template <class M> Tensor gate_up_silu_forward(M& m, const Tensor& x) {
   return m.act_fn.forward(std::get<0>(m.gate_up_proj.forward(x)));
 }
 
+/// Logit soft-capping in place (Gemma 2's final_logit_softcapping): x = cap * tanh(x / cap).
+template <class Cfg> void logit_softcap_(Tensor& logits, double cap) {
+  using T = typename Cfg::scalar_t;
+  FK_CHECK(logits.is_contiguous() && logits.dtype() == dtype_of<T>, "logit soft-capping of " + logits.str());
+  fk::kernels::logit_softcap<T>(logits.data<T>(), logits.numel(), static_cast<float>(cap), current_stream());
+  FK_CHECK_LAUNCH();
+}
+
 /// Allocates a layer's KV cache (Note [KV cache layout]).
 template <class Cfg, class M> void allocate_kv_cache(M& m, int64_t max_seqs, int64_t max_len) {
   m.k_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
@@ -121,13 +141,15 @@ template <class L> void add_linear(ParamList& out, L& lin, const std::vector<Par
   }
   FK_CHECK(row == lin.weight.size(0), "parameter split of " + parts.front().first + " does not cover the weight");
 }
-template <class N> void add_norm(ParamList& out, N& norm, const std::string& name) {
-  out.push_back({name + ".weight", norm.weight, 1.f, 0.1f});
+/// mean 0 for GemmaRMSNorm weights (used as 1 + w).
+template <class N> void add_norm(ParamList& out, N& norm, const std::string& name, float mean = 1.f) {
+  out.push_back({name + ".weight", norm.weight, mean, 0.1f});
 }
 template <class N> void add_qk_norm(ParamList& out, N& n, const std::string& prefix) {
   if constexpr (kHasQKNorm<N>) {
-    out.push_back({prefix + "q_norm.weight", n.q_weight, 1.f, 0.1f});
-    out.push_back({prefix + "k_norm.weight", n.k_weight, 1.f, 0.1f});
+    const float mean = IsGemmaQKNorm<N>::value ? 0.f : 1.f;
+    out.push_back({prefix + "q_norm.weight", n.q_weight, mean, 0.1f});
+    out.push_back({prefix + "k_norm.weight", n.k_weight, mean, 0.1f});
   }
 }
 template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
@@ -166,8 +188,9 @@ std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positi
   Tensor qkv = ref::linear(h, m.qkv_proj.weight, m.qkv_proj.bias);
   Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hkv * D), v = qkv.narrow_last((Hq + Hkv) * D, Hkv * D);
   if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
-    q = ref::head_rms_norm(q, Hq, D, m.qk_norm.q_weight, m.qk_norm.variance_epsilon);
-    k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon);
+    constexpr float off = IsGemmaQKNorm<std::decay_t<decltype(m.qk_norm)>>::value ? 1.f : 0.f;
+    q = ref::head_rms_norm(q, Hq, D, m.qk_norm.q_weight, m.qk_norm.variance_epsilon, off);
+    k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon, off);
   }
   const int rot = static_cast<int>(m.rotary_emb.rotary_dim);
   q = ref::rope(q, positions, m.rotary_emb.cos_sin_cache, Hq, D, rot, m.rotary_emb.is_neox_style);
@@ -188,9 +211,10 @@ Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tens
   constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
   Tensor attn = rm.is_prefill
                     ? ref::attention_prefill(q, k, v, rm.cu, Hq, Hkv, D, m.attn_prefill.softmax_scale,
-                                             m.attn_prefill.sliding_window)
+                                             m.attn_prefill.sliding_window, m.attn_prefill.logits_soft_cap)
                     : ref::attention_decode(q, m.k_cache.narrow_first(0, q.size(0)), m.v_cache.narrow_first(0, q.size(0)),
-                                            rm.lens, Hq, Hkv, D, m.attn_decode.softmax_scale, m.attn_decode.sliding_window);
+                                            rm.lens, Hq, Hkv, D, m.attn_decode.softmax_scale, m.attn_decode.sliding_window,
+                                            m.attn_decode.logits_soft_cap);
   return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
 }
 
@@ -203,7 +227,7 @@ template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
   if constexpr (is_moe_block<M>::value) {
     return ref_sparse_moe(m, x);
   } else {
-    Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias));
+    Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), IsGeluMlp<M>::value);
     return ref::linear(act, m.down_proj.weight, m.down_proj.bias);
   }
 }
@@ -215,24 +239,39 @@ Tensor ref_llama_attention(A& a, const RefMeta& rm, const Tensor& positions, con
   return ref_attention_o_proj<Cfg>(a, rm, std::get<0>(qkv), std::get<1>(qkv), std::get<2>(qkv));
 }
 
-/// LlamaDecoderLayer reference: (hidden_states, residual) -> (hidden_states, residual).
+/// Decoder layer reference: (hidden_states, residual) -> (hidden_states, residual).
+/// LlamaDecoderLayer: fused add + RMSNorm before attention and before the MLP.
+/// GemmaDecoderLayer (IsGemmaLayer; every norm a GemmaRMSNorm, 1 + w): input_layernorm (fused
+/// add), attention, post_attention_layernorm (plain), pre_feedforward_layernorm (fused add), MLP,
+/// post_feedforward_layernorm (plain), as vLLM's Gemma2/Gemma3DecoderLayer.
 template <class Cfg, class L>
 std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tensor& positions, const Tensor& h,
                                             const Tensor& residual) {
+  constexpr bool kGemma = IsGemmaLayer<L>::value;
+  constexpr float off = kGemma ? 1.f : 0.f;
   Tensor x, res;
   if (residual.defined()) {
-    std::pair<Tensor, Tensor> n = ref::add_rms_norm(h, residual, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+    std::pair<Tensor, Tensor> n =
+        ref::add_rms_norm(h, residual, l.input_layernorm.weight, l.input_layernorm.variance_epsilon, off);
     x = n.first;
     res = n.second;
   } else {
     res = h;
-    x = ref::rms_norm(h, l.input_layernorm.weight, l.input_layernorm.variance_epsilon);
+    x = ref::rms_norm(h, l.input_layernorm.weight, l.input_layernorm.variance_epsilon, off);
   }
   Tensor attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
-  std::pair<Tensor, Tensor> n = ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
-  x = n.first;
-  res = n.second;
-  return {ref_mlp(l.mlp, x), res};
+  if constexpr (kGemma) {
+    attn = ref::rms_norm(attn, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon, off);
+    std::pair<Tensor, Tensor> n = ref::add_rms_norm(attn, res, l.pre_feedforward_layernorm.weight,
+                                                    l.pre_feedforward_layernorm.variance_epsilon, off);
+    Tensor mlp = ref_mlp(l.mlp, n.first);
+    return {ref::rms_norm(mlp, l.post_feedforward_layernorm.weight, l.post_feedforward_layernorm.variance_epsilon, off),
+            n.second};
+  } else {
+    std::pair<Tensor, Tensor> n =
+        ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
+    return {ref_mlp(l.mlp, n.first), n.second};
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -370,7 +409,8 @@ template <class Module, class Cfg, bool kDown> class MlpInstance final : public 
     return v;
   }
   std::vector<CheckedOutput> reference(int s) override {
-    Tensor ref = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias));
+    Tensor ref = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias),
+                                   IsGeluMlp<Module>::value);
     if constexpr (kDown) ref = ref::linear(ref, module_.down_proj.weight, module_.down_proj.bias);
     return {{"out", out_[s], to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
@@ -575,6 +615,15 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
   std::vector<Tensor> routing_;  // the MoE routing of the last run (Note [Routing capture])
 };
 
+/// A Gemma model's Cfg (full_every: which layers are full-attention ones).
+template <class Cfg, class = void> struct IsGemmaModel : std::false_type {};
+template <class Cfg> struct IsGemmaModel<Cfg, std::void_t<decltype(Cfg::full_every)>> : std::true_type {};
+/// Cfg::final_softcap (Gemma 2's final_logit_softcapping); 0 when absent.
+template <class Cfg> constexpr double final_softcap_of() {
+  if constexpr (IsGemmaModel<Cfg>::value) return Cfg::final_softcap;
+  else return 0.0;
+}
+
 /// The whole model (L4) as vLLM's model runner calls it for one step: forward over the step's
 /// tokens, then compute_logits on each sequence's last token. Checked against the composite
 /// reference over every layer (Note [Composite references]); HF transformers is the external
@@ -592,7 +641,7 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     require_device_memory((weights + cache + 2 * act) * sizeof(T), "the whole model (weights, KV cache, activations)");
     model_ = std::make_unique<Model>();
     model_->named_parameters(params_);
-    for (auto& layer : model_->model.layers) allocate_kv_cache<Cfg>(layer.self_attn, b, step_.max_len);
+    model_->model.for_each_layer([&](auto& layer) { allocate_kv_cache<Cfg>(layer.self_attn, b, step_.max_len); });
     ids_ = empty({t}, DType::kI64);
     last_rows_ = to_device(step_.last_rows, {b});
   }
@@ -601,10 +650,10 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     init_params(params_, seed);
     fill_randint(ids_, mix_seed(seed, 3001), 0, Cfg::vocab_size);
     if (!step_.meta.is_prefill)
-      for (auto& layer : model_->model.layers) {
+      model_->model.for_each_layer([&](auto& layer) {
         fill_normal(layer.self_attn.k_cache, mix_seed(seed, 3002));
         fill_normal(layer.self_attn.v_cache, mix_seed(seed, 3003));
-      }
+      });
   }
   void prepare(int) override { logits_ = Tensor(); }
   void run(int) override {
@@ -622,24 +671,36 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     ForwardContextGuard ctx(&step_.meta);
     TaskRoutingGuard routing(&routing_);
     auto& m = model_->model;
-    Tensor h = ref::embedding(ids_, m.embed_tokens.weight), res;
-    for (auto& layer : m.layers) {
+    constexpr bool kGemma = IsGemmaModel<Cfg>::value;
+    // Gemma: embeddings times sqrt(hidden) rounded to the model dtype, GemmaRMSNorm final norm,
+    // soft-capped logits (Note [Gemma model] in templates/gemma_for_causal_lm.h.mustache).
+    const float embed_scale = kGemma ? static_cast<float>(T(std::sqrt(static_cast<float>(Cfg::hidden_size)))) : 0.f;
+    Tensor h = ref::embedding(ids_, m.embed_tokens.weight, embed_scale), res;
+    m.for_each_layer([&](auto& layer) {
       std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
       h = hr.first;
       res = hr.second;
-    }
-    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
+    });
+    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon, kGemma ? 1.f : 0.f).first;
     Tensor logits = ref::linear(gather_last(normed), model_->lm_head.weight, model_->lm_head.bias);
-    return {{"logits", logits_, to_f32(logits), depth_tolerance(model_->model.layers.size())}};
+    if (final_softcap_of<Cfg>() > 0) logits = ref::softcap(logits, final_softcap_of<Cfg>());
+    return {{"logits", logits_, to_f32(logits), depth_tolerance(static_cast<size_t>(m.num_layers()))}};
   }
   Cost cost() const override {
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
-    const double t = double(step_.tokens()), b = double(step_.meta.num_seqs), L = double(model_->model.layers.size());
+    const double t = double(step_.tokens()), b = double(step_.meta.num_seqs), L = double(model_->model.num_layers());
     const double per_layer = 2 * t * H * (Hq + 2 * Hkv) * D + 2 * t * Hq * D * H + 6 * t * H * Cfg::intermediate_size;
-    const double flops = L * (per_layer + 4.0 * step_.attended_pairs(window_of<Cfg>()) * D * Hq) + 2 * b * H * Cfg::vocab_size;
+    // Attention pairs and KV reads per layer: each layer's own window (Gemma mixes them).
+    double pairs = 0, kv_tokens = 0;
+    model_->model.for_each_layer([&](auto& layer) {
+      const int64_t w = layer.self_attn.attn_prefill.sliding_window;
+      pairs += step_.attended_pairs(w);
+      kv_tokens += step_.cached_kv_tokens(w);
+    });
+    const double flops = L * per_layer + 4.0 * pairs * D * Hq + 2 * b * H * Cfg::vocab_size;
     // Every weight except the embedding table (only T rows of it are read) + the KV cache read.
     const double bytes = param_bytes(params_) - double(Cfg::vocab_size) * H * sizeof(T) +
-                         L * (step_.cached_kv_tokens(window_of<Cfg>()) * 2 * Hkv * D * sizeof(T) - unread_expert_bytes<Cfg>(t));
+                         kv_tokens * 2 * Hkv * D * sizeof(T) - L * unread_expert_bytes<Cfg>(t);
     return {flops, bytes};
   }
 
@@ -664,7 +725,7 @@ template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM 
   CausalLMAdapter(std::string task_name, int64_t num_layers)
       : name_(std::move(task_name)), m_(num_layers > 0 ? num_layers : Cfg::num_hidden_layers) {}
   std::string task_name() const override { return name_; }
-  int64_t num_layers() const override { return static_cast<int64_t>(m_.model.layers.size()); }
+  int64_t num_layers() const override { return m_.model.num_layers(); }
   int64_t vocab_size() const override { return Cfg::vocab_size; }
   int64_t hidden_size() const override { return Cfg::hidden_size; }
   int64_t max_position() const override { return Cfg::max_position; }
@@ -675,7 +736,7 @@ template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM 
     return p;
   }
   void allocate_kv_cache(int64_t max_seqs, int64_t max_len) override {
-    for (auto& layer : m_.model.layers) fk::tasks::allocate_kv_cache<Cfg>(layer.self_attn, max_seqs, max_len);
+    m_.model.for_each_layer([&](auto& layer) { fk::tasks::allocate_kv_cache<Cfg>(layer.self_attn, max_seqs, max_len); });
   }
   Tensor forward(const Tensor& input_ids, const Tensor& positions) override { return m_.forward(input_ids, positions); }
   Tensor compute_logits(const Tensor& hidden_states) override { return m_.compute_logits(hidden_states); }

@@ -1,7 +1,9 @@
 // Harness and forward glue for the `qk_norm` task kind (Qwen3): mirrors
 // vllm.model_executor.models.qwen3.Qwen3Attention.q_norm / k_norm, RMSNorm(head_dim) applied per
 // head to q.view(T, Hq, D) and k.view(T, Hkv, D), both in one launch.
-// Cfg (generated): num_heads, num_kv_heads, head_dim, eps, scalar_t.
+// The `gemma_qk_norm` kind (Gemma 3: GemmaRMSNorm(head_dim), weight used as 1 + w, one
+// rounding) shares it with Cfg::gemma set.
+// Cfg (generated): num_heads, num_kv_heads, head_dim, eps, gemma, scalar_t.
 #pragma once
 
 #include <tuple>
@@ -25,7 +27,7 @@ std::tuple<Tensor, Tensor> qk_norm_forward(const Tensor& q, const Tensor& k, con
   const int64_t tokens = q.size(0);
   Tensor q_out = empty({tokens, kQ}, dtype_of<T>);
   Tensor k_out = empty({tokens, kK}, dtype_of<T>);
-  fk::kernels::qk_norm<T, Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim>(
+  fk::kernels::qk_norm<T, Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim, Cfg::gemma>(
       q_out.data<T>(), kQ, k_out.data<T>(), kK, q.data<T>(), q.stride(0), k.data<T>(), k.stride(0),
       q_weight.data<T>(), k_weight.data<T>(), tokens, static_cast<float>(eps), current_stream());
   FK_CHECK_LAUNCH();
@@ -51,8 +53,9 @@ template <class Module, class Cfg> class QKNormInstance final : public TaskInsta
   }
   int num_sets() const override { return static_cast<int>(qkv_.size()); }
   void randomize(uint64_t seed) override {
-    fill_normal(module_.q_weight, mix_seed(seed, 0), 1.f, 0.1f);
-    fill_normal(module_.k_weight, mix_seed(seed, 1), 1.f, 0.1f);
+    const float mean = Cfg::gemma ? 0.f : 1.f;  // Gemma: 1 + w ~ 1
+    fill_normal(module_.q_weight, mix_seed(seed, 0), mean, 0.1f);
+    fill_normal(module_.k_weight, mix_seed(seed, 1), mean, 0.1f);
     for (int s = 0; s < num_sets(); ++s) fill_normal(qkv_[s], mix_seed(seed, 2 + s));
   }
   void run(int s) override { std::tie(q_out_[s], k_out_[s]) = module_.forward(q_[s], k_[s]); }
@@ -62,10 +65,11 @@ template <class Module, class Cfg> class QKNormInstance final : public TaskInsta
     Tensor q_ref = empty({tokens_, kQ}, DType::kF32);
     Tensor k_ref = empty({tokens_, kK}, DType::kF32);
     const float eps = static_cast<float>(Cfg::eps);
+    constexpr float kOffset = Cfg::gemma ? 1.f : 0.f;
     ref::qk_norm_ref<T>(q_ref.data<float>(), q_[s].data<T>(), kWidth, module_.q_weight.template data<T>(), tokens_,
-                        Cfg::num_heads, Cfg::head_dim, eps, current_stream());
+                        Cfg::num_heads, Cfg::head_dim, eps, current_stream(), kOffset);
     ref::qk_norm_ref<T>(k_ref.data<float>(), k_[s].data<T>(), kWidth, module_.k_weight.template data<T>(), tokens_,
-                        Cfg::num_kv_heads, Cfg::head_dim, eps, current_stream());
+                        Cfg::num_kv_heads, Cfg::head_dim, eps, current_stream(), kOffset);
     FK_CHECK_LAUNCH();
     const Tolerance tol = default_tolerance(dtype_of<T>);
     return {{"q_out", q_out_[s], q_ref, tol}, {"k_out", k_out_[s], k_ref, tol}};

@@ -20,30 +20,34 @@ namespace fk::tasks::ref {
 
 /// x [M, K] (row stride free, last dim dense) @ w[N, K]^T + bias[N]? -> [M, N].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
-/// rmsnorm(x) * w.
-Tensor rms_norm(const Tensor& x, const Tensor& w, double eps);
-/// (rmsnorm(x + residual) * w, x + residual).
-std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps);
-/// Per-head rmsnorm of x [T, heads * head_dim] with weight [head_dim].
-Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps);
+/// rmsnorm(x) * (weight_offset + w); weight_offset 1: GemmaRMSNorm.
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, float weight_offset = 0.f);
+/// (rmsnorm(x + residual) * (weight_offset + w), x + residual).
+std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w, double eps,
+                                       float weight_offset = 0.f);
+/// Per-head rmsnorm of x [T, heads * head_dim] with weight [head_dim] (as weight_offset + w).
+Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps, float weight_offset = 0.f);
 /// RoPE of x [T, heads * head_size] with the fp32 cos/sin cache [rows, rotary_dim].
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cache, int heads, int head_size,
             int rotary_dim, bool neox);
-/// silu(x[:, :d]) * x[:, d:].
-Tensor silu_and_mul(const Tensor& x);
-/// weight[ids].
-Tensor embedding(const Tensor& ids, const Tensor& weight);
+/// silu(x[:, :d]) * x[:, d:] (gelu_tanh: GELU with the tanh approximation instead of silu).
+Tensor silu_and_mul(const Tensor& x, bool gelu_tanh = false);
+/// weight[ids] (times scale when it is not 0).
+Tensor embedding(const Tensor& ids, const Tensor& weight, float scale = 0.f);
+/// cap * tanh(x / cap) elementwise (logit soft-capping), from the model dtype, rounded to it.
+Tensor softcap(const Tensor& x, double cap);
 /// cache_rows[slot_mapping[t]] = x[t] for a cache viewed as [slots, row] rows.
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
 /// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
 /// given by host token offsets cu (size B+1). Returns [T, Hq*D]. window > 0: each query sees
-/// its last `window` keys only (Note [Sliding window] in fk/tasks/attention.h).
+/// its last `window` keys only (Note [Sliding window] in fk/tasks/attention.h). softcap > 0:
+/// scaled scores s become softcap * tanh(s / softcap) (Gemma 2).
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window = 0);
+                         int hkv, int d, double scale, int64_t window = 0, double softcap = 0);
 /// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
 /// lens: host KV lengths (the query is the last of them). Returns [B, Hq*D].
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale, int64_t window = 0);
+                        int hq, int hkv, int d, double scale, int64_t window = 0, double softcap = 0);
 /// Grouped expert GEMM, fp32 result [num_valid, N]: row s = A[per_slot_rows ? s : s / top_k] @
 /// w[topk_ids[s]]^T, times topk_weights[s] when given (f32 [num_valid], else undefined).
 /// topk_ids is the flat host copy [num_valid]; rows are grouped by expert on the host and each
