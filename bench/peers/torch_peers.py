@@ -107,6 +107,33 @@ def qk_norm_native(q, k, qw, kw, d, eps):
     return qh, kh
 
 
+def gemma_rms_norm_native(x, w, eps):
+    """HF GemmaRMSNorm: fp32 normalise, times (1 + w) in fp32, one rounding."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())).to(x.dtype)
+
+
+def gemma_fused_add_rms_norm_native(x, res, w, eps):
+    z = (x.float() + res.float()).to(x.dtype)
+    return gemma_rms_norm_native(z, w, eps), z
+
+
+def gemma_qk_norm_native(q, k, qw, kw, d, eps):
+    qh = gemma_rms_norm_native(q.view(q.shape[0], -1, d), qw, eps).view(q.shape)
+    kh = gemma_rms_norm_native(k.view(k.shape[0], -1, d), kw, eps).view(k.shape)
+    return qh, kh
+
+
+def gelu_tanh_and_mul_native(x):
+    d = x.shape[-1] // 2
+    return F.gelu(x[..., :d], approximate="tanh") * x[..., d:]
+
+
+def scaled_embedding_native(ids, w, scale):
+    """HF Gemma3TextScaledWordEmbedding: rows times embed_scale in the weight dtype."""
+    return F.embedding(ids, w) * scale
+
+
 def rope_native(positions, q, k, cos_sin, d, rot):
     cs = cos_sin.index_select(0, positions)
     cos, sin = cs.chunk(2, dim=-1)
@@ -313,6 +340,40 @@ def build(kind, name, dims, use_compile):
             sets = [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, eps)
                     for _ in range(n)]
             add(fused_add_rms_norm_native, sets)
+        return peers, n
+    if kind in ("gemma_rms_norm", "gemma_fused_add_rms_norm"):
+        h, eps = g(r".*rms_norm_h(\d+)_eps([^_]+)_", name)
+        h, eps = int(h), float(eps)
+        w = 0.1 * torch.randn(h, device=dev, dtype=dtype)
+        n = nsets_for(T * h * 2 * (2 if kind != "gemma_rms_norm" else 1))
+        if kind == "gemma_rms_norm":
+            add(gemma_rms_norm_native, [(torch.randn(T, h, device=dev, dtype=dtype), w, eps) for _ in range(n)])
+        else:
+            add(gemma_fused_add_rms_norm_native,
+                [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, eps)
+                 for _ in range(n)])
+        return peers, n
+    if kind == "gemma_qk_norm":
+        hq, hkv, d, eps = g(r"gemma_qk_norm_hq(\d+)_hkv(\d+)_d(\d+)_eps([^_]+)_", name)
+        hq, hkv, d, eps = int(hq), int(hkv), int(d), float(eps)
+        qw, kw = 0.1 * torch.randn(d, device=dev, dtype=dtype), 0.1 * torch.randn(d, device=dev, dtype=dtype)
+        n = nsets_for(T * (hq + hkv) * d * 2)
+        sets = [(torch.randn(T, hq * d, device=dev, dtype=dtype), torch.randn(T, hkv * d, device=dev, dtype=dtype),
+                 qw, kw, d, eps) for _ in range(n)]
+        add(gemma_qk_norm_native, sets)
+        return peers, n
+    if kind == "gelu_tanh_and_mul":
+        (i_,) = g(r"gelu_tanh_and_mul_i(\d+)_", name)
+        i_ = int(i_)
+        n = nsets_for(T * i_ * 2 * 3)
+        add(gelu_tanh_and_mul_native, [(torch.randn(T, 2 * i_, device=dev, dtype=dtype),) for _ in range(n)])
+        return peers, n
+    if kind == "scaled_word_embedding":
+        v, h = map(int, g(r"scaled_word_embedding_v(\d+)_h(\d+)_", name))
+        w = torch.randn(v, h, device=dev, dtype=dtype)
+        scale = torch.tensor(h ** 0.5, device=dev).to(dtype)  # "_scaled": sqrt(embedding_dim)
+        n = nsets_for(T * h * 2 * 2)
+        add(scaled_embedding_native, [(torch.randint(0, v, (T,), device=dev), w, scale) for _ in range(n)])
         return peers, n
     if kind == "qk_norm":
         hq, hkv, d, eps = g(r"qk_norm_hq(\d+)_hkv(\d+)_d(\d+)_eps([^_]+)_", name)
