@@ -18,7 +18,8 @@ import json
 import sys
 
 MEMORY_KINDS = {"rms_norm", "fused_add_rms_norm", "qk_norm", "rotary_embedding", "silu_and_mul",
-                "vocab_parallel_embedding", "store_kvcache"}
+                "vocab_parallel_embedding", "store_kvcache", "gemma_rms_norm", "gemma_fused_add_rms_norm",
+                "gemma_qk_norm", "gelu_tanh_and_mul", "scaled_word_embedding"}
 GEMM_KINDS = {"qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "parallel_lm_head",
               "replicated_linear"}
 MOE_ROUTING_KINDS = {"topk_softmax", "moe_align_block_size", "moe_sum"}
