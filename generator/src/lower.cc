@@ -95,7 +95,10 @@ class Lowerer {
     if (on && *on && s.at) {
       at_layer = representative_layer(s);
       if (!at_layer) on = std::nullopt;  // reported
-      else if (*at_layer < 0) on = false;  // no layer qualifies: the module is absent
+      else if (*at_layer < 0) {  // no layer qualifies: the module is absent
+        on = false;
+        absent_why_[s.op] = "its \"at\" holds in no layer of this config";
+      }
       else e = env(at_layer);
     }
     if (!on) broken_.insert(s.op);
@@ -108,6 +111,7 @@ class Lowerer {
     for (const auto& c : s.children) {
       std::string child = c.role, target = (c.module ? "module " : "op ") + c.role;
       std::string why = "its \"if\" is false for this config";
+      if (c.module && absent_why_.count(c.role)) why = absent_why_.at(c.role);
       if (s.layer_scope && !c.module) {
         auto last = last_layer_.find(c.role);
         if (last == last_layer_.end()) {
@@ -194,6 +198,7 @@ class Lowerer {
   std::set<std::string> names_;                     // ops and modules lowered so far
   std::map<std::string, int64_t> last_layer_;       // layer-loop role -> its loop's last layer
   int64_t loop_layers_ = 0;                         // the layer loop's repeat count
+  std::map<std::string, std::string> absent_why_;   // modules absent for a reason other than "if"
   std::set<std::string> broken_;                    // modules not lowered because of an error
 };
 

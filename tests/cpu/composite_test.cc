@@ -134,7 +134,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
   std::map<std::string, int> levels = {{"qkv_rope_cache", 2},      {"attention_o_proj", 2}, {"gate_up_silu", 2},
                                        {"llama_mlp", 2},           {"llama_attention", 2},  {"llama_decoder_layer", 3},
                                        {"llama_for_causal_lm", 4}, {"fused_experts", 2},      {"sparse_moe_block", 2},
-                                       {"moe_decoder_layer", 3},   {"moe_for_causal_lm", 4}};
+                                       {"moe_decoder_layer", 3},   {"moe_for_causal_lm", 4},    {"gemma_mlp", 2},
+                                       {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LT(name.size(), 200u) << name;
@@ -146,7 +147,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   }
   // Llama family: 7 per config (5 configs, Phi-3 among them), minus 4 shared (2 MLPs, 1
   // attention_o_proj x2). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
-  EXPECT_EQ(composites, 42);
+  // Gemma: 10 modules per config (two layer variants); Gemma 2's variants share qkv_rope_cache
+  // (one rope base, the window is not in it).
+  EXPECT_EQ(composites, 42 + 10 + 9);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -157,11 +160,12 @@ TEST(Composites, PlaceholdersPerKind) {
   };
   EXPECT_EQ(keys("llama_mlp_h4096_i14336_nobias_bf16"),
             (std::vector<std::string>{"includes", "gate_up_proj_t", "gate_up_proj_task", "act_fn_t", "act_fn_task", "down_proj_t",
-                                      "down_proj_task", "hidden_size", "intermediate_size", "mlp_bias"}));
+                                      "down_proj_task", "hidden_size", "intermediate_size", "mlp_bias", "class_name",
+                                      "hidden_act"}));
   EXPECT_EQ(keys("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16"),
             (std::vector<std::string>{"includes", "attn_prefill_t", "attn_prefill_task", "attn_decode_t", "attn_decode_task",
                                       "o_proj_t", "o_proj_task", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
-                                      "o_proj_bias", "sliding_window"}));
+                                      "o_proj_bias", "sliding_window", "softmax_scale", "softcap", "class_name"}));
   auto mlp = placeholders("llama_mlp_h4096_i14336_nobias_bf16");
   EXPECT_EQ(mlp["includes"],
             "#include \"L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h\"\n"
@@ -287,6 +291,44 @@ TEST_P(BadDescriptor, ReportsExactMessage) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BadDescriptor, ::testing::ValuesIn(bad_descriptor_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace fk::gen
+
+namespace fk::gen {
+namespace {
+
+// Gemma 3: sliding-window layers with a local rope base between full-attention layers (every
+// sixth). Each variant's modules resolve their roles in the last layer where their "at" holds
+// (Note [Last-layer roles]): the full layer in blk.23, the sliding one in blk.25.
+TEST(Composites, GemmaLayerVariantsResolveTheirOwnLayers) {
+  const char* kGemma3 = "google/gemma-3-1b-it";
+  auto m = modules(kGemma3);
+  const std::string full = m["layer"], sliding = m["sliding.layer"];
+  EXPECT_EQ(full, "gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_eps1e-06_rot256_pos32768_base1000000_none_neox_qkvnobias_"
+                  "onobias_mlpnobias_qknorm_bf16");
+  EXPECT_EQ(sliding, "gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_sw512_eps1e-06_rot256_pos32768_base10000_none_neox_"
+                     "qkvnobias_onobias_mlpnobias_qknorm_bf16");
+  EXPECT_EQ(children(m["self_attn"]).at("attn_prefill"), "flash_attn_prefill_hq4_hkv1_d256_causal_bf16");
+  EXPECT_EQ(children(m["sliding.self_attn"]).at("attn_prefill"), "flash_attn_prefill_hq4_hkv1_d256_causal_sw512_bf16");
+  EXPECT_EQ(children(m["sliding.self_attn"]).at("rotary_emb"), "rotary_embedding_d256_rot256_pos32768_base10000_none_neox_hq4_hkv1_bf16");
+  EXPECT_EQ(children(m["sliding.self_attn"]).at("qk_norm"), "gemma_qk_norm_hq4_hkv1_d256_eps1e-06_bf16");
+  auto model = children(m["model"]);
+  EXPECT_EQ(model.at("full_layers"), full);
+  EXPECT_EQ(model.at("sliding_layers"), sliding);
+  EXPECT_EQ(model.at("embed_tokens"), "scaled_word_embedding_v262144_h1152_scaled_bf16");
+  auto ph = placeholders(m["model"]);
+  EXPECT_EQ(ph["full_every"], "6");
+  EXPECT_EQ(ph["local_sliding_window"], "512");
+  EXPECT_EQ(ph["local_rope_theta"], "10000");
+  EXPECT_EQ(ph["final_softcap"], "0");
+  // Gemma 2: every other layer, one rope base, soft-capping in attention and on the logits.
+  auto g2 = modules("google/gemma-2-9b-it");
+  EXPECT_EQ(children(g2["self_attn"]).at("attn_decode"), "flash_attn_decode_hq16_hkv8_d256_cap50_bf16");
+  EXPECT_EQ(children(g2["sliding.self_attn"]).at("attn_decode"), "flash_attn_decode_hq16_hkv8_d256_sw4096_cap50_bf16");
+  EXPECT_EQ(placeholders(g2["model"])["final_softcap"], "30");
+  EXPECT_EQ(placeholders(g2["model"])["full_every"], "2");
+}
 
 }  // namespace
 }  // namespace fk::gen

@@ -20,7 +20,8 @@ LoweredModel model(const std::string& id, double softmax_scale, int64_t max_posi
   OpInstance norm{"blk.0.input_layernorm", find_kind("rms_norm"), "bfloat16", {{"hidden_size", int64_t{64}}, {"eps", 1e-05}}};
   OpInstance attn{"blk.0.attn_decode", find_kind("flash_attn_decode"), "bfloat16",
                   {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}},
-                   {"softmax_scale", softmax_scale}, {"sliding_window", int64_t{0}}, {"max_position", max_position}}};
+                   {"softmax_scale", softmax_scale}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
+                   {"max_position", max_position}}};
   m.ops = {norm, attn};
   return m;
 }
@@ -47,10 +48,11 @@ TEST(Dedupe, TwoConfigsShareTasks) {
 
 TEST(Dedupe, SameNameDifferentContentIsAnError) {
   Diagnostics diag;
-  dedupe({model("org/a", 0.25, 2048), model("org/b", 0.5, 2048)}, diag);
+  // Scales within 1e-12 of head_dim^-0.5 are not spelled (attn_extra_spelling), so these two collide.
+  dedupe({model("org/a", 0.25, 2048), model("org/b", 0.25000000000000006, 2048)}, diag);
   EXPECT_EQ(diag.text(),
             "task flash_attn_decode_hq4_hkv2_d16_bf16: same name, different content: softmax_scale = 0.25 from "
-            "hf_configs/org/a/config.json (blk.0.attn_decode) vs softmax_scale = 0.5 from hf_configs/org/b/config.json "
+            "hf_configs/org/a/config.json (blk.0.attn_decode) vs softmax_scale = 0.25000000000000006 from hf_configs/org/b/config.json "
             "(blk.0.attn_decode); a task name must spell every constant it inlines (Note [Task naming] in "
             "generator/include/fk/gen/kinds.h)\n");
 }
@@ -141,12 +143,12 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
             "generator/descriptors/x.json: $.extra: unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types, modules)\n"
             "generator/descriptors/x.json: $.forward[0].bind.eps: expected number expression for parameter eps of kind rms_norm, got nothing\n"
             "generator/descriptors/x.json: $.forward[1].kind: expected one of flash_attn_decode, flash_attn_prefill, "
-            "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
-            "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, silu_and_mul, "
+            "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
+            "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
             "store_kvcache, topk_softmax, vocab_parallel_embedding, got \"mamba_mixer\"\n"
             "generator/descriptors/x.json: $.forward[3].kind: expected one of flash_attn_decode, flash_attn_prefill, "
-            "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
-            "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, silu_and_mul, "
+            "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
+            "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
             "store_kvcache, topk_softmax, vocab_parallel_embedding, got \"llama_mlp\" "
             "(a composite kind: declare it in $.modules)\n"
             "generator/descriptors/x.json: $.forward[2].bind.intermediate_size: unknown name 'ffn' in expression \"ffn\" "

@@ -277,12 +277,27 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("parallel_lm_head", {{"num_embeddings", int64_t{32768}}, {"embedding_dim", int64_t{4096}}}),
             "parallel_lm_head_v32768_h4096_bf16");
   Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
-                 {"softmax_scale", 0.088}, {"sliding_window", int64_t{0}}, {"max_position", int64_t{32768}}};
+                 {"softmax_scale", 0.08838834764831845}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
+                 {"max_position", int64_t{32768}}};
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_bf16");
   EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_bf16");
   attn["sliding_window"] = int64_t{2047};  // a window is spelled; none (0) is not
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_bf16");
   EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_sw2047_bf16");
+  // A scale other than head_dim^-0.5 (Gemma's query_pre_attn_scalar) and soft-capping are spelled.
+  attn["softmax_scale"] = 0.125;
+  attn["softcap"] = 50.0;
+  EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_scale0.125_cap50_bf16");
+  attn["softcap"] = -1.0;
+  EXPECT_THROW(name_of("flash_attn_decode", attn), GenError);
+  EXPECT_EQ(name_of("gemma_qk_norm", {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{1}}, {"head_dim", int64_t{256}}, {"eps", 1e-06}}),
+            "gemma_qk_norm_hq4_hkv1_d256_eps1e-06_bf16");
+  EXPECT_EQ(name_of("scaled_word_embedding",
+                    {{"num_embeddings", int64_t{262144}}, {"embedding_dim", int64_t{1152}}, {"embed_scale", std::sqrt(1152.0)}}),
+            "scaled_word_embedding_v262144_h1152_scaled_bf16");
+  EXPECT_EQ(name_of("scaled_word_embedding",
+                    {{"num_embeddings", int64_t{262144}}, {"embedding_dim", int64_t{1152}}, {"embed_scale", 2.0}}),
+            "scaled_word_embedding_v262144_h1152_s2_bf16");
   EXPECT_EQ(name_of("store_kvcache", {{"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}}}), "store_kvcache_hkv8_d128_bf16");
 }
 
@@ -294,7 +309,8 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
               {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position", int64_t{8192}},
               {"beta_fast", 0.0}, {"beta_slow", 0.0}, {"o_proj_bias", false}, {"intermediate_size", int64_t{14336}},
               {"mlp_bias", false}, {"num_hidden_layers", int64_t{32}}, {"vocab_size", int64_t{128256}},
-              {"tie_word_embeddings", false}, {"sliding_window", int64_t{0}}};
+              {"tie_word_embeddings", false}, {"sliding_window", int64_t{0}},
+              {"softmax_scale", 0.08838834764831845}, {"softcap", 0.0}};
   const std::string rope = "rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox";
   EXPECT_EQ(name_of("qkv_rope_cache", p), "qkv_rope_cache_h4096_hq32_hkv8_d128_" + rope + "_nobias_bf16");
   EXPECT_EQ(name_of("attention_o_proj", p), "attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16");
@@ -326,11 +342,27 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
   EXPECT_EQ(name_of("llama_decoder_layer", p),
             "llama_decoder_layer_h4096_i14336_hq32_hkv8_d128_sw4096_eps1e-05_rot128_pos131072_base500000_none_neox_"
             "qkvbias_onobias_mlpnobias_qknorm_bf16");
+  // Gemma: soft-capping (and a non-standard scale) after the window; the model spells its local layers.
+  p["softcap"] = 50.0;
+  EXPECT_EQ(name_of("gemma_decoder_layer", p),
+            "gemma_decoder_layer_h4096_i14336_hq32_hkv8_d128_sw4096_cap50_eps1e-05_rot128_pos131072_base500000_none_neox_"
+            "qkvbias_onobias_mlpnobias_qknorm_bf16");
+  p["sliding_window"] = int64_t{0};
+  p["local_sliding_window"] = int64_t{4096};
+  p["local_rope_theta"] = 10000.0;
+  p["full_every"] = int64_t{2};
+  p["final_softcap"] = 30.0;
+  EXPECT_EQ(name_of("gemma_for_causal_lm", p),
+            "gemma_for_causal_lm_l32_v128256_tied_h4096_i14336_hq32_hkv8_d128_cap50_eps1e-05_rot128_pos131072_base500000_"
+            "none_neox_qkvbias_onobias_mlpnobias_qknorm_local_sw4096_base10000_every2_fcap30_bf16");
+  p["full_every"] = int64_t{0};
+  EXPECT_THROW(name_of("gemma_for_causal_lm", p), GenError);
 }
 
 TEST(TaskKinds, ClassNamesAndSlots) {
   std::map<std::string, std::string> l1 = {
-      {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"},
+      {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"}, {"gemma_qk_norm", "GemmaQKNorm"},
+      {"scaled_word_embedding", "ScaledWordEmbedding"},
       {"gemma_rms_norm", "GemmaRMSNorm"}, {"gemma_fused_add_rms_norm", "GemmaRMSNorm"},
       {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"}, {"gelu_tanh_and_mul", "GeluAndMul"},
       {"vocab_parallel_embedding", "VocabParallelEmbedding"}, {"qkv_parallel_linear", "QKVParallelLinear"},
@@ -356,13 +388,24 @@ TEST(TaskKinds, ClassNamesAndSlots) {
     EXPECT_GT(find_kind(k)->level, 1) << k;
     for (const auto& s : find_kind(k)->slots) {
       slots[k].push_back(s.name + (s.fallback.empty() ? "" : "?"));
-      EXPECT_TRUE(classes.count(s.class_name)) << k << "." << s.name << ": " << s.class_name;
+      // "A|B": each alternative is a real class.
+      for (size_t start = 0, bar = 0; bar != std::string::npos; start = bar + 1) {
+        bar = s.class_name.find('|', start);
+        const std::string cls = s.class_name.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+        EXPECT_TRUE(classes.count(cls)) << k << "." << s.name << ": " << cls;
+        EXPECT_TRUE(slot_accepts(s, cls)) << k << "." << s.name << ": " << cls;
+      }
     }
   }
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
                        {"attention_o_proj", {"attn_prefill", "attn_decode", "o_proj"}},
                        {"fused_experts", {"moe_align", "w13", "act_fn", "w2", "moe_sum"}},
                        {"gate_up_silu", {"gate_up_proj", "act_fn"}},
+                       {"gemma_attention", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
+                       {"gemma_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "pre_feedforward_layernorm",
+                                                "mlp", "post_feedforward_layernorm"}},
+                       {"gemma_for_causal_lm", {"embed_tokens", "sliding_layers", "full_layers", "norm", "lm_head"}},
+                       {"gemma_mlp", {"gate_up_proj", "act_fn", "down_proj"}},
                        {"llama_attention", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
                        {"llama_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
                        {"llama_for_causal_lm", {"embed_tokens", "layers", "norm", "lm_head"}},
@@ -372,6 +415,9 @@ TEST(TaskKinds, ClassNamesAndSlots) {
                        {"qkv_rope_cache", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write"}},
                        {"sparse_moe_block", {"gate", "router", "experts"}}}));
   EXPECT_EQ(find_kind("qkv_rope_cache")->slots[1].fallback, "fk::tasks::NoQKNorm");
+  EXPECT_FALSE(slot_accepts(find_kind("qkv_rope_cache")->slots[1], "QKNormX"));
+  EXPECT_FALSE(slot_accepts(find_kind("qkv_rope_cache")->slots[1], "QKNorm|GemmaQKNorm"));
+  EXPECT_EQ(slot_classes_text(find_kind("qkv_rope_cache")->slots[1]), "QKNorm or GemmaQKNorm");
 }
 
 TEST(TaskNaming, LinearPlaceholders) {
