@@ -440,6 +440,20 @@ def build(kind, name, dims, use_compile):
                  torch.randn(1, hkv, S, d, device=dev, dtype=dtype)) for _ in range(n)]
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sw = re.search(r"_sw(\d+)_", name)
+        cap = re.search(r"_cap([0-9.e+-]+)_", name)
+        if cap:  # soft-capping (Gemma 2): SDPA cannot; flex_attention with a score_mod (HF's flex path)
+            if not use_compile:
+                return {}, 1
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            c = float(cap.group(1))
+            W = int(sw.group(1)) if sw else 0
+            bm = create_block_mask(lambda b, h, q, kv: (kv <= q) & ((kv > q - W) if W else (kv >= 0)), None, None, S, S,
+                                   device=dev)
+            flex = torch.compile(flex_attention, dynamic=False)
+            score_mod = lambda s_, b, h, q, kv: c * torch.tanh(s_ / c)
+            peers["torch_flex_attention_softcap_compiled"] = lambda i: flex(*sets[i], score_mod=score_mod, block_mask=bm,
+                                                                            enable_gqa=True)
+            return peers, n
         if sw:  # sliding window of W keys: key j kept for query i when i - W < j <= i
             W = int(sw.group(1))
             ii = torch.arange(S, device=dev)

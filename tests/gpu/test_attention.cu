@@ -284,6 +284,19 @@ class CapDecode {
     return fk::tasks::flash_attn_decode_forward<CapCfg>(q, kc, vc, lens);
   }
 };
+class CapPrefill {
+ public:
+  CapPrefill(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
+    return fk::tasks::flash_attn_prefill_forward<CapCfg>(q, k, v, cq, ck, mq, mk);
+  }
+};
+// Soft-capped prefill runs our own kernel (flash_prefill.cuh); mixed lengths, the window active.
+TEST(Tasks, FlashAttnPrefill_bf16_hq16_hkv8_d256_sw4096_cap50_b4_s8192) {
+  FK_REQUIRE_GPU();
+  fk::tasks::FlashAttnPrefillInstance<CapPrefill, CapCfg> inst(prefill_case(4, 8192));
+  check_task_instance(inst);
+}
 TEST(Tasks, FlashAttnDecode_bf16_hq16_hkv8_d256_sw4096_cap50_b8_kv8192) {
   FK_REQUIRE_GPU();
   fk::tasks::FlashAttnDecodeInstance<CapDecode, CapCfg> inst(decode_case(8, 8192));

@@ -21,6 +21,7 @@
 
 #include "fk/kernels/attention.h"
 #include "fk/kernels/flash_decode.cuh"
+#include "fk/kernels/flash_prefill.cuh"
 #include "fk/kernels/reference/attention_ref.cuh"
 #include "fk/tasks/harness.h"
 
@@ -87,10 +88,17 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   a.causal = true;
   a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
-  // cuDNN's SDPA refuses a score modifier together with causal/padding masks (Note [Prefill
-  // soft-capping] in fk/kernels/flash_prefill.cuh).
-  FK_CHECK(Cfg::softcap == 0.0, "FlashAttnPrefill: attention soft-capping in prefill is not implemented yet (softcap " +
-                                    std::to_string(Cfg::softcap) + ")");
+  // Soft-capping: our own kernel, since cuDNN's SDPA refuses a score modifier together with
+  // causal/padding masks (Note [Prefill soft-capping] in fk/kernels/flash_prefill.cuh).
+  if constexpr (Cfg::softcap > 0.0) {
+    static_assert(std::is_same_v<T, bf16>, "FlashAttnPrefill with soft-capping: bf16 only (flash_prefill.cuh)");
+    FK_CHECK(cu_seqlens_q.data_ptr() == cu_seqlens_k.data_ptr() && max_seqlen_q == max_seqlen_k && q.size(0) == k.size(0),
+             "FlashAttnPrefill with soft-capping: self-attention prefill only (q and k share cu_seqlens)");
+    fk::kernels::flash_prefill<static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D)>(
+        a.out, a.q, a.k, a.v, a.cu_seqlens_q, a.batch, max_seqlen_q, a.total_q, a.softmax_scale, a.window,
+        static_cast<float>(Cfg::softcap), current_stream());
+    return out;
+  }
   fk::kernels::varlen_attention_cudnn(a, current_stream());
   return out;
 }

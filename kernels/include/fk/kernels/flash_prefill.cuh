@@ -1,0 +1,506 @@
+// Causal variable-length prefill attention (self-attention, THD packed) with optional Gemma 2
+// attention-logit soft-capping and a sliding window, specialised on (Hq, Hkv, D):
+//   q/out [total, Hq, D], k/v [total, Hkv, D] bf16, cu_seqlens [batch + 1] i32 (device).
+// A FlashAttention-2 style kernel on mma.sync tensor cores (sm_80+), with Q K^T on wgmma for the
+// sm_90a target (Note [Prefill wgmma]); tuned on the H100.
+//
+// Note [Prefill soft-capping]
+// Gemma 2 caps every attention logit: after the softmax scale, s becomes
+// softcap * tanh(s / softcap) (softcap = 50). cuDNN's SDPA (fk/kernels/attention.h) cannot run
+// this: its score-modifier hook does not combine with the causal/padding masks that the
+// varlen (ragged) graph needs, so Gemma 2's prefill needs a kernel of its own. The order per
+// score is fixed and matches HF's eager attention and the reference (attention_ref.cuh):
+//   1. s = q·k in fp32 (tensor-core accumulators), times the scale;
+//   2. soft-cap the fp32 score (when softcap > 0);
+//   3. mask (causal, window, past the sequence) by setting the score to -inf, so a masked score
+//      stays -inf whatever the cap (capping first would turn -inf into -softcap, a finite logit);
+//   4. online softmax in fp32 (base 2: log2(e) is folded in after the cap).
+// The tanh is computed as 1 - 2 / (2^(2 x log2 e) + 1) with the fast exp2 and reciprocal: its
+// absolute error (~1e-7) times softcap stays far below a bf16 ulp of the logit, which is not
+// true of the hardware tanh.approx (relative 2^-11, i.e. up to 0.025 on a logit of 50).
+//
+// Note [Prefill tiling]
+// Grid (Hq, batch, query tiles of kBM rows); the tile count comes from max_seqlen on the host
+// (the lengths live on the device) and a CTA past its sequence's length exits at once. The
+// tile index runs backwards in launch order so that the heaviest (last, most keys) tiles of
+// every head and sequence start first. Each of the kWarps warps owns kMT 16-row MMA tiles of
+// the query tile; Q stays in shared memory (read by ldmatrix per k-step). K/V tiles of kBN
+// keys are double-buffered in shared memory with cp.async (tile j + 1 loads while tile j is
+// used); rows past the sequence are zero-filled, so a masked probability (0) never multiplies
+// garbage. Key tiles are walked from the diagonal down to the window's first tile; tiles
+// wholly outside the causal/window band are never loaded, and only tiles crossing the band's
+// edges (the diagonal, the window's lower edge, the sequence end) pay for the mask.
+// Shared rows are 16-byte-chunk XOR swizzled (chunk ^ row % 8), so ldmatrix and the cp.async
+// writes are free of bank conflicts. The output is staged through the Q tile (unused after the
+// last barrier; each warp writes and reads back only its own rows) and stored in 16-byte chunks.
+//
+// Note [Prefill wgmma]
+// With Cfg::kWgmma (the D 128 and 256 defaults), S = Q K^T runs on Hopper's warpgroup MMA
+// (wgmma m64nBNk16, A = Q and B = K straight from shared memory): a warpgroup reads each K tile
+// once for its 64 rows instead of once per 16-row warp, which was the shared-memory bandwidth
+// limit of the all-mma.sync kernel at D 256. Q and K tiles then use wgmma's canonical K-major
+// 128B-swizzle layout ([D / 64][rows][64], 1024-byte aligned; swz_blk), and every thread fences
+// its cp.async writes to the async proxy before the barrier that publishes a tile. The wgmma
+// accumulator layout of a warp equals mma.sync's C layout, so softmax and P V (still mma.sync
+// with ldmatrix.trans: P is in registers, V row-major) are shared with the plain path. P V on
+// wgmma (V as a transposed operand) is the next step towards cuDNN. Without the sm_90a target
+// the kernel falls back to mma.sync for the same tile shape.
+//
+// Window: key j is kept for query i when i - window < j <= i (HF's sliding_window,
+// FlashAttention's window_size (window - 1, 0)); 0 means no window.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "fk/kernels/common.cuh"
+
+namespace fk::kernels {
+
+namespace prefill_detail {
+
+using bf16 = __nv_bfloat16;
+
+/// Tile shape: kBM query rows per CTA, kBN keys per K/V tile, kWarps warps (each owning
+/// kBM / kWarps rows, a multiple of 16). kFastTanh: hardware tanh.approx for the cap (faster,
+/// less accurate; Note [Prefill soft-capping]).
+template <int kD_, int kBM_, int kBN_, int kWarps_, int kMinBlocks_ = 1, bool kFastTanh_ = false, bool kWgmma_ = false>
+struct PrefillCfg {
+  static constexpr int kD = kD_, kBM = kBM_, kBN = kBN_, kWarps = kWarps_, kMinBlocks = kMinBlocks_;
+  static constexpr bool kFastTanh = kFastTanh_;
+  static constexpr bool kWgmma = kWgmma_;  // S = Q K^T on wgmma (Note [Prefill wgmma]); sm_90a only
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kMT = kBM / (16 * kWarps);  // 16-row MMA tiles per warp
+  static constexpr int kNT = kBN / 8;              // 8-key column tiles of S
+  static constexpr int kDT = kD / 8;               // 8-wide column tiles of O
+  static constexpr int kChunks = kD / 8;           // 16-byte chunks per shared row
+  static constexpr int kStages = 2;
+  // + 1024: the wgmma operand tiles need 1024-byte alignment, done by hand in the kernel.
+  static constexpr size_t kSmemBytes = size_t(kBM + 2 * kStages * kBN) * kD * sizeof(bf16) + (kWgmma ? 1024 : 0);
+  static_assert(kD % 64 == 0 && kD <= 256, "D must be 64, 128, 192 or 256 (swizzle needs 8 chunks per row)");
+  static_assert(kMT >= 1 && kBM == kMT * 16 * kWarps, "kBM must be a multiple of 16 * kWarps");
+  static_assert(kBN % 16 == 0, "kBN must be a multiple of 16");
+  static_assert(!kWgmma || (kMT == 1 && kWarps % 4 == 0 && (kBN == 32 || kBN == 64)),
+                "wgmma: one 16-row tile per warp (64 rows per warpgroup), kBN 32 or 64");
+  static_assert((kBN * kChunks) % kThreads == 0 && (kBM * kChunks) % kThreads == 0, "tiles must split evenly over threads");
+};
+
+/// Defaults per head size, measured on the H100 by bench/micro/flash_prefill_micro.cu
+/// (Note [Prefill wgmma]); D 64 keeps the all-mma.sync shape (not yet measured with wgmma).
+template <int kD> struct PrefillDefault;
+template <> struct PrefillDefault<64> { using type = PrefillCfg<64, 128, 64, 4>; };
+template <> struct PrefillDefault<128> { using type = PrefillCfg<128, 64, 64, 4, 1, false, true>; };
+template <> struct PrefillDefault<256> { using type = PrefillCfg<256, 128, 64, 8, 1, false, true>; };
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+/// 16-byte global -> shared copy; `valid` false zero-fills the destination (reads nothing).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kN> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+/// c += a (16x16, row) * b (16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+/// 2^x on the SFU (ex2.approx.ftz: relative error 2^-22; 2^-inf = +0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <bool kFast> __device__ __forceinline__ float softcap_tanh(float x) {
+  if constexpr (kFast) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    // 1 - 2 / (e^(2x) + 1): exact limits (+-1) at +-inf, absolute error ~1e-7 near 0.
+    constexpr float k2Log2e = 2.8853900817779268f;
+    return 1.f - __fdividef(2.f, fast_exp2(x * k2Log2e) + 1.f);
+  }
+}
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FK_PREFILL_HAS_WGMMA 1
+#else
+#define FK_PREFILL_HAS_WGMMA 0
+#endif
+
+/// Element offset of chunk `chunk` of row `row` in a [kD / 64][kRows][64] tile whose 128-byte
+/// rows are 16-byte-chunk XOR swizzled: wgmma's canonical K-major 128B-swizzle layout.
+template <int kRows> __device__ __forceinline__ int swz_blk(int row, int chunk) {
+  return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+#if FK_PREFILL_HAS_WGMMA
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/// K-major operand, 128-byte swizzle, 8-row groups 1024 bytes apart; leading offset unused (1).
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr) {
+  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+/// s (64 x kN, fp32, the mma.sync C layout per warp) += A (64 x 16) * B (kN x 16)^T, both from
+/// shared memory.
+template <int kN> struct WgmmaQK;
+template <> struct WgmmaQK<32> {
+  template <class S> __device__ __forceinline__ static void run(S& s, uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3])
+        : "l"(da), "l"(db), "r"(1));
+  }
+};
+template <> struct WgmmaQK<64> {
+  template <class S> __device__ __forceinline__ static void run(S& s, uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(s[0][0]), "+f"(s[0][1]), "+f"(s[0][2]), "+f"(s[0][3]), "+f"(s[1][0]), "+f"(s[1][1]), "+f"(s[1][2]), "+f"(s[1][3]), "+f"(s[2][0]), "+f"(s[2][1]), "+f"(s[2][2]), "+f"(s[2][3]), "+f"(s[3][0]), "+f"(s[3][1]), "+f"(s[3][2]), "+f"(s[3][3]), "+f"(s[4][0]), "+f"(s[4][1]), "+f"(s[4][2]), "+f"(s[4][3]), "+f"(s[5][0]), "+f"(s[5][1]), "+f"(s[5][2]), "+f"(s[5][3]), "+f"(s[6][0]), "+f"(s[6][1]), "+f"(s[6][2]), "+f"(s[6][3]), "+f"(s[7][0]), "+f"(s[7][1]), "+f"(s[7][2]), "+f"(s[7][3])
+        : "l"(da), "l"(db), "r"(1));
+  }
+};
+#endif  // FK_PREFILL_HAS_WGMMA
+
+/// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kD] tile.
+template <int kD> __device__ __forceinline__ int swz(int row, int chunk) { return row * kD + ((chunk ^ (row & 7)) << 3); }
+
+/// cp.async of kRows rows of kD elements (global row stride `stride`) into a swizzled tile;
+/// rows >= `valid_rows` are zero-filled. Row 0 is always valid (the caller's tile start lies
+/// inside the sequence), so a zero-filled row's dummy source address stays in bounds.
+template <class Cfg, int kRows, bool kBlocked = false>
+__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t stride, int valid_rows) {
+  constexpr int kPer = kRows * Cfg::kChunks / Cfg::kThreads;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * Cfg::kThreads + static_cast<int>(threadIdx.x);
+    const int r = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const bool ok = r < valid_rows;
+    const int off = kBlocked ? swz_blk<kRows>(r, c) : swz<Cfg::kD>(r, c);
+    cp_async16(dst + off * 2, src + (ok ? r : 0) * stride + c * 8, ok);
+  }
+}
+
+/// exp_scale: log2(e) * scale without the cap; with it, the pre-tanh factor scale / softcap
+/// and cap_scale = softcap * log2(e) (Note [Prefill soft-capping]).
+template <class Cfg, int kHq, int kHkv, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                     const bf16* __restrict__ v, const int32_t* __restrict__ cu_seqlens, float score_scale,
+                     float cap_scale, int window) {
+  constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kMT = Cfg::kMT, kNT = Cfg::kNT, kDT = Cfg::kDT;
+  constexpr int kG = kHq / kHkv;
+  static_assert(kHq % kHkv == 0, "Hq must be a multiple of Hkv");
+  // Without the sm_90a target (no wgmma), the same tile shape runs on mma.sync alone.
+  constexpr bool kUseWgmma = Cfg::kWgmma && FK_PREFILL_HAS_WGMMA;
+
+  const int h = blockIdx.x, b = blockIdx.y;
+  const int m_tile = static_cast<int>(gridDim.z - 1 - blockIdx.z);  // heaviest tiles first
+  const int seq0 = cu_seqlens[b];
+  const int len = cu_seqlens[b + 1] - seq0;
+  const int m0 = m_tile * kBM;
+  if (m0 >= len) return;
+  const int kvh = h / kG;
+
+  extern __shared__ __align__(128) unsigned char prefill_smem[];
+  unsigned char* smem_base = prefill_smem;
+  if constexpr (kUseWgmma) smem_base += (1024u - (smem_addr(prefill_smem) & 1023u)) & 1023u;
+  bf16* s_q = reinterpret_cast<bf16*>(smem_base);
+  const uint32_t q_addr = smem_addr(s_q);
+  const uint32_t k_addr = q_addr + kBM * kD * 2;
+  const uint32_t v_addr = k_addr + 2 * kBN * kD * 2;
+  constexpr uint32_t kStageBytes = kBN * kD * 2;
+
+  const int n_hi = (min(m0 + kBM, len) - 1) / kBN;
+  const int n_lo = window > 0 ? max(0, m0 - window + 1) / kBN : 0;
+  const int n_tiles = n_hi - n_lo + 1;
+
+  constexpr int64_t kQStride = static_cast<int64_t>(kHq) * kD, kKVStride = static_cast<int64_t>(kHkv) * kD;
+  load_tile<Cfg, kBM, kUseWgmma>(q_addr, q + (static_cast<int64_t>(seq0 + m0) * kHq + h) * kD, kQStride, len - m0);
+  auto load_kv = [&](int n, int stage) {
+    const int64_t off = (static_cast<int64_t>(seq0 + n * kBN) * kHkv + kvh) * kD;
+    load_tile<Cfg, kBN, kUseWgmma>(k_addr + stage * kStageBytes, k + off, kKVStride, len - n * kBN);
+    load_tile<Cfg, kBN>(v_addr + stage * kStageBytes, v + off, kKVStride, len - n * kBN);
+  };
+  load_kv(n_hi, 0);
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, tig = lane % 4;
+  const int wrow0 = warp * kMT * 16;  // first row of the warp within the tile
+
+  float o[kMT][kDT][4];
+  float row_m[kMT][2], row_l[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[mt][dt][c] = 0.f;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      row_m[mt][hr] = -CUDART_INF_F;
+      row_l[mt][hr] = 0.f;
+    }
+  }
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int n = n_hi - it, stage = it & 1;
+    if (it + 1 < n_tiles) {
+      load_kv(n - 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+#if FK_PREFILL_HAS_WGMMA
+    if constexpr (kUseWgmma) fence_proxy_async_smem();  // cp.async writes -> wgmma's async proxy
+#endif
+    __syncthreads();
+    const uint32_t ks = k_addr + stage * kStageBytes, vs = v_addr + stage * kStageBytes;
+
+    // S = Q K^T (fp32).
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[mt][nt][c] = 0.f;
+    if constexpr (kUseWgmma) {
+#if FK_PREFILL_HAS_WGMMA
+      // Warpgroup wg multiplies its 64 query rows (block layout: rows wg*64.. of every 64-column
+      // block) by the whole key tile; k-step kk is 32 bytes into 64-column block kk / 4.
+      const uint32_t qa = q_addr + (warp / 4) * 64 * 128;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(s[0][nt][c])::"memory");
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        WgmmaQK<kBN>::run(s[0], wgmma_desc(qa + (kk >> 2) * (kBM * 128) + (kk & 3) * 32),
+                          wgmma_desc(ks + (kk >> 2) * (kBN * 128) + (kk & 3) * 32));
+      }
+      wgmma_commit();
+      wgmma_wait0();
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(s[0][nt][c])::"memory");
+#endif
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) ldsm_x4(a[mt], q_addr + swz<kD>(wrow0 + mt * 16 + (lane & 15), kk * 2 + (lane >> 4)) * 2);
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t bk[4];
+          ldsm_x4(bk, ks + swz<kD>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)) * 2);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16_16816(s[mt][2 * np], a[mt], bk[0], bk[1]);
+            mma_bf16_16816(s[mt][2 * np + 1], a[mt], bk[2], bk[3]);
+          }
+        }
+      }
+    }
+
+    // Scale, cap, then mask (Note [Prefill soft-capping]); scores are in log2 units after this.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if constexpr (kSoftcap) s[mt][nt][c] = cap_scale * softcap_tanh<Cfg::kFastTanh>(s[mt][nt][c] * score_scale);
+          else s[mt][nt][c] *= score_scale;
+        }
+    const bool need_mask = n * kBN + kBN - 1 > m0 || (window > 0 && n * kBN <= m0 + kBM - 1 - window);
+    if (need_mask) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int row = m0 + wrow0 + mt * 16 + g + (c >> 1) * 8;
+            const int key = n * kBN + nt * 8 + tig * 2 + (c & 1);
+            if (key > row || (window > 0 && key <= row - window)) s[mt][nt][c] = -CUDART_INF_F;
+          }
+    }
+
+    // Online softmax: a row lives in the 4 lanes of a quad (two rows per lane and MMA tile).
+    // The O rescale (kDT * 4 multiplies per tile) is skipped when no row max of the warp moved,
+    // which is most tiles once a row has seen its largest scores.
+    float alpha[kMT][2];
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = row_m[mt][hr];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hr], s[mt][nt][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -CUDART_INF_F ? 0.f : mx;  // a row with nothing unmasked yet
+        alpha[mt][hr] = fast_exp2(row_m[mt][hr] - base);
+        moved |= mx != row_m[mt][hr];
+        row_m[mt][hr] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float p0 = fast_exp2(s[mt][nt][2 * hr] - base), p1 = fast_exp2(s[mt][nt][2 * hr + 1] - base);
+          s[mt][nt][2 * hr] = p0;
+          s[mt][nt][2 * hr + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_l[mt][hr] = row_l[mt][hr] * alpha[mt][hr] + sum;  // lane-partial; reduced over the quad at the end
+      }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) o[mt][dt][c] *= alpha[mt][c >> 1];
+    }
+
+    // O += P V: the S accumulators of key tiles 2kk, 2kk+1 are the A fragment of k-step kk.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDT / 2; ++dp) {
+        uint32_t bv[4];
+        ldsm_x4_trans(bv, vs + swz<kD>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 2 + (lane >> 4)) * 2);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16_16816(o[mt][2 * dp], a[mt], bv[0], bv[1]);
+          mma_bf16_16816(o[mt][2 * dp + 1], a[mt], bv[2], bv[3]);
+        }
+      }
+    }
+    __syncthreads();  // the stage just read is refilled by the next iteration's prefetch
+  }
+
+  // Normalise and stage the warp's rows in the Q tile (read by no one after the loop's last
+  // barrier; row-major staging, whatever Q's layout was), then store 16 bytes per lane.
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = row_l[mt][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int row = wrow0 + mt * 16 + g + hr * 8;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        *reinterpret_cast<__nv_bfloat162*>(s_q + swz<kD>(row, dt) + tig * 2) =
+            __floats2bfloat162_rn(o[mt][dt][2 * hr] * inv, o[mt][dt][2 * hr + 1] * inv);
+      }
+    }
+  __syncwarp();
+  constexpr int kWarpChunks = kMT * 16 * Cfg::kChunks;
+#pragma unroll
+  for (int i = lane; i < kWarpChunks; i += 32) {
+    const int r = wrow0 + i / Cfg::kChunks, c = i % Cfg::kChunks;
+    if (m0 + r < len) {
+      *reinterpret_cast<uint4*>(out + (static_cast<int64_t>(seq0 + m0 + r) * kHq + h) * kD + c * 8) =
+          *reinterpret_cast<const uint4*>(s_q + swz<kD>(r, c));
+    }
+  }
+}
+
+inline void throw_if_launch_failed(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace prefill_detail
+
+/// flash_prefill with an explicit tile shape (prefill_detail::PrefillCfg); for tuning and the
+/// micro-benchmark. Arguments as flash_prefill.
+template <class Cfg, int kHq, int kHkv>
+void flash_prefill_cfg(void* out, const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
+                       int64_t batch, int64_t max_seqlen, int64_t total_tokens, float softmax_scale, int window,
+                       float softcap, cudaStream_t stream) {
+  using prefill_detail::bf16;
+  if (batch <= 0 || max_seqlen <= 0 || total_tokens <= 0) return;
+  const int64_t m_tiles = (max_seqlen + Cfg::kBM - 1) / Cfg::kBM;
+  if (batch > 65535 || m_tiles > 65535 || max_seqlen > (int64_t{1} << 30))
+    throw std::runtime_error("flash_prefill: batch " + std::to_string(batch) + " or max_seqlen " +
+                             std::to_string(max_seqlen) + " out of range (batch <= 65535, max_seqlen / " +
+                             std::to_string(Cfg::kBM) + " <= 65535)");
+  if (window < 0) throw std::runtime_error("flash_prefill: window must be >= 0, got " + std::to_string(window));
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool capped = softcap > 0.f;
+  auto kernel = capped ? prefill_detail::flash_prefill_kernel<Cfg, kHq, kHkv, true>
+                       : prefill_detail::flash_prefill_kernel<Cfg, kHq, kHkv, false>;
+  // Per launch (cheap) rather than once: the attribute belongs to the current device's context.
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::kSmemBytes));
+  if (e != cudaSuccess) throw std::runtime_error(std::string("flash_prefill: cudaFuncSetAttribute: ") + cudaGetErrorString(e));
+  const dim3 grid(kHq, static_cast<unsigned>(batch), static_cast<unsigned>(m_tiles));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      static_cast<bf16*>(out), static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      cu_seqlens, capped ? softmax_scale / softcap : softmax_scale * kLog2e, capped ? softcap * kLog2e : 0.f, window);
+  prefill_detail::throw_if_launch_failed("flash_prefill");
+}
+
+/// Causal self-attention prefill over a packed batch (Note [Prefill soft-capping], Note
+/// [Prefill tiling]). bf16, contiguous: q/out [total_tokens, kHq, kD], k/v [total_tokens, kHkv,
+/// kD]; cu_seqlens: device [batch + 1] exclusive prefix sums starting at 0 (queries and keys
+/// share them); max_seqlen: the true maximum length (sizes the grid). Query head h reads KV
+/// head h / (kHq / kHkv). window > 0: key j kept for query i when j > i - window; softcap > 0:
+/// scaled scores become softcap * tanh(s / softcap). kD in {64, 128, 256}. Throws
+/// std::runtime_error when the launch fails.
+template <int kHq, int kHkv, int kD>
+void flash_prefill(void* out, const void* q, const void* k, const void* v, const int32_t* cu_seqlens, int64_t batch,
+                   int64_t max_seqlen, int64_t total_tokens, float softmax_scale, int window, float softcap,
+                   cudaStream_t stream) {
+  flash_prefill_cfg<typename prefill_detail::PrefillDefault<kD>::type, kHq, kHkv>(
+      out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream);
+}
+
+}  // namespace fk::kernels
