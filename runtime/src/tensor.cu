@@ -18,6 +18,7 @@ thread_local cudaStream_t g_stream = nullptr;
 std::atomic<bool> g_poison{false};
 std::atomic<bool> g_guard{false};
 std::atomic<bool> g_side_fills{false};
+std::atomic<bool> g_deferred_oom{false};  // an allocation failed while freed blocks were held back
 
 // Note [Caching allocator]
 // Like PyTorch's CUDA caching allocator: freed blocks go to a free list keyed by (stream,
@@ -45,6 +46,7 @@ class CachingAllocator {
       cudaGetLastError();
       release_all();
       err = cudaMalloc(&p, rounded);
+      if (err == cudaErrorMemoryAllocation && deferring()) g_deferred_oom = true;
     }
     if (err != cudaSuccess) throw_cuda_error(err, "cudaMalloc (caching allocator)", __FILE__, __LINE__);
     std::lock_guard<std::mutex> lock(mu_);
@@ -69,6 +71,10 @@ class CachingAllocator {
     if (on) return;
     for (auto& [key, p] : deferred_) free_[key].push_back(p);
     deferred_.clear();
+  }
+  bool deferring() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return defer_;
   }
   void release_all() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -181,6 +187,8 @@ void fill_bytes(void* p, uint8_t v, size_t n, cudaStream_t s) {
 
 void set_guard_allocations(bool on) { g_guard = on; }
 bool guard_allocations() { return g_guard; }
+bool take_deferred_oom() { return g_deferred_oom.exchange(false); }
+
 void set_allocator_side_fills(bool on) {
   if (on) side_stream();  // created now, not inside a gated call
   g_side_fills = on;

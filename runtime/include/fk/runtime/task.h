@@ -129,6 +129,9 @@ std::vector<LiveAllocation> live_guarded_allocations();
 /// While on, the fills fk::empty makes (poison, guards) run on a private stream and complete
 /// before fk::empty returns, instead of on the current stream (Note [Stream gate] in runner.cc).
 void set_allocator_side_fills(bool on);
+/// Whether an allocation ran out of memory while side fills held freed blocks back (and clears
+/// it): the gated call of a case that only fits with block reuse (Note [Stream gate]).
+bool take_deferred_oom();
 
 }  // namespace fk
 
