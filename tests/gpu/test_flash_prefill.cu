@@ -109,6 +109,9 @@ FK_PREFILL_TEST(hq16_hkv8_d256_sw100_softcap50_ragged, 16, 8, 256, kRagged, 100,
 FK_PREFILL_TEST(hq16_hkv8_d256_softcap50_s2048, 16, 8, 256, std::vector<int64_t>{2048}, 0, 50.f)
 FK_PREFILL_TEST(hq16_hkv8_d256_sw100_softcap50_s2048, 16, 8, 256, std::vector<int64_t>{2048}, 100, 50.f)
 FK_PREFILL_TEST(hq16_hkv8_d256_sw1_ragged, 16, 8, 256, kRagged, 1, 50.f)  // each token sees itself only
+// Less than one wave of 128-row CTAs: flash_prefill runs the 64-row wgmma shape instead.
+FK_PREFILL_TEST(hq16_hkv8_d256_softcap50_s300_small_grid, 16, 8, 256, std::vector<int64_t>{300}, 0, 50.f)
+FK_PREFILL_TEST(hq16_hkv8_d256_sw100_small_grid, 16, 8, 256, (std::vector<int64_t>{5, 130}), 100, 0.f)
 // Llama shapes (32/8, D 128).
 FK_PREFILL_TEST(hq32_hkv8_d128_ragged, 32, 8, 128, kRagged, 0, 0.f)
 FK_PREFILL_TEST(hq32_hkv8_d128_softcap50_ragged, 32, 8, 128, kRagged, 0, 50.f)
@@ -143,6 +146,9 @@ FK_PREFILL_CFG_TEST(hq16_hkv8_d256_sw100_softcap50_ragged_wgmma_bm64_bn32, 16, 8
 FK_PREFILL_CFG_TEST(hq16_hkv8_d256_softcap50_ragged_wgmma_bm64_bn64, 16, 8, 256, kRagged, 0, 50.f, 256, 64, 64, 4, 1, false, true)
 FK_PREFILL_CFG_TEST(hq32_hkv8_d128_ragged_wgmma_bm128_bn64, 32, 8, 128, kRagged, 0, 0.f, 128, 128, 64, 8, 1, false, true)
 FK_PREFILL_CFG_TEST(hq4_hkv1_d64_softcap50_ragged_wgmma_bm64_bn64, 4, 1, 64, kRagged, 0, 50.f, 64, 64, 64, 4, 1, false, true)
+// The two-warpgroup pipeline (capped) with 32-key tiles.
+FK_PREFILL_CFG_TEST(hq16_hkv8_d256_sw100_softcap50_ragged_wgmma_bm128_bn32, 16, 8, 256, kRagged, 100, 50.f, 256, 128, 32, 8, 1, false, true)
+FK_PREFILL_CFG_TEST(hq16_hkv8_d256_softcap50_s2048_wgmma_bm128_bn32, 16, 8, 256, std::vector<int64_t>{2048}, 0, 50.f, 256, 128, 32, 8, 1, false, true)
 FK_PREFILL_CFG_TEST(hq16_hkv8_d256_softcap50_ragged_fasttanh, 16, 8, 256, kRagged, 0, 50.f, 256, 128, 64, 8, 1, true, true)
 #undef FK_PREFILL_CFG_TEST
 

@@ -1,8 +1,8 @@
 // Causal variable-length prefill attention (self-attention, THD packed) with optional Gemma 2
 // attention-logit soft-capping and a sliding window, specialised on (Hq, Hkv, D):
 //   q/out [total, Hq, D], k/v [total, Hkv, D] bf16, cu_seqlens [batch + 1] i32 (device).
-// A FlashAttention-2 style kernel on mma.sync tensor cores (sm_80+), with Q K^T on wgmma for the
-// sm_90a target (Note [Prefill wgmma]); tuned on the H100.
+// A FlashAttention-2 style kernel on mma.sync tensor cores (sm_80+), with Q K^T and P V on wgmma
+// for the sm_90a target (Note [Prefill wgmma]); tuned on the H100.
 //
 // Note [Prefill soft-capping]
 // Gemma 2 caps every attention logit: after the softmax scale, s becomes
@@ -29,7 +29,9 @@
 // used); rows past the sequence are zero-filled, so a masked probability (0) never multiplies
 // garbage. Key tiles are walked from the diagonal down to the window's first tile; tiles
 // wholly outside the causal/window band are never loaded, and only tiles crossing the band's
-// edges (the diagonal, the window's lower edge, the sequence end) pay for the mask.
+// edges (the diagonal, the window's lower edge, the sequence end) pay for the mask. One
+// __syncthreads per key tile: after it tile j is visible and every warp is done with tile j - 1,
+// so the prefetch of tile j + 1 into that stage is issued right after the barrier.
 // Shared rows are 16-byte-chunk XOR swizzled (chunk ^ row % 8), so ldmatrix and the cp.async
 // writes are free of bank conflicts. The output is staged through the Q tile (unused after the
 // last barrier; each warp writes and reads back only its own rows) and stored in 16-byte chunks.
@@ -41,10 +43,30 @@
 // limit of the all-mma.sync kernel at D 256. Q and K tiles then use wgmma's canonical K-major
 // 128B-swizzle layout ([D / 64][rows][64], 1024-byte aligned; swz_blk), and every thread fences
 // its cp.async writes to the async proxy before the barrier that publishes a tile. The wgmma
-// accumulator layout of a warp equals mma.sync's C layout, so softmax and P V (still mma.sync
-// with ldmatrix.trans: P is in registers, V row-major) are shared with the plain path. P V on
-// wgmma (V as a transposed operand) is the next step towards cuDNN. Without the sm_90a target
-// the kernel falls back to mma.sync for the same tile shape.
+// accumulator layout of a warp equals mma.sync's C layout, so softmax is shared with the plain
+// path. O += P V is wgmma m64n{D}k16 too: A = P straight from registers (a wgmma A fragment per
+// warp is the mma.sync m16n8k16 A fragment, i.e. the packed S accumulators), B = V from shared
+// memory as an MN-major ("transposed", imm-trans-b 1) operand: V keeps rows = keys (the K
+// dimension) and D contiguous, stored in the same [D / 64][kBN][64] 128B-swizzle blocks as K.
+// For MN-major 128B swizzle the canonical layout is ((8 chunks, m), (8 rows, k)) with strides
+// ((16 B, LBO), (128 B, SBO)): the stride offset (SBO) is 1024 (8-key groups) and the leading
+// offset (LBO) is the distance between 64-column blocks (kBN * 128 bytes); k-step kk starts
+// 16 keys = 2048 bytes in (wgmma_desc_mn). The O accumulator is 64 x D per warpgroup, the
+// registers o[dt][c] as before.
+// Pipelining (kPingpong: 8 warps, sm_90a, capped only): with one barrier per tile both
+// warpgroups would do Q K^T, then softmax (the cap costs 3 MUFU ops per score), then P V in
+// lockstep, leaving the tensor cores idle during the softmax. The second warpgroup therefore
+// runs P V one tile late: it keeps P (bf16 registers) and the V stage of tile j and multiplies
+// them after the next barrier, so its P V overlaps the first warpgroup's softmax and vice versa.
+// Since it still reads tile j's stage in iteration j + 1, it alone issues the prefetch of tile
+// j + 2 into that stage, after that P V completes (wgmma.wait_group 0); after the loop it runs
+// the last tile's P V. Measured on the H100 (bench/micro/flash_prefill_micro.cu) this gains
+// ~7% with the cap and loses ~7% without it, hence capped only.
+// Short prompts: when the 128-row CTAs of the D 256 default would be less than one wave
+// (Hq * batch * ceil(max_seqlen / 128) <= SM count), flash_prefill runs 64-row, one-warpgroup
+// CTAs (PrefillCfg<256, 64, 64, 4>) instead (1x1024, 16 heads: 54 -> 44 us).
+// Without the sm_90a target the kernel falls back to mma.sync for the same tile shape (V then
+// row-major swizzled, read by ldmatrix.trans).
 //
 // Window: key j is kept for query i when i - window < j <= i (HF's sliding_window,
 // FlashAttention's window_size (window - 1, 0)); 0 means no window.
@@ -85,8 +107,8 @@ struct PrefillCfg {
   static_assert(kD % 64 == 0 && kD <= 256, "D must be 64, 128, 192 or 256 (swizzle needs 8 chunks per row)");
   static_assert(kMT >= 1 && kBM == kMT * 16 * kWarps, "kBM must be a multiple of 16 * kWarps");
   static_assert(kBN % 16 == 0, "kBN must be a multiple of 16");
-  static_assert(!kWgmma || (kMT == 1 && kWarps % 4 == 0 && (kBN == 32 || kBN == 64)),
-                "wgmma: one 16-row tile per warp (64 rows per warpgroup), kBN 32 or 64");
+  static_assert(!kWgmma || (kMT == 1 && kWarps % 4 == 0 && (kBN == 32 || kBN == 64) && kD != 192),
+                "wgmma: one 16-row tile per warp (64 rows per warpgroup), kBN 32 or 64, D 64, 128 or 256");
   static_assert((kBN * kChunks) % kThreads == 0 && (kBM * kChunks) % kThreads == 0, "tiles must split evenly over threads");
 };
 
@@ -190,6 +212,44 @@ template <> struct WgmmaQK<64> {
         : "l"(da), "l"(db), "r"(1));
   }
 };
+/// MN-major (transposed) B operand in the same [kD / 64][rows][64] 128B-swizzle layout: rows
+/// are the K (key) dimension, 8-key groups 1024 bytes apart (stride offset) and 64-column blocks
+/// `block_bytes` apart (leading offset); Note [Prefill wgmma].
+__device__ __forceinline__ uint64_t wgmma_desc_mn(uint32_t saddr, uint32_t block_bytes) {
+  return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(block_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+/// o (64 x kN, fp32, the mma.sync C layout per warp) += A (64 x 16, registers: the mma.sync
+/// m16n8k16 A fragment of each warp's 16 rows) * B (16 x kN, MN-major in shared memory).
+template <int kN> struct WgmmaPV;
+template <> struct WgmmaPV<64> {
+  template <class O> __device__ __forceinline__ static void run(O& o, const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  }
+};
+template <> struct WgmmaPV<128> {
+  template <class O> __device__ __forceinline__ static void run(O& o, const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]), "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]), "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]), "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]), "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  }
+};
+template <> struct WgmmaPV<256> {
+  template <class O> __device__ __forceinline__ static void run(O& o, const uint32_t (&a)[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]), "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]), "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]), "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]), "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]), "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3]), "+f"(o[16][0]), "+f"(o[16][1]), "+f"(o[16][2]), "+f"(o[16][3]), "+f"(o[17][0]), "+f"(o[17][1]), "+f"(o[17][2]), "+f"(o[17][3]), "+f"(o[18][0]), "+f"(o[18][1]), "+f"(o[18][2]), "+f"(o[18][3]), "+f"(o[19][0]), "+f"(o[19][1]), "+f"(o[19][2]), "+f"(o[19][3]), "+f"(o[20][0]), "+f"(o[20][1]), "+f"(o[20][2]), "+f"(o[20][3]), "+f"(o[21][0]), "+f"(o[21][1]), "+f"(o[21][2]), "+f"(o[21][3]), "+f"(o[22][0]), "+f"(o[22][1]), "+f"(o[22][2]), "+f"(o[22][3]), "+f"(o[23][0]), "+f"(o[23][1]), "+f"(o[23][2]), "+f"(o[23][3]), "+f"(o[24][0]), "+f"(o[24][1]), "+f"(o[24][2]), "+f"(o[24][3]), "+f"(o[25][0]), "+f"(o[25][1]), "+f"(o[25][2]), "+f"(o[25][3]), "+f"(o[26][0]), "+f"(o[26][1]), "+f"(o[26][2]), "+f"(o[26][3]), "+f"(o[27][0]), "+f"(o[27][1]), "+f"(o[27][2]), "+f"(o[27][3]), "+f"(o[28][0]), "+f"(o[28][1]), "+f"(o[28][2]), "+f"(o[28][3]), "+f"(o[29][0]), "+f"(o[29][1]), "+f"(o[29][2]), "+f"(o[29][3]), "+f"(o[30][0]), "+f"(o[30][1]), "+f"(o[30][2]), "+f"(o[30][3]), "+f"(o[31][0]), "+f"(o[31][1]), "+f"(o[31][2]), "+f"(o[31][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  }
+};
+
 #endif  // FK_PREFILL_HAS_WGMMA
 
 /// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][kD] tile.
@@ -198,12 +258,15 @@ template <int kD> __device__ __forceinline__ int swz(int row, int chunk) { retur
 /// cp.async of kRows rows of kD elements (global row stride `stride`) into a swizzled tile;
 /// rows >= `valid_rows` are zero-filled. Row 0 is always valid (the caller's tile start lies
 /// inside the sequence), so a zero-filled row's dummy source address stays in bounds.
-template <class Cfg, int kRows, bool kBlocked = false>
-__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t stride, int valid_rows) {
-  constexpr int kPer = kRows * Cfg::kChunks / Cfg::kThreads;
+/// kLoaders threads (tid 0 .. kLoaders - 1) share the copy.
+template <class Cfg, int kRows, bool kBlocked = false, int kLoaders = Cfg::kThreads>
+__device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t stride, int valid_rows,
+                                          int tid = static_cast<int>(threadIdx.x)) {
+  static_assert((kRows * Cfg::kChunks) % kLoaders == 0, "tile must split evenly over the loaders");
+  constexpr int kPer = kRows * Cfg::kChunks / kLoaders;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    const int idx = i * Cfg::kThreads + static_cast<int>(threadIdx.x);
+    const int idx = i * kLoaders + tid;
     const int r = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
     const bool ok = r < valid_rows;
     const int off = kBlocked ? swz_blk<kRows>(r, c) : swz<Cfg::kD>(r, c);
@@ -223,6 +286,8 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
   static_assert(kHq % kHkv == 0, "Hq must be a multiple of Hkv");
   // Without the sm_90a target (no wgmma), the same tile shape runs on mma.sync alone.
   constexpr bool kUseWgmma = Cfg::kWgmma && FK_PREFILL_HAS_WGMMA;
+  // Two warpgroups, capped: the second one runs P V one tile late (Note [Prefill wgmma]).
+  constexpr bool kPingpong = kUseWgmma && Cfg::kWarps == 8 && kSoftcap;
 
   const int h = blockIdx.x, b = blockIdx.y;
   const int m_tile = static_cast<int>(gridDim.z - 1 - blockIdx.z);  // heaviest tiles first
@@ -250,7 +315,14 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
   auto load_kv = [&](int n, int stage) {
     const int64_t off = (static_cast<int64_t>(seq0 + n * kBN) * kHkv + kvh) * kD;
     load_tile<Cfg, kBN, kUseWgmma>(k_addr + stage * kStageBytes, k + off, kKVStride, len - n * kBN);
-    load_tile<Cfg, kBN>(v_addr + stage * kStageBytes, v + off, kKVStride, len - n * kBN);
+    load_tile<Cfg, kBN, kUseWgmma>(v_addr + stage * kStageBytes, v + off, kKVStride, len - n * kBN);
+  };
+  // With kPingpong the prefetch is the lagging (second) warpgroup's alone.
+  auto load_kv_wg1 = [&](int n, int stage) {
+    const int64_t off = (static_cast<int64_t>(seq0 + n * kBN) * kHkv + kvh) * kD;
+    const int tid = static_cast<int>(threadIdx.x) - 128;
+    load_tile<Cfg, kBN, kUseWgmma, 128>(k_addr + stage * kStageBytes, k + off, kKVStride, len - n * kBN, tid);
+    load_tile<Cfg, kBN, kUseWgmma, 128>(v_addr + stage * kStageBytes, v + off, kKVStride, len - n * kBN, tid);
   };
   load_kv(n_hi, 0);
   cp_async_commit();
@@ -274,19 +346,54 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
     }
   }
 
+  [[maybe_unused]] const bool lagging = kPingpong && warp >= 4;
+  [[maybe_unused]] uint32_t p_keep[kBN / 16][4];  // lagging warpgroup: P of the previous tile
+  [[maybe_unused]] uint32_t v_keep = 0;           // ... and its V stage
+#if FK_PREFILL_HAS_WGMMA
+  // O += P V on wgmma: A = P from registers, B = V (MN-major: keys are rows, D contiguous);
+  // k-step kk starts 16 keys (2048 bytes) into every 64-column block.
+  auto pv_wgmma = [&](const uint32_t (&a)[kBN / 16][4], uint32_t vsa) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(o[0][dt][c])::"memory");
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) WgmmaPV<kD>::run(o[0], a[kk], wgmma_desc_mn(vsa + kk * 2048, kBN * 128));
+    wgmma_commit();
+    wgmma_wait0();
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) asm volatile("" : "+f"(o[0][dt][c])::"memory");
+  };
+#endif
+
   for (int it = 0; it < n_tiles; ++it) {
     const int n = n_hi - it, stage = it & 1;
-    if (it + 1 < n_tiles) {
-      load_kv(n - 1, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    // One barrier per tile: it publishes tile `it` and also tells every thread that all of them
+    // are done with tile it - 1, whose stage the prefetch below then refills.
+    cp_async_wait<0>();
 #if FK_PREFILL_HAS_WGMMA
     if constexpr (kUseWgmma) fence_proxy_async_smem();  // cp.async writes -> wgmma's async proxy
 #endif
     __syncthreads();
+    if constexpr (kPingpong) {
+#if FK_PREFILL_HAS_WGMMA
+      // The lagging warpgroup first finishes the previous tile's P V (its tensor-core work then
+      // overlaps the other warpgroup's softmax), and only then refills that tile's stage.
+      if (lagging) {
+        if (it > 0) pv_wgmma(p_keep, v_keep);
+        if (it + 1 < n_tiles) {
+          load_kv_wg1(n - 1, stage ^ 1);
+          cp_async_commit();
+        }
+      }
+#endif
+    } else if (it + 1 < n_tiles) {
+      load_kv(n - 1, stage ^ 1);
+      cp_async_commit();
+    }
     const uint32_t ks = k_addr + stage * kStageBytes, vs = v_addr + stage * kStageBytes;
 
     // S = Q K^T (fp32).
@@ -400,6 +507,27 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
     }
 
     // O += P V: the S accumulators of key tiles 2kk, 2kk+1 are the A fragment of k-step kk.
+    if constexpr (kUseWgmma) {
+#if FK_PREFILL_HAS_WGMMA
+      uint32_t a[kBN / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        a[kk][0] = pack_bf16(s[0][2 * kk][0], s[0][2 * kk][1]);
+        a[kk][1] = pack_bf16(s[0][2 * kk][2], s[0][2 * kk][3]);
+        a[kk][2] = pack_bf16(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        a[kk][3] = pack_bf16(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+      if (lagging) {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) p_keep[kk][r] = a[kk][r];
+        v_keep = vs;
+      } else {
+        pv_wgmma(a, vs);
+      }
+#endif
+    } else {
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
       uint32_t a[kMT][4];
@@ -421,8 +549,14 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
         }
       }
     }
-    __syncthreads();  // the stage just read is refilled by the next iteration's prefetch
+    }
   }
+#if FK_PREFILL_HAS_WGMMA
+  if constexpr (kPingpong) {
+    if (lagging) pv_wgmma(p_keep, v_keep);  // the last tile's P V (its stage is not refilled)
+  }
+#endif
+  __syncthreads();  // every warp is done with Q (and K/V) before the output is staged over Q
 
   // Normalise and stage the warp's rows in the Q tile (read by no one after the loop's last
   // barrier; row-major staging, whatever Q's layout was), then store 16 bytes per lane.
@@ -499,7 +633,18 @@ template <int kHq, int kHkv, int kD>
 void flash_prefill(void* out, const void* q, const void* k, const void* v, const int32_t* cu_seqlens, int64_t batch,
                    int64_t max_seqlen, int64_t total_tokens, float softmax_scale, int window, float softcap,
                    cudaStream_t stream) {
-  flash_prefill_cfg<typename prefill_detail::PrefillDefault<kD>::type, kHq, kHkv>(
+  using Def = typename prefill_detail::PrefillDefault<kD>::type;
+  if constexpr (Def::kBM == 128 && Def::kWgmma) {
+    // Less than one wave of 128-row CTAs (short prompts): 64-row CTAs fill the GPU better.
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+        kHq * batch * ((max_seqlen + 127) / 128) <= sms) {
+      flash_prefill_cfg<prefill_detail::PrefillCfg<kD, 64, 64, 4, 1, false, true>, kHq, kHkv>(
+          out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream);
+      return;
+    }
+  }
+  flash_prefill_cfg<Def, kHq, kHkv>(
       out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream);
 }
 
