@@ -6,8 +6,6 @@
 // Level 2 task `gemma_mlp_h1152_i6912_nobias_bf16`: mirrors vllm.model_executor.models.gemma2.Gemma2MLP / gemma3.Gemma3MLP.
 #pragma once
 
-#include <string_view>
-
 #include "fk/tasks/llama.h"
 #include "L1/merged_column_parallel_linear_k1152_n6912_6912_nobias_bf16.h"
 #include "L1/gelu_tanh_and_mul_i6912_bf16.h"

@@ -6,8 +6,6 @@
 // Level 2 task `llama_mlp_h3072_i8192_nobias_bf16`: mirrors vllm.model_executor.models.llama.LlamaMLP.
 #pragma once
 
-#include <string_view>
-
 #include "fk/tasks/llama.h"
 #include "L1/merged_column_parallel_linear_k3072_n8192_8192_nobias_bf16.h"
 #include "L1/silu_and_mul_i8192_bf16.h"

@@ -7,8 +7,6 @@
 // Level 2 task `llama_mlp_h4096_i14336_nobias_bf16`: mirrors vllm.model_executor.models.llama.LlamaMLP.
 #pragma once
 
-#include <string_view>
-
 #include "fk/tasks/llama.h"
 #include "L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h"
 #include "L1/silu_and_mul_i14336_bf16.h"

@@ -124,6 +124,9 @@ template <class T> __device__ T __shfl_sync(unsigned mask, T var, int srcLane, i
 template <class T> __device__ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32);
 template <class T> __device__ T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32);
 __device__ unsigned __ballot_sync(unsigned mask, int pred);
+__device__ int __any_sync(unsigned mask, int pred);
+__device__ int __all_sync(unsigned mask, int pred);
+__device__ size_t __cvta_generic_to_shared(const void* ptr);
 __device__ float __expf(float);
 __device__ float __logf(float);
 __device__ float __fdividef(float, float);
