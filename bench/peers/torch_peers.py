@@ -101,9 +101,9 @@ def fused_add_rms_norm_native(x, res, w, eps):
     return (z * torch.rsqrt(var + eps)).to(x.dtype) * w, res_out
 
 
-def qk_norm_native(q, k, qw, kw, d, eps):
-    qh = rms_norm_native(q.view(q.shape[0], -1, d), qw, eps).view(q.shape)
-    kh = rms_norm_native(k.view(k.shape[0], -1, d), kw, eps).view(k.shape)
+def qk_norm_native(q, k, qw, kw, d, eps, norm=rms_norm_native):
+    qh = norm(q.view(q.shape[0], -1, d), qw, eps).view(q.shape)
+    kh = norm(k.view(k.shape[0], -1, d), kw, eps).view(k.shape)
     return qh, kh
 
 
@@ -116,12 +116,6 @@ def gemma_rms_norm_native(x, w, eps):
 def gemma_fused_add_rms_norm_native(x, res, w, eps):
     z = (x.float() + res.float()).to(x.dtype)
     return gemma_rms_norm_native(z, w, eps), z
-
-
-def gemma_qk_norm_native(q, k, qw, kw, d, eps):
-    qh = gemma_rms_norm_native(q.view(q.shape[0], -1, d), qw, eps).view(q.shape)
-    kh = gemma_rms_norm_native(k.view(k.shape[0], -1, d), kw, eps).view(k.shape)
-    return qh, kh
 
 
 def gelu_tanh_and_mul_native(x):
@@ -328,39 +322,20 @@ def build(kind, name, dims, use_compile):
         add_peers(peers, fn_native, args_sets, use_compile, tag)
 
     T = dims.get("num_tokens")
-    if kind == "rms_norm" or kind == "fused_add_rms_norm":
+    if kind in ("rms_norm", "fused_add_rms_norm", "gemma_rms_norm", "gemma_fused_add_rms_norm"):
+        gemma = kind.startswith("gemma_")  # GemmaRMSNorm: weight used as 1 + w
         h, eps = g(r".*rms_norm_h(\d+)_eps([^_]+)_", name)
         h, eps = int(h), float(eps)
-        w = torch.randn(h, device=dev, dtype=dtype)
-        n = nsets_for(T * h * 2 * (2 if kind != "rms_norm" else 1))
-        if kind == "rms_norm":
+        w = (0.1 if gemma else 1.0) * torch.randn(h, device=dev, dtype=dtype)
+        fused = "fused_add" in kind
+        n = nsets_for(T * h * 2 * (2 if fused else 1))
+        if not fused:
             sets = [(torch.randn(T, h, device=dev, dtype=dtype), w, eps) for _ in range(n)]
-            add(rms_norm_native, sets)
+            add(gemma_rms_norm_native if gemma else rms_norm_native, sets)
         else:
             sets = [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, eps)
                     for _ in range(n)]
-            add(fused_add_rms_norm_native, sets)
-        return peers, n
-    if kind in ("gemma_rms_norm", "gemma_fused_add_rms_norm"):
-        h, eps = g(r".*rms_norm_h(\d+)_eps([^_]+)_", name)
-        h, eps = int(h), float(eps)
-        w = 0.1 * torch.randn(h, device=dev, dtype=dtype)
-        n = nsets_for(T * h * 2 * (2 if kind != "gemma_rms_norm" else 1))
-        if kind == "gemma_rms_norm":
-            add(gemma_rms_norm_native, [(torch.randn(T, h, device=dev, dtype=dtype), w, eps) for _ in range(n)])
-        else:
-            add(gemma_fused_add_rms_norm_native,
-                [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, eps)
-                 for _ in range(n)])
-        return peers, n
-    if kind == "gemma_qk_norm":
-        hq, hkv, d, eps = g(r"gemma_qk_norm_hq(\d+)_hkv(\d+)_d(\d+)_eps([^_]+)_", name)
-        hq, hkv, d, eps = int(hq), int(hkv), int(d), float(eps)
-        qw, kw = 0.1 * torch.randn(d, device=dev, dtype=dtype), 0.1 * torch.randn(d, device=dev, dtype=dtype)
-        n = nsets_for(T * (hq + hkv) * d * 2)
-        sets = [(torch.randn(T, hq * d, device=dev, dtype=dtype), torch.randn(T, hkv * d, device=dev, dtype=dtype),
-                 qw, kw, d, eps) for _ in range(n)]
-        add(gemma_qk_norm_native, sets)
+            add(gemma_fused_add_rms_norm_native if gemma else fused_add_rms_norm_native, sets)
         return peers, n
     if kind == "gelu_tanh_and_mul":
         (i_,) = g(r"gelu_tanh_and_mul_i(\d+)_", name)
@@ -375,13 +350,16 @@ def build(kind, name, dims, use_compile):
         n = nsets_for(T * h * 2 * 2)
         add(scaled_embedding_native, [(torch.randint(0, v, (T,), device=dev), w, scale) for _ in range(n)])
         return peers, n
-    if kind == "qk_norm":
-        hq, hkv, d, eps = g(r"qk_norm_hq(\d+)_hkv(\d+)_d(\d+)_eps([^_]+)_", name)
+    if kind in ("qk_norm", "gemma_qk_norm"):
+        gemma = kind == "gemma_qk_norm"
+        hq, hkv, d, eps = g(r"(?:gemma_)?qk_norm_hq(\d+)_hkv(\d+)_d(\d+)_eps([^_]+)_", name)
         hq, hkv, d, eps = int(hq), int(hkv), int(d), float(eps)
-        qw, kw = torch.randn(d, device=dev, dtype=dtype), torch.randn(d, device=dev, dtype=dtype)
+        ws = 0.1 if gemma else 1.0
+        qw, kw = ws * torch.randn(d, device=dev, dtype=dtype), ws * torch.randn(d, device=dev, dtype=dtype)
         n = nsets_for(T * (hq + hkv) * d * 2)
+        norm = gemma_rms_norm_native if gemma else rms_norm_native
         sets = [(torch.randn(T, hq * d, device=dev, dtype=dtype), torch.randn(T, hkv * d, device=dev, dtype=dtype),
-                 qw, kw, d, eps) for _ in range(n)]
+                 qw, kw, d, eps, norm) for _ in range(n)]
         add(qk_norm_native, sets)
         return peers, n
     if kind == "rotary_embedding":

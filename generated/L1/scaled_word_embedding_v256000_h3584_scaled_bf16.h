@@ -31,6 +31,8 @@ class ScaledWordEmbedding {
              "scaled_word_embedding_v256000_h3584_scaled_bf16 is specialised on num_embeddings 256000, embedding_dim 3584");
   }
   fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward<Config>(input_, weight); }
+  /// The factor rows are multiplied by (0: none), for references.
+  static float embed_scale() { return fk::tasks::embed_scale_of<Config>(); }
 
   int64_t num_embeddings;
   int64_t embedding_dim;

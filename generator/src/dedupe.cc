@@ -20,7 +20,8 @@ namespace {
 // The content two same-named tasks must agree on, as (key, value) lines for the message.
 std::vector<std::pair<std::string, std::string>> content(const Task& t) {
   std::vector<std::pair<std::string, std::string>> c = {
-      {"kind", t.kind}, {"template", t.template_name}, {"level", std::to_string(t.level)},
+      {"kind", t.kind}, {"template", t.template_name}, {"source template", t.source_template_name},
+      {"level", std::to_string(t.level)},
       {"production", t.production}, {"dtype", t.dtype}};
   for (const auto& [slot, child] : t.children) c.emplace_back("child " + slot, child.empty() ? "none" : child);
   c.insert(c.end(), t.placeholders.begin(), t.placeholders.end());
@@ -33,6 +34,7 @@ Task make_task(const KindSpec& k, const Params& params, const std::string& dtype
   t.name = k.name(params, dtype_suffix(dtype));
   t.kind = k.kind;
   t.template_name = k.template_name;
+  t.source_template_name = k.source_template_name;
   t.level = k.level;
   t.production = k.production(params);
   t.source = task_source(k.level, t.name);

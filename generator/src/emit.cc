@@ -39,9 +39,11 @@ std::string join_keys(const Bindings& b) {
 
 }  // namespace
 
-std::vector<std::string> template_paths(const std::string& name) {
-  return {"templates/" + name + ".h.mustache", "templates/" + name + ".cu.mustache"};
+std::vector<std::string> template_paths(const std::string& name, const std::string& source_name) {
+  return {"templates/" + name + ".h.mustache", "templates/" + (source_name.empty() ? name : source_name) + ".cu.mustache"};
 }
+
+std::vector<std::string> template_paths(const Task& t) { return template_paths(t.template_name, t.source_template_name); }
 
 std::optional<std::vector<std::string>> render_templates(const std::vector<TemplateText>& files, const Bindings& values,
                                                          Diagnostics& diag) {
@@ -92,7 +94,7 @@ std::string banner(const Task& t) {
     first = false;
   }
   for (const auto& d : t.descriptors) b += "\n//   descriptor " + d + ",";
-  auto templates = template_paths(t.template_name);
+  auto templates = template_paths(t);
   b += "\n//   template " + templates[0] + ",";
   b += "\n//   template " + templates[1] + ".";
   b += "\n// Do not edit: regenerate with `fastkernels generate`.";
@@ -125,7 +127,7 @@ std::string manifest_json(const TaskSet& set) {
     json task = {{"name", name},
                  {"kind", t.kind},
                  {"level", t.level},
-                 {"templates", template_paths(t.template_name)},
+                 {"templates", template_paths(t)},
                  {"header", t.header},
                  {"source", t.source},
                  {"production", t.production},
@@ -162,17 +164,19 @@ OutputTree emit(const TaskSet& set, const TemplateLoader& load, Diagnostics& dia
   std::set<std::string> failed_templates;                       // report a bad template pair once
   for (const auto& [name, t] : set.tasks) {
     std::vector<TemplateText> files;
-    for (const auto& path : template_paths(t.template_name)) {
+    const std::vector<std::string> paths = template_paths(t);
+    const std::string pair = paths[0] + " + " + paths[1];
+    for (const auto& path : paths) {
       auto it = templates.find(path);
       if (it == templates.end()) it = templates.emplace(path, load(path)).first;
       if (it->second) files.push_back({path, *it->second});
       else missing[path].push_back(name);
     }
-    if (files.size() != 2 || failed_templates.count(t.template_name)) continue;
+    if (files.size() != 2 || failed_templates.count(pair)) continue;
     Diagnostics local;
     auto text = render_templates(files, task_bindings(t), local);
     if (!text) {
-      failed_templates.insert(t.template_name);
+      failed_templates.insert(pair);
       for (const auto& e : local.errors()) diag.error(e + " [rendering task " + name + "]");
       continue;
     }

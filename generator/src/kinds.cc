@@ -756,6 +756,7 @@ KindSpec gemma_decoder_layer_kind() {
                                {"mlp", "GemmaMLP", ""},
                                {"post_feedforward_layernorm", "GemmaRMSNorm", ""}},
                               layer_params(), false);
+  k.source_template_name = "llama_decoder_layer";
   k.name = [](const Params& p, const std::string& dt) { return "gemma_decoder_layer_" + layer_spelling(p) + "_" + dt; };
   return k;
 }
@@ -777,6 +778,7 @@ KindSpec gemma_for_causal_lm_kind() {
                                {"norm", "GemmaRMSNorm", ""},
                                {"lm_head", "ParallelLMHead", ""}},
                               ps, false);
+  k.source_template_name = "llama_for_causal_lm";
   k.name = [](const Params& p, const std::string& dt) {
     const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
     if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};

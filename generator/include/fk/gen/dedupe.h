@@ -20,6 +20,7 @@ struct Task {
   std::string name;
   std::string kind;
   std::string template_name;
+  std::string source_template_name;  ///< KindSpec's (empty: template_name)
   int level = 1;
   std::string production;
   std::string source;  ///< generated/L<level>/<name>.cu

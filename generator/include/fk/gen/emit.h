@@ -36,8 +36,11 @@ struct TemplateText {
 std::optional<std::vector<std::string>> render_templates(const std::vector<TemplateText>& files, const Bindings& values,
                                                          Diagnostics& diag);
 
-/// The kind's templates, header first: templates/<name>.h.mustache, templates/<name>.cu.mustache.
-std::vector<std::string> template_paths(const std::string& template_name);
+/// The kind's templates, header first: templates/<name>.h.mustache, templates/<name>.cu.mustache
+/// (templates/<source_name>.cu.mustache when source_name is given).
+std::vector<std::string> template_paths(const std::string& template_name, const std::string& source_name = "");
+/// A task's two templates (template_paths of its kind's names).
+std::vector<std::string> template_paths(const Task& t);
 
 /// Every placeholder a task's templates receive (common ones first, then the kind's).
 Bindings task_bindings(const Task& t);

@@ -73,6 +73,9 @@ struct SlotSpec {
 struct KindSpec {
   std::string kind;           ///< e.g. fused_add_rms_norm
   std::string template_name;  ///< templates/<template_name>.h.mustache + .cu.mustache
+  /// The source (.cu) template when it is another kind's (the registration is the same: a
+  /// gemma_decoder_layer registers like a llama_decoder_layer); empty: template_name's.
+  std::string source_template_name;
   int level = 1;
   std::string class_name;     ///< the task's module class, e.g. RMSNorm
   std::vector<SlotSpec> slots;  ///< composite kinds only, in placeholder order

@@ -673,10 +673,9 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
     TaskRoutingGuard routing(&routing_);
     auto& m = model_->model;
     constexpr bool kGemma = IsGemmaModel<Cfg>::value;
-    // Gemma: embeddings times sqrt(hidden) rounded to the model dtype, GemmaRMSNorm final norm,
-    // soft-capped logits (Note [Gemma model] in templates/gemma_for_causal_lm.h.mustache).
-    const float embed_scale = kGemma ? static_cast<float>(T(std::sqrt(static_cast<float>(Cfg::hidden_size)))) : 0.f;
-    Tensor h = ref::embedding(ids_, m.embed_tokens.weight, embed_scale), res;
+    // Gemma: scaled embeddings (the embedding's own factor), GemmaRMSNorm final norm, soft-capped
+    // logits (Note [Gemma model] in templates/gemma_for_causal_lm.h.mustache).
+    Tensor h = ref::embedding(ids_, m.embed_tokens.weight, m.embed_tokens.embed_scale()), res;
     m.for_each_layer([&](auto& layer) {
       std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
       h = hr.first;
