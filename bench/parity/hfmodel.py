@@ -18,7 +18,8 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
+                         "gpt_oss")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -74,7 +75,8 @@ def load_config(arch, layers=None, root=None):
     d["num_hidden_layers"] = n
     if isinstance(d.get("layer_types"), list):
         d["layer_types"] = d["layer_types"][:n]
-    for k in ("torch_dtype", "dtype", "transformers_version", "architectures"):
+    # quantization_config: gpt-oss ships MXFP4 experts; parity runs the bf16 model (random weights).
+    for k in ("torch_dtype", "dtype", "transformers_version", "architectures", "quantization_config"):
         d.pop(k, None)
     cfg = AutoConfig.for_model(mt, **d)
     cfg.architectures = None
@@ -97,6 +99,25 @@ def build_model(cfg, dtype, device, attn="sdpa"):
 # runtime/include/fk/tasks/llama.h): the fused tensor is the parts stacked along rows, in this order.
 FUSED_PARTS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
                "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+
+
+# HF parameters stored transposed relative to the fk_model contract, which keeps vLLM's [E, n, k]
+# expert layout: gpt-oss's experts.gate_up_proj is [E, H, 2I] (ours [E, 2I, H], the same
+# interleaved gate/up columns as rows) and experts.down_proj [E, I, H] (ours [E, H, I]).
+TRANSPOSED_PARAMS = {"gpt_oss": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
+# HF parameters the contract stores in fp32 (vLLM keeps attention sinks in fp32).
+FP32_PARAMS = ("self_attn.sinks",)
+
+
+def transpose_parts(model_type, expected_shapes, weights):
+    """weights with every TRANSPOSED_PARAMS tensor of `model_type` transposed (last two dims)
+    when that makes its shape the one the model expects."""
+    out = dict(weights)
+    for name, t in weights.items():
+        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(model_type, ())) and name in expected_shapes:
+            if tuple(t.shape) != expected_shapes[name] and tuple(t.transpose(-1, -2).shape) == expected_shapes[name]:
+                out[name] = t.transpose(-1, -2).contiguous()
+    return out
 
 
 def fuse_parts(expected, weights):
@@ -126,6 +147,8 @@ def check_and_load(model, weights, tied=None):
     sd = model.state_dict()
     expected = set(sd)
     weights = fuse_parts(expected, weights)
+    weights = transpose_parts(str(getattr(model.config, "model_type", "")), {k: tuple(v.shape) for k, v in sd.items()},
+                              weights)
     have = set(weights)
     problems = []
     if tied:
@@ -143,8 +166,9 @@ def check_and_load(model, weights, tied=None):
         w = weights[k]
         if tuple(w.shape) != tuple(sd[k].shape):
             problems.append(f"{k}: shape {tuple(w.shape)} != expected {tuple(sd[k].shape)}")
-        if w.dtype != torch.bfloat16:
-            problems.append(f"{k}: dtype {w.dtype}, contract says bf16")
+        want = torch.float32 if k.endswith(FP32_PARAMS) else torch.bfloat16
+        if w.dtype != want:
+            problems.append(f"{k}: dtype {w.dtype}, contract says {str(want).replace('torch.', '')}")
     if problems:
         raise WeightsError("weights do not match the model: " + "; ".join(problems))
     full = dict(weights)
@@ -173,8 +197,11 @@ def random_weights(model, seed, std=None):
         shape = tuple(p.shape)
         if name.endswith("norm.weight"):
             t = (0.0 if gemma else 1.0) + 0.1 * torch.randn(shape, generator=g)
-        elif name.endswith(".bias"):
+        elif name.endswith(".bias") or name.endswith("_bias"):
             t = 0.1 * torch.randn(shape, generator=g)
+        elif name.endswith("sinks"):
+            out[name] = torch.randn(shape, generator=g)  # f32, as the contract stores them
+            continue
         elif name == "model.embed_tokens.weight":
             t = torch.randn(shape, generator=g) * (shape[-1] ** -0.5 if gemma else 1.0)
         else:
@@ -215,7 +242,9 @@ class RouterCapture:
 
     def __init__(self, model):
         self.outs = {}
-        gates = [getattr(getattr(layer, "mlp", None), "gate", None) for layer in model.model.layers]
+        # mlp.gate (Mixtral, Qwen3-MoE) or mlp.router (gpt-oss)
+        gates = [getattr(getattr(layer, "mlp", None), "gate", None) or getattr(getattr(layer, "mlp", None), "router", None)
+                 for layer in model.model.layers]
         self.active = bool(gates) and all(g is not None and hasattr(g, "top_k") for g in gates)
         self.n = len(gates) if self.active else 0
         self.handles = [g.register_forward_hook(self._hook(i)) for i, g in enumerate(gates)] if self.active else []

@@ -17,6 +17,7 @@ struct Config {
   static constexpr double softmax_scale = 0.08838834764831845;
   static constexpr int64_t sliding_window = 0;  ///< keys attended, own included; 0: none
   static constexpr double softcap = 0;  ///< scores s -> softcap * tanh(s / softcap); 0: none
+  static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   using scalar_t = fk::bf16;
 };
 
@@ -24,24 +25,26 @@ struct Config {
 ///   __init__(num_heads, num_kv_heads, head_dim) /
 ///   forward(q [B, Hq, D], k_cache [B, max_len, Hkv, D], v_cache, cache_seqlens [B] i32)
 ///   -> out [B, Hq, D] (one query token per sequence, attending to cache_seqlens[b] tokens, the
-///   last sliding_window of them when sliding_window > 0).
+///   last sliding_window of them when sliding_window > 0); with Config::sinks, s_aux = sinks.
 class FlashAttnDecode {
  public:
   FlashAttnDecode(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
       : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale),
-        sliding_window(Config::sliding_window), logits_soft_cap(Config::softcap) {
+        sliding_window(Config::sliding_window), logits_soft_cap(Config::softcap),
+        sinks(Config::sinks ? fk::empty({num_heads}, fk::DType::kF32) : fk::Tensor()) {
     FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
              "flash_attn_decode_hq28_hkv4_d128_bf16 is specialised on num_heads 28, num_kv_heads 4, head_dim 128");
   }
   fk::Tensor forward(const fk::Tensor& q, const fk::Tensor& k_cache, const fk::Tensor& v_cache,
                      const fk::Tensor& cache_seqlens) {
-    return fk::tasks::flash_attn_decode_forward<Config>(q, k_cache, v_cache, cache_seqlens);
+    return fk::tasks::flash_attn_decode_forward<Config>(q, k_cache, v_cache, cache_seqlens, sinks);
   }
 
   int64_t num_heads, num_kv_heads, head_dim;
   double softmax_scale;
   int64_t sliding_window;  ///< vLLM Attention.sliding_window (0 here for None)
   double logits_soft_cap;  ///< vLLM Attention.logits_soft_cap (0 here for None)
+  fk::Tensor sinks;  ///< vLLM FlashAttentionImpl.sinks (s_aux): f32 [num_heads] when Config::sinks, else undefined
 };
 
 }  // namespace fk::generated::flash_attn_decode_hq28_hkv4_d128_bf16

@@ -17,6 +17,7 @@ struct Config {
   static constexpr double softmax_scale = 0.0625;
   static constexpr int64_t sliding_window = 0;  ///< keys attended, own included; 0: none
   static constexpr double softcap = 0;  ///< scores s -> softcap * tanh(s / softcap); 0: none
+  static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   using scalar_t = fk::bf16;
 };
 
@@ -24,24 +25,27 @@ struct Config {
 ///   __init__(num_heads, num_kv_heads, head_dim) /
 ///   forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], cu_seqlens_q, cu_seqlens_k,
 ///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal; window_size
-///   (sliding_window - 1, 0) when sliding_window > 0 (Note [Sliding window] in fk/tasks/attention.h).
+///   (sliding_window - 1, 0) when sliding_window > 0 (Note [Sliding window] in fk/tasks/attention.h);
+///   with Config::sinks, s_aux = sinks (Note [Attention sinks]).
 class FlashAttnPrefill {
  public:
   FlashAttnPrefill(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
       : num_heads(num_heads), num_kv_heads(num_kv_heads), head_dim(head_dim), softmax_scale(Config::softmax_scale),
-        sliding_window(Config::sliding_window), logits_soft_cap(Config::softcap) {
+        sliding_window(Config::sliding_window), logits_soft_cap(Config::softcap),
+        sinks(Config::sinks ? fk::empty({num_heads}, fk::DType::kF32) : fk::Tensor()) {
     FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
              "flash_attn_prefill_hq4_hkv1_d256_causal_bf16 is specialised on num_heads 4, num_kv_heads 1, head_dim 256");
   }
   fk::Tensor forward(const fk::Tensor& q, const fk::Tensor& k, const fk::Tensor& v, const fk::Tensor& cu_seqlens_q,
                      const fk::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
-    return fk::tasks::flash_attn_prefill_forward<Config>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k);
+    return fk::tasks::flash_attn_prefill_forward<Config>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks);
   }
 
   int64_t num_heads, num_kv_heads, head_dim;
   double softmax_scale;
   int64_t sliding_window;  ///< vLLM Attention.sliding_window (0 here for None)
   double logits_soft_cap;  ///< vLLM Attention.logits_soft_cap (0 here for None)
+  fk::Tensor sinks;  ///< vLLM FlashAttentionImpl.sinks (s_aux): f32 [num_heads] when Config::sinks, else undefined
 };
 
 }  // namespace fk::generated::flash_attn_prefill_hq4_hkv1_d256_causal_bf16

@@ -13,11 +13,15 @@ namespace fk::generated::gelu_tanh_and_mul_i14336_bf16 {
 struct Config {
   static constexpr int64_t intermediate_size = 14336;
   static constexpr fk::kernels::GatedAct activation = fk::kernels::GatedAct::kGeluTanh;
+  static constexpr double alpha = 0;  // kSwigluOai: sigmoid(alpha * gate) (0 otherwise)
+  static constexpr double limit = 0;  // kSwigluOai: gate <= limit, |up| <= limit (0 otherwise)
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.layers.activation.GeluAndMul(approximate='tanh'):
-///   __init__() / forward(x [..., 2 * intermediate_size]) -> act(x[..., :d]) * x[..., d:].
+///   __init__() / forward(x [..., 2 * intermediate_size]) -> act(x[..., :d]) * x[..., d:]; for
+///   SwigluOAIAndMul the halves interleave: gate x[..., 0::2], up x[..., 1::2], and the result is
+///   (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g) with g = min(gate, limit).
 class GeluAndMul {
  public:
   GeluAndMul() = default;

@@ -13,6 +13,7 @@ namespace fk::generated::moe_grouped_gemm_e8_top2_n4096_k14336_perslot_weighted_
 struct Config {
   static constexpr int64_t num_experts = 8;
   static constexpr int64_t top_k = 2;
+  static constexpr bool bias = false;  // per-expert bias [E, n] added before the routed weight (gpt-oss)
   static constexpr int64_t n = 4096;
   static constexpr int64_t k = 14336;
   /// false: A has one row per token (the w13 GEMM reads hidden_states[slot / top_k]);
@@ -24,16 +25,16 @@ struct Config {
 
 /// Mirrors vLLM's fused_moe_kernel as invoke_fused_moe_kernel launches it (bf16, no quantisation):
 ///   forward(A, w [E, n, k], topk_weights [T, K] f32, sorted_token_ids, expert_ids,
-///           num_tokens_post_padded, block_m) -> C [T * K, n].
+///           num_tokens_post_padded, block_m, bias [E, n] (when Config::bias; vLLM's B_bias)) -> C [T * K, n].
 class MoeGroupedGemm {
  public:
   MoeGroupedGemm() = default;
   explicit MoeGroupedGemm(fk::tasks::FromConfig) {}
   fk::Tensor forward(const fk::Tensor& a, const fk::Tensor& w, const fk::Tensor& topk_weights,
                      const fk::Tensor& sorted_token_ids, const fk::Tensor& expert_ids,
-                     const fk::Tensor& num_tokens_post_padded, int64_t block_m) {
+                     const fk::Tensor& num_tokens_post_padded, int64_t block_m, const fk::Tensor& bias = fk::Tensor()) {
     return fk::tasks::moe_grouped_gemm_forward<Config>(a, w, topk_weights, sorted_token_ids, expert_ids,
-                                                       num_tokens_post_padded, block_m);
+                                                       num_tokens_post_padded, block_m, bias);
   }
 };
 

@@ -23,6 +23,7 @@ struct Config {
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
   static constexpr double softmax_scale = 0.0625;  // the attention children's scale
   static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
+  static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   using scalar_t = fk::bf16;
 };
 
@@ -39,7 +40,9 @@ class AttentionOProj {
   AttentionOProj(int64_t num_heads, int64_t head_size, int64_t num_kv_heads, int64_t hidden_size, bool bias_o_proj)
       : attn_prefill(num_heads, num_kv_heads, head_size),
         attn_decode(num_heads, num_kv_heads, head_size),
-        o_proj(num_heads * head_size, hidden_size, bias_o_proj) {}
+        o_proj(num_heads * head_size, hidden_size, bias_o_proj) {
+    fk::tasks::share_sinks(*this);
+  }
   explicit AttentionOProj(fk::tasks::FromConfig)
       : AttentionOProj(Config::num_heads, Config::head_dim, Config::num_kv_heads, Config::hidden_size, Config::o_proj_bias) {}
 
@@ -50,6 +53,7 @@ class AttentionOProj {
   /// HF transformers names under `prefix` (e.g. "model.layers.0.self_attn.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) {
     fk::tasks::add_linear(out, o_proj, {fk::tasks::Part(prefix + "o_proj", Config::hidden_size)});
+    fk::tasks::add_sinks(out, *this, prefix);
   }
 
   AttnPrefill attn_prefill;

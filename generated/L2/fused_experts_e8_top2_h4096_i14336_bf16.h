@@ -21,6 +21,8 @@ struct Config {
   static constexpr int64_t moe_intermediate_size = 14336;
   static constexpr int64_t num_experts = 8;
   static constexpr int64_t top_k = 2;
+  static constexpr double swiglu_limit = 0;  // > 0: SwigluOAIAndMul experts clamped at it (gpt-oss); 0: SiluAndMul
+  static constexpr bool expert_bias = false;  // the expert GEMMs add per-expert biases
   using scalar_t = fk::bf16;
 };
 
@@ -40,8 +42,10 @@ class FusedExperts {
   explicit FusedExperts(fk::tasks::FromConfig) {}
 
   fk::Tensor forward(const fk::Tensor& hidden_states, const fk::Tensor& w13_weight, const fk::Tensor& w2_weight,
-                     const fk::Tensor& topk_weights, const fk::Tensor& topk_ids) {
-    return fk::tasks::fused_experts_forward<Config>(*this, hidden_states, w13_weight, w2_weight, topk_weights, topk_ids);
+                     const fk::Tensor& topk_weights, const fk::Tensor& topk_ids, const fk::Tensor& w1_bias = fk::Tensor(),
+                     const fk::Tensor& w2_bias = fk::Tensor()) {
+    return fk::tasks::fused_experts_forward<Config>(*this, hidden_states, w13_weight, w2_weight, topk_weights, topk_ids,
+                                                    w1_bias, w2_bias);
   }
 
   MoeAlign moe_align;

@@ -41,6 +41,7 @@ struct Config {
   static constexpr int64_t sliding_window = 2047;  // attention window in keys (0: none)
   static constexpr double softmax_scale = 0.10206207261596575;  // the attention children's scale
   static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
+  static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   using scalar_t = fk::bf16;
 };
 
@@ -66,7 +67,9 @@ class LlamaAttention {
         rotary_emb(Config::head_dim, Config::rotary_dim, max_position_embeddings, rope_theta, Config::is_neox_style),
         attn_prefill(num_heads, num_kv_heads, Config::head_dim),
         attn_decode(num_heads, num_kv_heads, Config::head_dim),
-        o_proj(num_heads * Config::head_dim, hidden_size, bias_o_proj) {}
+        o_proj(num_heads * Config::head_dim, hidden_size, bias_o_proj) {
+    fk::tasks::share_sinks(*this);
+  }
   explicit LlamaAttention(fk::tasks::FromConfig)
       : LlamaAttention(Config::hidden_size, Config::num_heads, Config::num_kv_heads, Config::rope_theta,
                        Config::max_position, Config::qkv_bias, Config::o_proj_bias) {}
@@ -80,6 +83,7 @@ class LlamaAttention {
   void named_parameters(const std::string& prefix, fk::ParamList& out) {
     fk::tasks::add_qkv_params<Config>(out, *this, prefix);
     fk::tasks::add_linear(out, o_proj, {fk::tasks::Part(prefix + "o_proj", Config::hidden_size)});
+    fk::tasks::add_sinks(out, *this, prefix);
   }
 
   QKVProj qkv_proj;

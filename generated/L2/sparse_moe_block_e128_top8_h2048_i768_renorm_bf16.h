@@ -19,6 +19,9 @@ struct Config {
   static constexpr int64_t moe_intermediate_size = 768;
   static constexpr int64_t num_experts = 128;
   static constexpr int64_t top_k = 8;
+  static constexpr double swiglu_limit = 0;  // > 0: SwigluOAIAndMul experts clamped at it (gpt-oss); 0: SiluAndMul
+  static constexpr bool expert_bias = false;  // the expert GEMMs add per-expert biases
+  static constexpr bool router_bias = false;  // the router (gate) linear has a bias
   static constexpr bool renormalize = true;
   using scalar_t = fk::bf16;
 };
@@ -34,14 +37,20 @@ class SparseMoeBlock {
   using Experts = fk::generated::fused_experts_e128_top8_h2048_i768_bf16::FusedExperts;  // fused_experts_e128_top8_h2048_i768_bf16
   static constexpr int kTopK = static_cast<int>(Config::top_k);
   static constexpr bool kRenormalize = Config::renormalize;
+  static constexpr double kSwigluLimit = Config::swiglu_limit;  // > 0: SwigluOAIAndMul experts
 
   explicit SparseMoeBlock(fk::tasks::FromConfig)
-      : gate(Config::hidden_size, Config::num_experts, false),
+      : gate(Config::hidden_size, Config::num_experts, Config::router_bias),
         router(Config::top_k, Config::renormalize),
         w13_weight(fk::empty({Config::num_experts, 2 * Config::moe_intermediate_size, Config::hidden_size},
                              fk::dtype_of<Config::scalar_t>)),
         w2_weight(fk::empty({Config::num_experts, Config::hidden_size, Config::moe_intermediate_size},
-                            fk::dtype_of<Config::scalar_t>)) {}
+                            fk::dtype_of<Config::scalar_t>)) {
+    if constexpr (Config::expert_bias) {
+      w13_bias = fk::empty({Config::num_experts, 2 * Config::moe_intermediate_size}, fk::dtype_of<Config::scalar_t>);
+      w2_bias = fk::empty({Config::num_experts, Config::hidden_size}, fk::dtype_of<Config::scalar_t>);
+    }
+  }
 
   fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::sparse_moe_forward<Config>(*this, hidden_states); }
 
@@ -53,6 +62,7 @@ class SparseMoeBlock {
   Experts experts;
   fk::Tensor w13_weight;
   fk::Tensor w2_weight;
+  fk::Tensor w13_bias, w2_bias;  ///< [E, 2I], [E, H] when Config::expert_bias (gpt-oss), else undefined
 };
 
 }  // namespace fk::generated::sparse_moe_block_e128_top8_h2048_i768_renorm_bf16

@@ -39,9 +39,13 @@ struct Config {
   static constexpr int64_t sliding_window = 0;  // attention window in keys (0: none)
   static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
   static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
+  static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   static constexpr int64_t moe_intermediate_size = 14336;
   static constexpr int64_t num_experts = 8;
   static constexpr int64_t top_k = 2;
+  static constexpr double swiglu_limit = 0;  // > 0: SwigluOAIAndMul experts clamped at it (gpt-oss); 0: SiluAndMul
+  static constexpr bool expert_bias = false;  // the expert GEMMs add per-expert biases
+  static constexpr bool router_bias = false;  // the router (gate) linear has a bias
   static constexpr bool renormalize = true;
   /// The active MLP width per token (top_k experts), for FLOP and activation estimates.
   static constexpr int64_t intermediate_size = top_k * moe_intermediate_size;

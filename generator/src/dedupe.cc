@@ -2,6 +2,7 @@
 #include "fk/gen/dedupe.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "fk/gen/format.h"
 
@@ -14,6 +15,21 @@ std::string task_source(int level, const std::string& name) {
 std::string task_include(int level, const std::string& name) { return "L" + std::to_string(level) + "/" + name + ".h"; }
 
 std::string task_header(int level, const std::string& name) { return "generated/" + task_include(level, name); }
+
+// Note [Long task names]: a spelled name over kMaxTaskName characters keeps its first
+// kMaxTaskName - 32 characters and ends in `_x` + 16 hex digits of the FNV-1a hash of the whole
+// spelling + the dtype suffix. File names derive from task names and the CUDA toolchain's
+// temporaries add ~40 characters to them, which must stay under the file system's 255.
+std::string bounded_task_name(const std::string& spelled, const std::string& dtype) {
+  if (spelled.size() <= kMaxTaskName) return spelled;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : spelled) h = (h ^ c) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::string head = spelled.substr(0, kMaxTaskName - 32);
+  while (!head.empty() && head.back() == '_') head.pop_back();
+  return head + "_x" + hex + "_" + dtype;
+}
 
 namespace {
 
@@ -31,7 +47,7 @@ std::vector<std::pair<std::string, std::string>> content(const Task& t) {
 // The facts of a task that follow from its kind and parameters alone. Throws GenError.
 Task make_task(const KindSpec& k, const Params& params, const std::string& dtype) {
   Task t;
-  t.name = k.name(params, dtype_suffix(dtype));
+  t.name = bounded_task_name(k.name(params, dtype_suffix(dtype)), dtype_suffix(dtype));
   t.kind = k.kind;
   t.template_name = k.template_name;
   t.source_template_name = k.source_template_name;

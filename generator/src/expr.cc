@@ -244,7 +244,26 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
         double x = as_double(args[0]), y = as_double(args[1]);
         return n.name == "min" ? std::min(x, y) : std::max(x, y);
       }
-      throw GenError{"unknown function '" + n.name + "' (known: float, max, min, pow, select)"};
+      // Lists (layer_types, mlp_only_layers) are held as their comma-joined items ("" when empty).
+      if (n.name == "len" || n.name == "item") {
+        want(n.name == "len" ? 1 : 2);
+        if (args[0].index() != 4) throw GenError{n.name + "() needs a list (a string of comma-joined items), got " + value_to_display(args[0])};
+        std::vector<std::string> items;
+        const std::string& text = std::get<std::string>(args[0]);
+        for (size_t start = 0; !text.empty();) {
+          const size_t comma = text.find(',', start);
+          items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        if (n.name == "len") return static_cast<int64_t>(items.size());
+        if (args[1].index() != 2) throw GenError{"item() needs an integer index, got " + value_to_display(args[1])};
+        const int64_t i = std::get<int64_t>(args[1]);
+        if (i < 0 || i >= static_cast<int64_t>(items.size()))
+          throw GenError{"item() index " + std::to_string(i) + " out of range (the list has " + std::to_string(items.size()) + " items)"};
+        return items[static_cast<size_t>(i)];
+      }
+      throw GenError{"unknown function '" + n.name + "' (known: float, item, len, max, min, pow, select)"};
     }
     case ExprNode::kBinary: break;
   }

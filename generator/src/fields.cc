@@ -23,6 +23,7 @@ const std::vector<FieldSpec>& field_table() {
         {"max_position_embeddings", FieldType::kPosInt, {"n_positions"}, "longest position"},
         {"decoder_sparse_step", FieldType::kPosInt, {}, "every n-th layer is sparse (MoE); qwen3_moe"},
         {"max_window_layers", FieldType::kNonNegInt, {}, "layers below this use sliding-window attention (qwen2)"},
+        {"layer_types", FieldType::kStringList, {}, "per-layer attention: \"sliding_attention\" or \"full_attention\" (gpt_oss)"},
         {"mlp_bias", FieldType::kBool, {}, "MLP projections carry a bias"},
         {"mlp_only_layers", FieldType::kIntList, {}, "layers with a dense MLP instead of experts (qwen3_moe)"},
         {"model_type", FieldType::kString, {}, "HF model type, selects the descriptor"},
@@ -30,13 +31,14 @@ const std::vector<FieldSpec>& field_table() {
         {"norm_topk_prob", FieldType::kBool, {}, "renormalise the top-k routing weights to sum to 1"},
         {"num_attention_heads", FieldType::kPosInt, {"n_head", "num_heads", "n_heads"}, "query heads"},
         {"num_experts", FieldType::kPosInt, {"num_local_experts", "n_routed_experts"}, "routed experts"},
-        {"num_experts_per_tok", FieldType::kPosInt, {"moe_topk"}, "experts per token"},
+        {"num_experts_per_tok", FieldType::kPosInt, {"moe_topk", "experts_per_token"}, "experts per token"},
         {"num_hidden_layers", FieldType::kPosInt, {"n_layer", "num_layers", "n_layers"}, "decoder layers"},
         {"num_key_value_heads", FieldType::kPosInt, {"num_kv_heads", "n_head_kv", "n_kv_heads"}, "key/value heads (GQA)"},
         {"rms_norm_eps", FieldType::kPosNumber, {"norm_eps"}, "RMSNorm epsilon"},
         {"rope_scaling", FieldType::kRopeScaling, {}, "RoPE scaling (llama3, linear, yarn) or null"},
         {"rope_theta", FieldType::kPosNumber, {"rotary_emb_base", "rope_base"}, "RoPE base"},
         {"sliding_window", FieldType::kIntOrNull, {}, "sliding-window size or null"},
+        {"swiglu_limit", FieldType::kPosNumber, {}, "clamp of the experts' SwiGLU gate and up halves (gpt_oss)"},
         {"tie_word_embeddings", FieldType::kBool, {}, "lm_head shares the embedding weight"},
         {"torch_dtype", FieldType::kDType, {"dtype"}, "parameter dtype"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
@@ -79,7 +81,7 @@ const std::map<std::string, std::vector<std::string>>& rope_scaling_keys() {
       {"default", {}},
       {"linear", {"factor"}},
       {"llama3", {"factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"}},
-      {"yarn", {"beta_fast", "beta_slow", "factor", "original_max_position_embeddings"}},
+      {"yarn", {"beta_fast", "beta_slow", "factor", "original_max_position_embeddings", "truncate"}},
   };
   return keys;
 }

@@ -152,10 +152,10 @@ std::string rope_spelling(const Params& p, const char* base_key) {
     scaling = "llama3_f" + nf(F(p, "scaling_factor")) + "_lf" + nf(F(p, "low_freq_factor")) + "_hf" +
               nf(F(p, "high_freq_factor")) + "_omp" + i2s(I(p, "original_max_position"));
   else if (st == "linear") scaling = "linear_f" + nf(F(p, "scaling_factor"));
-  else if (st == "yarn")
-    scaling = "yarn_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
+  else if (st == "yarn" || st == "yarn_notrunc")
+    scaling = st + "_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
               nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
-  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn)"};
+  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn, yarn_notrunc)"};
   return "rot" + i2s(I(p, "rotary_dim")) + "_pos" + i2s(I(p, "max_position")) + "_base" + nf(F(p, base_key)) + "_" +
          scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
 }
@@ -163,7 +163,8 @@ std::string rope_spelling(const Params& p, const char* base_key) {
 // The C++ enumerator of a rope scaling type.
 std::string rope_scaling_enum(const std::string& type) {
   static const std::map<std::string, std::string> enum_name = {
-      {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"}};
+      {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"},
+      {"yarn_notrunc", "kYarnNoTrunc"}};
   return "fk::tasks::RopeScaling::" + enum_name.at(type);
 }
 
@@ -186,7 +187,8 @@ KindSpec rotary_kind() {
     static const std::map<std::string, std::string> cls = {{"none", "RotaryEmbedding"},
                                                            {"llama3", "Llama3RotaryEmbedding"},
                                                            {"linear", "LinearScalingRotaryEmbedding"},
-                                                           {"yarn", "YaRNScalingRotaryEmbedding"}};
+                                                           {"yarn", "YaRNScalingRotaryEmbedding"},
+                                                           {"yarn_notrunc", "YaRNScalingRotaryEmbedding(truncate=False)"}};
     return "vllm.model_executor.layers.rotary_embedding." + cls.at(S(p, "scaling_type"));
   };
   k.placeholders = [](const Params& p) {
@@ -209,23 +211,39 @@ KindSpec rotary_kind() {
   return k;
 }
 
-// silu_and_mul and gelu_tanh_and_mul (GeluAndMul(approximate="tanh"), Gemma) share
-// templates/silu_and_mul.
-KindSpec silu_kind(bool gelu_tanh = false) {
+// silu_and_mul, gelu_tanh_and_mul (GeluAndMul(approximate="tanh"), Gemma) and
+// swigluoai_and_mul (vLLM SwigluOAIAndMul, gpt-oss experts: interleaved gate/up halves, clamped,
+// (up + 1) * gate * sigmoid(alpha * gate)) share templates/silu_and_mul.
+enum class ActKind { kSilu, kGeluTanh, kSwigluOai };
+KindSpec silu_kind(ActKind act = ActKind::kSilu) {
   KindSpec k;
-  k.kind = gelu_tanh ? "gelu_tanh_and_mul" : "silu_and_mul";
+  const bool oai = act == ActKind::kSwigluOai;
+  k.kind = act == ActKind::kSilu ? "silu_and_mul" : act == ActKind::kGeluTanh ? "gelu_tanh_and_mul" : "swigluoai_and_mul";
   k.template_name = "silu_and_mul";
-  k.class_name = gelu_tanh ? "GeluAndMul" : "SiluAndMul";
+  k.class_name = act == ActKind::kSilu ? "SiluAndMul" : act == ActKind::kGeluTanh ? "GeluAndMul" : "SwigluOAIAndMul";
   k.params = {{"intermediate_size", ParamType::kInt}};
+  if (oai) k.params.insert(k.params.end(), {{"alpha", ParamType::kFloat}, {"limit", ParamType::kFloat}});
   std::string prefix = k.kind;
-  k.name = [prefix](const Params& p, const std::string& dt) { return prefix + "_i" + i2s(I(p, "intermediate_size")) + "_" + dt; };
-  k.production = [gelu_tanh](const Params&) {
-    return std::string("vllm.model_executor.layers.activation.") +
-           (gelu_tanh ? "GeluAndMul(approximate='tanh')" : "SiluAndMul");
+  k.name = [prefix, oai](const Params& p, const std::string& dt) {
+    std::string extra;
+    if (oai) {
+      if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))
+        throw GenError{"swigluoai_and_mul needs alpha > 0 and limit > 0, got " + cf(F(p, "alpha")) + ", " + cf(F(p, "limit"))};
+      extra = "_a" + nf(F(p, "alpha")) + "_lim" + nf(F(p, "limit"));
+    }
+    return prefix + "_i" + i2s(I(p, "intermediate_size")) + extra + "_" + dt;
   };
-  k.placeholders = [gelu_tanh, cls = k.class_name](const Params& p) {
+  k.production = [act](const Params&) {
+    return std::string("vllm.model_executor.layers.activation.") +
+           (act == ActKind::kSilu ? "SiluAndMul" : act == ActKind::kGeluTanh ? "GeluAndMul(approximate='tanh')" : "SwigluOAIAndMul");
+  };
+  k.placeholders = [act, oai, cls = k.class_name](const Params& p) {
     return PH{{"intermediate_size", i2s(I(p, "intermediate_size"))},
-              {"activation", gelu_tanh ? "fk::kernels::GatedAct::kGeluTanh" : "fk::kernels::GatedAct::kSilu"},
+              {"activation", act == ActKind::kSilu       ? "fk::kernels::GatedAct::kSilu"
+                             : act == ActKind::kGeluTanh ? "fk::kernels::GatedAct::kGeluTanh"
+                                                         : "fk::kernels::GatedAct::kSwigluOai"},
+              {"alpha", oai ? cf(F(p, "alpha")) : "0"},
+              {"limit", oai ? cf(F(p, "limit")) : "0"},
               {"class_name", cls}};
   };
   k.cases = [](const Params&) { return token_cases(false); };
@@ -380,6 +398,8 @@ std::string attn_extra_spelling(const Params& p) {
   const double c = F(p, "softcap");
   if (c < 0) throw GenError{"softcap must be >= 0 (0: none), got " + cf(c)};
   if (c > 0) out += "_cap" + nf(c);
+  auto sinks = p.find("sinks");
+  if (sinks != p.end() && std::get<bool>(sinks->second)) out += "_sinks";
   return out;
 }
 
@@ -390,7 +410,7 @@ KindSpec attn_kind(bool prefill) {
   k.params = {{"num_heads", ParamType::kInt},       {"num_kv_heads", ParamType::kInt},
               {"head_dim", ParamType::kInt},        {"softmax_scale", ParamType::kFloat},
               {"sliding_window", ParamType::kInt},  {"softcap", ParamType::kFloat},
-              {"max_position", ParamType::kInt, /*is_constant=*/false}};
+              {"sinks", ParamType::kBool},          {"max_position", ParamType::kInt, /*is_constant=*/false}};
   k.name = [prefill](const Params& p, const std::string& dt) {
     return std::string(prefill ? "flash_attn_prefill" : "flash_attn_decode") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
            i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal" : "") + window_spelling(p) +
@@ -402,7 +422,8 @@ KindSpec attn_kind(bool prefill) {
   k.placeholders = [](const Params& p) {
     return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
               {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))},
-              {"sliding_window", i2s(I(p, "sliding_window"))}, {"softcap", cf(F(p, "softcap"))}};
+              {"sliding_window", i2s(I(p, "sliding_window"))}, {"softcap", cf(F(p, "softcap"))},
+              {"sinks", b2s(B(p, "sinks"))}};
   };
   k.cases = [prefill](const Params& p) {
     return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
@@ -489,10 +510,12 @@ KindSpec moe_grouped_gemm_kind() {
   k.kind = k.template_name = "moe_grouped_gemm";
   k.class_name = "MoeGroupedGemm";
   k.params = {{"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt},      {"n", ParamType::kInt},
-              {"k", ParamType::kInt},           {"per_slot_rows", ParamType::kBool}, {"mul_routed_weight", ParamType::kBool}};
+              {"k", ParamType::kInt},           {"per_slot_rows", ParamType::kBool}, {"mul_routed_weight", ParamType::kBool},
+              {"bias", ParamType::kBool}};
   k.name = [](const Params& p, const std::string& dt) {
     return "moe_grouped_gemm_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_n" + i2s(I(p, "n")) + "_k" +
-           i2s(I(p, "k")) + (B(p, "per_slot_rows") ? "_perslot" : "") + (B(p, "mul_routed_weight") ? "_weighted" : "") + "_" + dt;
+           i2s(I(p, "k")) + (B(p, "per_slot_rows") ? "_perslot" : "") + (B(p, "mul_routed_weight") ? "_weighted" : "") +
+           (B(p, "bias") ? "_bias" : "") + "_" + dt;
   };
   k.production = [](const Params&) {
     return "vllm.model_executor.layers.fused_moe.fused_moe.invoke_fused_moe_kernel (fused_moe_kernel)";
@@ -500,7 +523,8 @@ KindSpec moe_grouped_gemm_kind() {
   k.placeholders = [](const Params& p) {
     return PH{{"num_experts", i2s(I(p, "num_experts"))}, {"top_k", i2s(I(p, "top_k"))},
               {"n", i2s(I(p, "n"))},                     {"k", i2s(I(p, "k"))},
-              {"per_slot_rows", b2s(B(p, "per_slot_rows"))}, {"mul_routed_weight", b2s(B(p, "mul_routed_weight"))}};
+              {"per_slot_rows", b2s(B(p, "per_slot_rows"))}, {"mul_routed_weight", b2s(B(p, "mul_routed_weight"))},
+              {"bias", b2s(B(p, "bias"))}};
   };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
@@ -562,10 +586,44 @@ PS qkv_rope_params() {
 }
 PS attention_params() {
   return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}, {"sliding_window", ParamType::kInt},
-                                    {"softmax_scale", ParamType::kFloat}, {"softcap", ParamType::kFloat}});
+                                    {"softmax_scale", ParamType::kFloat}, {"softcap", ParamType::kFloat},
+                                    {"sinks", ParamType::kBool}});
 }
 PS layer_params() {
   return concat(attention_params(), {{"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}});
+}
+
+// A layer pattern as the C++ string literal of one letter per layer: 'S' for
+// "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
+std::string layer_pattern(const std::string& layer_types) {
+  std::string out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = layer_types.find(',', start);
+    const std::string t = layer_types.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (t == "sliding_attention") out += 'S';
+    else if (t == "full_attention") out += 'F';
+    else throw GenError{"layer_types item " + i2s(static_cast<int64_t>(out.size())) + " is " + json_quote(t) +
+                        ", expected \"sliding_attention\" or \"full_attention\""};
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+// The pattern as names spell it: the shortest repeating unit and its count (`SFx12`), or the whole
+// pattern when it does not repeat.
+std::string layer_pattern_spelling(const std::string& pat) {
+  for (size_t unit = 1; unit <= pat.size(); ++unit) {
+    if (pat.size() % unit) continue;
+    bool ok = true;
+    for (size_t i = unit; i < pat.size() && ok; ++i) ok = pat[i] == pat[i - unit];
+    if (ok) return pat.substr(0, unit) + "x" + i2s(static_cast<int64_t>(pat.size() / unit));
+  }
+  return pat;
+}
+std::string string_param_placeholder(const std::string& name, const std::string& value) {
+  if (name == "layer_types") return cpp_string_literal(layer_pattern(value));
+  return cpp_string_literal(value);
 }
 
 // A composite kind's own placeholders: every constant parameter, in order, as a C++ constant
@@ -581,7 +639,9 @@ std::function<PH(const Params&)> constant_placeholders(PS params, bool eps_needs
       switch (ps.type) {
         case ParamType::kInt: out.emplace_back(ps.name, i2s(I(p, n))); break;
         case ParamType::kBool: out.emplace_back(ps.name, b2s(B(p, n))); break;
-        case ParamType::kString: out.emplace_back(ps.name, rope_scaling_enum(S(p, n))); break;
+        case ParamType::kString:
+          out.emplace_back(ps.name, ps.name == "scaling_type" ? rope_scaling_enum(S(p, n)) : string_param_placeholder(ps.name, S(p, n)));
+          break;
         case ParamType::kFloat:
           out.emplace_back(ps.name, eps_needs_qk_norm && ps.name == "rms_norm_eps" && !B(p, "qk_norm") ? "0" : cf(F(p, n)));
           break;
@@ -656,7 +716,8 @@ KindSpec attention_o_proj_kind() {
                               {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
                                {"hidden_size", ParamType::kInt}, {"o_proj_bias", ParamType::kBool},
                                {"sliding_window", ParamType::kInt}, {"softmax_scale", ParamType::kFloat},
-                               {"softcap", ParamType::kFloat}, {"max_position", ParamType::kInt, /*is_constant=*/false}},
+                               {"softcap", ParamType::kFloat}, {"sinks", ParamType::kBool},
+                               {"max_position", ParamType::kInt, /*is_constant=*/false}},
                               false);
   k.name = [](const Params& p, const std::string& dt) {
     return "attention_o_proj_" + attn_heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
@@ -794,29 +855,41 @@ KindSpec gemma_for_causal_lm_kind() {
 }
 
 // The MoE composites: the expert constants every one of them spells.
+// swiglu_limit > 0: the experts' activation is SwigluOAIAndMul with that clamp (gpt-oss), else
+// SiluAndMul; expert_bias: the expert GEMMs add per-expert biases.
 PS moe_params() {
   return {{"hidden_size", ParamType::kInt}, {"moe_intermediate_size", ParamType::kInt},
-          {"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt}};
+          {"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt},
+          {"swiglu_limit", ParamType::kFloat}, {"expert_bias", ParamType::kBool}};
+}
+// `_swigluoai{limit}` and `_ebias` only when set, so the Mixtral/Qwen3 names are unchanged.
+std::string expert_act_spelling(const Params& p) {
+  const double lim = F(p, "swiglu_limit");
+  if (lim < 0) throw GenError{"swiglu_limit must be >= 0 (0: SiluAndMul), got " + cf(lim)};
+  return (lim > 0 ? "_swigluoai" + nf(lim) : "") + (B(p, "expert_bias") ? "_ebias" : "");
 }
 std::string moe_spelling(const Params& p) {
   return "e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_h" + i2s(I(p, "hidden_size")) + "_i" +
-         i2s(I(p, "moe_intermediate_size"));
+         i2s(I(p, "moe_intermediate_size")) + expert_act_spelling(p);
 }
 const SlotSpec kMoeAlign{"moe_align", "MoeAlignBlockSize", ""};
+const SlotSpec kMoeActFn{"act_fn", "SiluAndMul|SwigluOAIAndMul", ""};
 const SlotSpec kMoeW13{"w13", "MoeGroupedGemm", ""};
 const SlotSpec kMoeW2{"w2", "MoeGroupedGemm", ""};
 const SlotSpec kMoeSum{"moe_sum", "MoeSum", ""};
 
 KindSpec fused_experts_kind() {
   KindSpec k = composite_kind("fused_experts", 2, "FusedExperts", "vllm.model_executor.layers.fused_moe.fused_moe.fused_experts",
-                              {kMoeAlign, kMoeW13, kActFn, kMoeW2, kMoeSum}, moe_params(), false);
+                              {kMoeAlign, kMoeW13, kMoeActFn, kMoeW2, kMoeSum}, moe_params(), false);
   k.name = [](const Params& p, const std::string& dt) { return "fused_experts_" + moe_spelling(p) + "_" + dt; };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
 }
 
-PS sparse_moe_params() { return concat(moe_params(), {{"renormalize", ParamType::kBool}}); }
-std::string sparse_moe_spelling(const Params& p) { return moe_spelling(p) + "_" + renorm_word(B(p, "renormalize")); }
+PS sparse_moe_params() { return concat(moe_params(), {{"renormalize", ParamType::kBool}, {"router_bias", ParamType::kBool}}); }
+std::string sparse_moe_spelling(const Params& p) {
+  return moe_spelling(p) + "_" + renorm_word(B(p, "renormalize")) + (B(p, "router_bias") ? "_rbias" : "");
+}
 
 KindSpec sparse_moe_block_kind() {
   KindSpec k = composite_kind("sparse_moe_block", 2, "SparseMoeBlock",
@@ -831,11 +904,14 @@ KindSpec sparse_moe_block_kind() {
 // The MoE decoder layer: attention constants as llama_decoder_layer, the MLP ones of sparse_moe_block.
 PS moe_layer_params() {
   return concat(attention_params(), {{"moe_intermediate_size", ParamType::kInt}, {"num_experts", ParamType::kInt},
-                                     {"top_k", ParamType::kInt}, {"renormalize", ParamType::kBool}});
+                                     {"top_k", ParamType::kInt}, {"renormalize", ParamType::kBool},
+                                     {"swiglu_limit", ParamType::kFloat}, {"expert_bias", ParamType::kBool},
+                                     {"router_bias", ParamType::kBool}});
 }
 std::string moe_layer_spelling(const Params& p) {
   return "h" + i2s(I(p, "hidden_size")) + "_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_i" +
-         i2s(I(p, "moe_intermediate_size")) + "_" + renorm_word(B(p, "renormalize")) + "_" + attn_heads_spelling(p) + "_eps" +
+         i2s(I(p, "moe_intermediate_size")) + expert_act_spelling(p) + "_" + renorm_word(B(p, "renormalize")) +
+         (B(p, "router_bias") ? "_rbias" : "") + "_" + attn_heads_spelling(p) + "_eps" +
          nf(F(p, "rms_norm_eps")) + "_" + rope_spelling(p, "rope_theta") + "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" +
          bias_word(B(p, "o_proj_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
 }
@@ -857,18 +933,47 @@ KindSpec moe_for_causal_lm_kind() {
                         "MoeDecoderLayer", moe_layer_params(), moe_layer_spelling);
 }
 
+// gpt-oss model: MoE decoder layers of two variants, sliding-window (window local_sliding_window)
+// and full attention (the layer constants: sliding_window 0), in the order HF's layer_types lists
+// them (a string parameter, spelled `_layers{pattern}`: S sliding, F full, `SFx12` for twelve SF).
+KindSpec gpt_oss_for_causal_lm_kind() {
+  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool}},
+                 moe_layer_params());
+  ps = concat(ps, {{"local_sliding_window", ParamType::kInt}, {"layer_types", ParamType::kString}});
+  KindSpec k = composite_kind("gpt_oss_for_causal_lm", 4, "GptOssForCausalLM", "vllm.model_executor.models.gpt_oss.GptOssForCausalLM",
+                              {{"embed_tokens", "VocabParallelEmbedding", ""},
+                               {"sliding_layers", "MoeDecoderLayer", ""},
+                               {"full_layers", "MoeDecoderLayer", ""},
+                               {"norm", "RMSNorm", ""},
+                               {"lm_head", "ParallelLMHead", ""}},
+                              ps, false);
+  k.source_template_name = "llama_for_causal_lm";
+  k.name = [](const Params& p, const std::string& dt) {
+    const int64_t w = I(p, "local_sliding_window"), layers = I(p, "num_hidden_layers");
+    if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
+    const std::string pat = layer_pattern(S(p, "layer_types"));
+    if (static_cast<int64_t>(pat.size()) != layers)
+      throw GenError{"layer_types lists " + i2s(static_cast<int64_t>(pat.size())) + " layers, num_hidden_layers is " + i2s(layers)};
+    return "gpt_oss_for_causal_lm_l" + i2s(layers) + "_v" + i2s(I(p, "vocab_size")) + "_" +
+           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + moe_layer_spelling(p) +
+           (w > 0 ? "_sw" + i2s(w) : "") + "_layers" + layer_pattern_spelling(pat) + "_" + dt;
+  };
+  k.cases = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
+  return k;
+}
+
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
     for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), rms_norm_kind(false, true), rms_norm_kind(true, true),
-                       qk_norm_kind(), qk_norm_kind(true), rotary_kind(), silu_kind(), silu_kind(true),
+                       qk_norm_kind(), qk_norm_kind(true), rotary_kind(), silu_kind(), silu_kind(ActKind::kGeluTanh), silu_kind(ActKind::kSwigluOai),
                        embedding_kind(), embedding_kind(true), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
                        attn_kind(false), store_kvcache_kind(), qkv_rope_cache_kind(), attention_o_proj_kind(),
                        mlp_kind(false), mlp_kind(true), llama_attention_kind(), llama_decoder_layer_kind(),
                        llama_for_causal_lm_kind(), replicated_kind(), topk_softmax_kind(), moe_align_kind(),
                        moe_grouped_gemm_kind(), moe_sum_kind(), fused_experts_kind(), sparse_moe_block_kind(),
                        moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
-                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind()})
+                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind()})
       t.emplace(k.kind, k);
     return t;
   }();

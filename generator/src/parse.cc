@@ -124,8 +124,10 @@ class ConfigParser {
           }
           items.push_back(v[i].get<std::string>());
         }
-        out_.architectures = items;
-        out_.architectures_path = path;
+        if (spec.name == "architectures") {
+          out_.architectures = items;
+          out_.architectures_path = path;
+        }
         std::string joined;
         for (const auto& s : items) joined += (joined.empty() ? "" : ",") + s;
         value = joined;
@@ -226,6 +228,13 @@ class ConfigParser {
       integer("original_max_position_embeddings", &r.original_max_position);
       number("beta_fast", &r.beta_fast, false, 32);
       number("beta_slow", &r.beta_slow, false, 1);
+      // truncate (HF, vLLM; default true) rounds the correction range to whole dimensions;
+      // gpt-oss ships false. The untruncated form is its own scaling type (kinds: yarn_notrunc).
+      if (v.contains("truncate")) {
+        const json& t = v["truncate"];
+        if (!t.is_boolean()) return err(path + ".truncate", "expected boolean, got " + got(t));
+        if (!t.get<bool>()) r.type = "yarn_notrunc";
+      }
     }
     out_.rope_scaling = r;
   }

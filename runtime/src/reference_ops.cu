@@ -153,6 +153,19 @@ Tensor silu_and_mul(const Tensor& x, bool gelu_tanh) {
   return finish(out, x.dtype());
 }
 
+Tensor swigluoai_and_mul(const Tensor& x, double alpha, double limit) {
+  check_model_dtype(x, "swigluoai_and_mul input");
+  const int64_t d = x.size(1) / 2;
+  Tensor out = empty({x.size(0), d}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::swigluoai_and_mul_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(d),
+                                 static_cast<float>(alpha), static_cast<float>(limit), current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
 Tensor embedding(const Tensor& ids, const Tensor& weight, float scale) {
   FK_CHECK(ids.dtype() == DType::kI64 && ids.is_contiguous(), "reference embedding ids " + ids.str());
   Tensor out = empty({ids.numel(), weight.size(1)}, DType::kF32);
@@ -203,17 +216,19 @@ void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping) {
 
 namespace {
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_tok_stride, const std::vector<int32_t>& begin,
-                 const std::vector<int32_t>& len, int hq, int hkv, int d, double scale, double softcap) {
+                 const std::vector<int32_t>& len, int hq, int hkv, int d, double scale, double softcap, const Tensor& sinks) {
   check_model_dtype(q, "attention q");
   const int64_t rows = q.size(0);
   FK_CHECK(int64_t(begin.size()) == rows && int64_t(len.size()) == rows, "reference attention: one KV range per query row");
   Tensor b = to_device(begin, {rows}), l = to_device(len, {rows});
+  FK_CHECK(!sinks.defined() || (sinks.dtype() == DType::kF32 && sinks.numel() == hq && sinks.is_contiguous()),
+           "reference attention sinks " + (sinks.defined() ? sinks.str() : std::string()));
   Tensor out = empty({rows, int64_t(hq) * d}, DType::kF32);
   dispatch(q.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::attention_ref<T>(out.data<float>(), q.data<T>(), q.stride(0), k.data<T>(), v.data<T>(), kv_tok_stride,
                          b.data<int32_t>(), l.data<int32_t>(), rows, hq, hkv, d, static_cast<float>(scale), current_stream(),
-                         static_cast<float>(softcap));
+                         static_cast<float>(softcap), sinks.defined() ? sinks.data<float>() : nullptr);
   });
   FK_CHECK_LAUNCH();
   return finish(out, q.dtype());
@@ -221,7 +236,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
 }  // namespace
 
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window, double softcap) {
+                         int hkv, int d, double scale, int64_t window, double softcap, const Tensor& sinks) {
   check_model_dtype(k, "attention k");
   check_model_dtype(v, "attention v");
   FK_CHECK(k.stride(0) == v.stride(0), "reference attention: k and v need the same row stride");
@@ -232,11 +247,11 @@ Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, cons
       begin.push_back(cu[s] + first);
       len.push_back(p + 1 - first);
     }
-  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale, softcap);
+  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale, softcap, sinks);
 }
 
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale, int64_t window, double softcap) {
+                        int hq, int hkv, int d, double scale, int64_t window, double softcap, const Tensor& sinks) {
   FK_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(), "reference decode caches " + k_cache.str());
   const int64_t max_len = k_cache.size(1);
   std::vector<int32_t> begin, len;
@@ -245,7 +260,7 @@ Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_
     begin.push_back(static_cast<int32_t>(b * max_len + first));
     len.push_back(lens[b] - first);
   }
-  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, len, hq, hkv, d, scale, softcap);
+  return attention(q, k_cache, v_cache, int64_t(hkv) * d, begin, len, hq, hkv, d, scale, softcap, sinks);
 }
 
 namespace {
@@ -257,18 +272,20 @@ __global__ void gather_rows_kernel(T* out, const T* a, int64_t lda, const int32_
   out[i] = a[rows[i / k] * lda + i % k];
 }
 
-__global__ void scatter_rows_kernel(float* out, const float* c, const int32_t* dst, const float* scale, int64_t m, int64_t n) {
+__global__ void scatter_rows_kernel(float* out, const float* c, const int32_t* dst, const float* scale, const float* bias,
+                                    int64_t m, int64_t n) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= m * n) return;
   const int64_t r = i / n;
   const int32_t s = dst[r];
-  out[s * n + i % n] = scale ? c[i] * scale[s] : c[i];
+  const float x = bias ? c[i] + bias[i % n] : c[i];
+  out[s * n + i % n] = scale ? x * scale[s] : x;
 }
 
 }  // namespace
 
 Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_t>& topk_ids, int top_k,
-                      bool per_slot_rows, const Tensor& topk_weights) {
+                      bool per_slot_rows, const Tensor& topk_weights, const Tensor& bias) {
   check_model_dtype(a, "moe_linear input");
   FK_CHECK(w.dim() == 3 && w.is_contiguous() && w.dtype() == a.dtype() && w.size(2) == a.size(1),
            "reference moe_linear weight " + w.str() + " for input " + a.str());
@@ -277,6 +294,9 @@ Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_
                                                                               std::to_string(num_valid) + " routed slots");
   FK_CHECK(!topk_weights.defined() || (topk_weights.dtype() == DType::kF32 && topk_weights.numel() == num_valid),
            "reference moe_linear weights " + topk_weights.str());
+  FK_CHECK(!bias.defined() || (bias.dim() == 2 && bias.size(0) == E && bias.size(1) == n && bias.is_contiguous()),
+           "reference moe_linear bias " + bias.str() + " for weight " + w.str());
+  const Tensor bias_f32 = bias.defined() ? to_f32(bias) : Tensor();
   Tensor out = empty({num_valid, n}, DType::kF32);
   std::vector<std::vector<int32_t>> slots(E);
   for (int64_t s = 0; s < num_valid; ++s) {
@@ -303,7 +323,8 @@ Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_
     fk::kernels::gemm_f32_out(ce.data<float>(), n, ae.data_ptr(), k, we, m, n, k, gemm_dtype(a.dtype()), current_stream());
     scatter_rows_kernel<<<blocks(m * n), 256, 0, current_stream()>>>(
         out.data<float>(), ce.data<float>(), dst_d.data<int32_t>(),
-        topk_weights.defined() ? topk_weights.data<float>() : nullptr, m, n);
+        topk_weights.defined() ? topk_weights.data<float>() : nullptr,
+        bias_f32.defined() ? bias_f32.data<float>() + e * n : nullptr, m, n);
     FK_CHECK_LAUNCH();
   }
   return out;

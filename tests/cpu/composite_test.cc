@@ -135,10 +135,11 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"llama_mlp", 2},           {"llama_attention", 2},  {"llama_decoder_layer", 3},
                                        {"llama_for_causal_lm", 4}, {"fused_experts", 2},      {"sparse_moe_block", 2},
                                        {"moe_decoder_layer", 3},   {"moe_for_causal_lm", 4},    {"gemma_mlp", 2},
-                                       {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4}};
+                                       {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4},
+                                       {"gpt_oss_for_causal_lm", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
-    EXPECT_LT(name.size(), 200u) << name;
+    EXPECT_LE(name.size(), kMaxTaskName) << name;
     EXPECT_EQ(t.header, "generated/L" + std::to_string(t.level) + "/" + name + ".h");
     EXPECT_EQ(t.source, "generated/L" + std::to_string(t.level) + "/" + name + ".cu");
     if (t.level == 1) continue;
@@ -148,8 +149,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // Llama family: 7 per config (5 configs, Phi-3 among them), minus 4 shared (2 MLPs, 1
   // attention_o_proj x2). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
   // Gemma: 10 modules per config (two layer variants); Gemma 2's variants share qkv_rope_cache
-  // (one rope base, the window is not in it).
-  EXPECT_EQ(composites, 42 + 10 + 9);
+  // (one rope base, the window is not in it). gpt-oss: qkv_rope_cache, fused_experts,
+  // sparse_moe_block, two variants of attention_o_proj, llama_attention and moe_decoder_layer, the model.
+  EXPECT_EQ(composites, 42 + 10 + 9 + 10);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -165,7 +167,7 @@ TEST(Composites, PlaceholdersPerKind) {
   EXPECT_EQ(keys("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16"),
             (std::vector<std::string>{"includes", "attn_prefill_t", "attn_prefill_task", "attn_decode_t", "attn_decode_task",
                                       "o_proj_t", "o_proj_task", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
-                                      "o_proj_bias", "sliding_window", "softmax_scale", "softcap", "class_name"}));
+                                      "o_proj_bias", "sliding_window", "softmax_scale", "softcap", "sinks", "class_name"}));
   auto mlp = placeholders("llama_mlp_h4096_i14336_nobias_bf16");
   EXPECT_EQ(mlp["includes"],
             "#include \"L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h\"\n"
@@ -328,6 +330,46 @@ TEST(Composites, GemmaLayerVariantsResolveTheirOwnLayers) {
   EXPECT_EQ(children(g2["sliding.self_attn"]).at("attn_decode"), "flash_attn_decode_hq16_hkv8_d256_sw4096_cap50_bf16");
   EXPECT_EQ(placeholders(g2["model"])["final_softcap"], "30");
   EXPECT_EQ(placeholders(g2["model"])["full_every"], "2");
+}
+
+// gpt-oss: HF layer_types picks each layer's variant (sliding window 128 or full attention);
+// attention sinks, biases everywhere, SwigluOAIAndMul experts, YaRN without truncation.
+TEST(Composites, GptOssLayerTypes) {
+  auto m = modules("openai/gpt-oss-20b");
+  const std::string full = m["layer"], sliding = m["sliding.layer"];
+  EXPECT_EQ(full, "moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sinks_eps1e-05_rot64_"
+                  "pos131072_base150000_yarn_notrunc_f32_omp4096_bf32_bs1_neox_qkvbias_obias_bf16");
+  EXPECT_EQ(sliding, "moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_sinks_eps1e-05_"
+                     "rot64_pos131072_base150000_yarn_notrunc_f32_omp4096_bf32_bs1_neox_qkvbias_obias_bf16");
+  EXPECT_EQ(children(m["sliding.self_attn"]).at("attn_prefill"), "flash_attn_prefill_hq64_hkv8_d64_causal_sw128_sinks_bf16");
+  EXPECT_EQ(children(m["self_attn"]).at("attn_decode"), "flash_attn_decode_hq64_hkv8_d64_sinks_bf16");
+  auto experts = children(m["mlp.experts"]);
+  EXPECT_EQ(experts.at("act_fn"), "swigluoai_and_mul_i2880_a1.702_lim7_bf16");
+  EXPECT_EQ(experts.at("w13"), "moe_grouped_gemm_e32_top4_n5760_k2880_bias_bf16");
+  EXPECT_EQ(experts.at("w2"), "moe_grouped_gemm_e32_top4_n2880_k2880_perslot_weighted_bias_bf16");
+  EXPECT_EQ(children(m["mlp"]).at("gate"), "replicated_linear_k2880_n32_bias_bf16");
+  auto model = children(m["model"]);
+  EXPECT_EQ(model.at("full_layers"), full);
+  EXPECT_EQ(model.at("sliding_layers"), sliding);
+  // The model's spelling is longer than kMaxTaskName: cut, with the hash of the whole.
+  EXPECT_EQ(m["model"].size(), kMaxTaskName - 32 + 2 + 16 + 5) << m["model"];
+  EXPECT_EQ(m["model"].rfind("gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias", 0), 0u);
+  auto ph = placeholders(m["model"]);
+  EXPECT_EQ(ph["layer_types"], "\"SFSFSFSFSFSFSFSFSFSFSFSF\"");
+  EXPECT_EQ(ph["local_sliding_window"], "128");
+  EXPECT_EQ(ph["sliding_window"], "0");
+  EXPECT_EQ(ph["sinks"], "true");
+  EXPECT_EQ(ph["scaling_type"], "fk::tasks::RopeScaling::kYarnNoTrunc");
+}
+
+TEST(Composites, BoundedTaskNames) {
+  EXPECT_EQ(bounded_task_name("short_bf16", "bf16"), "short_bf16");
+  const std::string a(kMaxTaskName + 10, 'a'), b = a + "b";
+  const std::string na = bounded_task_name(a, "bf16"), nb = bounded_task_name(b, "bf16");
+  EXPECT_LE(na.size(), kMaxTaskName);
+  EXPECT_NE(na, nb);  // the hash covers the whole spelling
+  EXPECT_EQ(na.substr(na.size() - 5), "_bf16");
+  EXPECT_EQ(na, bounded_task_name(a, "bf16"));  // deterministic
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ LoweredModel model(const std::string& id, double softmax_scale, int64_t max_posi
   OpInstance norm{"blk.0.input_layernorm", find_kind("rms_norm"), "bfloat16", {{"hidden_size", int64_t{64}}, {"eps", 1e-05}}};
   OpInstance attn{"blk.0.attn_decode", find_kind("flash_attn_decode"), "bfloat16",
                   {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{2}}, {"head_dim", int64_t{16}},
-                   {"softmax_scale", softmax_scale}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
+                   {"softmax_scale", softmax_scale}, {"sliding_window", int64_t{0}}, {"softcap", 0.0}, {"sinks", false},
                    {"max_position", max_position}}};
   m.ops = {norm, attn};
   return m;
@@ -145,11 +145,11 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
             "generator/descriptors/x.json: $.forward[1].kind: expected one of flash_attn_decode, flash_attn_prefill, "
             "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
-            "store_kvcache, topk_softmax, vocab_parallel_embedding, got \"mamba_mixer\"\n"
+            "store_kvcache, swigluoai_and_mul, topk_softmax, vocab_parallel_embedding, got \"mamba_mixer\"\n"
             "generator/descriptors/x.json: $.forward[3].kind: expected one of flash_attn_decode, flash_attn_prefill, "
             "fused_add_rms_norm, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, merged_column_parallel_linear, moe_align_block_size, moe_grouped_gemm, moe_sum, parallel_lm_head, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
-            "store_kvcache, topk_softmax, vocab_parallel_embedding, got \"llama_mlp\" "
+            "store_kvcache, swigluoai_and_mul, topk_softmax, vocab_parallel_embedding, got \"llama_mlp\" "
             "(a composite kind: declare it in $.modules)\n"
             "generator/descriptors/x.json: $.forward[2].bind.intermediate_size: unknown name 'ffn' in expression \"ffn\" "
             "(names: the family's fields and constants)\n");

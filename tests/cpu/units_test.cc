@@ -68,6 +68,12 @@ TEST(Expr, ArithmeticAndLogic) {
   EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", std::monostate{}}}), Value(int64_t{0}));
   EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", int64_t{2047}}}), Value(int64_t{2047}));
   EXPECT_EQ(eval("select(w == null, 0, select(w < 4096, w, 0))", {{"w", int64_t{8192}}}), Value(int64_t{0}));
+  // Lists (layer_types) are comma-joined text: len() counts the items, item() picks one.
+  const std::pair<std::string, Value> lt{"lt", std::string("sliding_attention,full_attention,sliding_attention")};
+  EXPECT_EQ(eval("len(lt)", {lt}), Value(int64_t{3}));
+  EXPECT_EQ(eval("len(e)", {{"e", std::string()}}), Value(int64_t{0}));
+  EXPECT_EQ(eval("item(lt, 1)", {lt}), Value(std::string("full_attention")));
+  EXPECT_EQ(eval("item(lt, layer) == 'sliding_attention'", {lt, {"layer", int64_t{2}}}), Value(true));
 }
 
 TEST(Expr, Errors) {
@@ -82,7 +88,10 @@ TEST(Expr, Errors) {
   EXPECT_EQ(msg("a / b"), "100 is not divisible by 3");
   EXPECT_EQ(msg("c + 1"), "unknown name 'c'");
   EXPECT_EQ(msg("a && true"), "operator && cannot apply to 100");
-  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, max, min, pow, select)");
+  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, item, len, max, min, pow, select)");
+  EXPECT_EQ(msg("len(a)"), "len() needs a list (a string of comma-joined items), got 100");
+  EXPECT_EQ(msg("item('x,y', 2)"), "item() index 2 out of range (the list has 2 items)");
+  EXPECT_EQ(msg("item('x,y', 'a')"), "item() needs an integer index, got \"a\"");
   EXPECT_EQ(msg("select(a, 1)"), "select() takes 3 argument(s)");
   EXPECT_EQ(msg("select(a, 1, 2)"), "select() needs a boolean condition, got 100");
   EXPECT_EQ(msg("(a"), "invalid expression \"(a\": missing ')'");
@@ -278,7 +287,7 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
             "parallel_lm_head_v32768_h4096_bf16");
   Params attn = {{"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_dim", int64_t{128}},
                  {"softmax_scale", 0.08838834764831845}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
-                 {"max_position", int64_t{32768}}};
+                 {"sinks", false}, {"max_position", int64_t{32768}}};
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_bf16");
   EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_bf16");
   attn["sliding_window"] = int64_t{2047};  // a window is spelled; none (0) is not
@@ -290,6 +299,17 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_scale0.125_cap50_bf16");
   attn["softcap"] = -1.0;
   EXPECT_THROW(name_of("flash_attn_decode", attn), GenError);
+  // Attention sinks (gpt-oss) are spelled last.
+  attn["softcap"] = 0.0;
+  attn["softmax_scale"] = 0.08838834764831845;
+  attn["sinks"] = true;
+  EXPECT_EQ(name_of("flash_attn_decode", attn), "flash_attn_decode_hq32_hkv8_d128_sw2047_sinks_bf16");
+  EXPECT_EQ(name_of("swigluoai_and_mul", {{"intermediate_size", int64_t{2880}}, {"alpha", 1.702}, {"limit", 7.0}}),
+            "swigluoai_and_mul_i2880_a1.702_lim7_bf16");
+  EXPECT_THROW(name_of("swigluoai_and_mul", {{"intermediate_size", int64_t{2880}}, {"alpha", 1.702}, {"limit", 0.0}}), GenError);
+  Params gemm = {{"num_experts", int64_t{32}}, {"top_k", int64_t{4}}, {"n", int64_t{5760}}, {"k", int64_t{2880}},
+                 {"per_slot_rows", false}, {"mul_routed_weight", false}, {"bias", true}};
+  EXPECT_EQ(name_of("moe_grouped_gemm", gemm), "moe_grouped_gemm_e32_top4_n5760_k2880_bias_bf16");
   EXPECT_EQ(name_of("gemma_qk_norm", {{"num_heads", int64_t{4}}, {"num_kv_heads", int64_t{1}}, {"head_dim", int64_t{256}}, {"eps", 1e-06}}),
             "gemma_qk_norm_hq4_hkv1_d256_eps1e-06_bf16");
   EXPECT_EQ(name_of("scaled_word_embedding",
@@ -310,7 +330,7 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
               {"beta_fast", 0.0}, {"beta_slow", 0.0}, {"o_proj_bias", false}, {"intermediate_size", int64_t{14336}},
               {"mlp_bias", false}, {"num_hidden_layers", int64_t{32}}, {"vocab_size", int64_t{128256}},
               {"tie_word_embeddings", false}, {"sliding_window", int64_t{0}},
-              {"softmax_scale", 0.08838834764831845}, {"softcap", 0.0}};
+              {"softmax_scale", 0.08838834764831845}, {"softcap", 0.0}, {"sinks", false}};
   const std::string rope = "rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp8192_neox";
   EXPECT_EQ(name_of("qkv_rope_cache", p), "qkv_rope_cache_h4096_hq32_hkv8_d128_" + rope + "_nobias_bf16");
   EXPECT_EQ(name_of("attention_o_proj", p), "attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16");
@@ -370,7 +390,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"parallel_lm_head", "ParallelLMHead"}, {"flash_attn_prefill", "FlashAttnPrefill"},
       {"flash_attn_decode", "FlashAttnDecode"}, {"store_kvcache", "StoreKVCache"},
       {"replicated_linear", "ReplicatedLinear"}, {"topk_softmax", "TopKSoftmax"},
-      {"moe_align_block_size", "MoeAlignBlockSize"}, {"moe_grouped_gemm", "MoeGroupedGemm"}, {"moe_sum", "MoeSum"}};
+      {"moe_align_block_size", "MoeAlignBlockSize"}, {"moe_grouped_gemm", "MoeGroupedGemm"}, {"moe_sum", "MoeSum"},
+      {"swigluoai_and_mul", "SwigluOAIAndMul"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
@@ -406,6 +427,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
                                                 "mlp", "post_feedforward_layernorm"}},
                        {"gemma_for_causal_lm", {"embed_tokens", "sliding_layers", "full_layers", "norm", "lm_head"}},
                        {"gemma_mlp", {"gate_up_proj", "act_fn", "down_proj"}},
+                       {"gpt_oss_for_causal_lm", {"embed_tokens", "sliding_layers", "full_layers", "norm", "lm_head"}},
                        {"llama_attention", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
                        {"llama_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
                        {"llama_for_causal_lm", {"embed_tokens", "layers", "norm", "lm_head"}},

@@ -1,6 +1,9 @@
-// Attention: cuDNN varlen prefill and the split-KV flash-decoding kernel against the fp32
-// reference, and both harnesses through the task protocol.
+// Attention: cuDNN varlen prefill and the split-KV flash-decoding kernel (attention sinks
+// included) against the fp32 reference, and both harnesses through the task protocol.
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "fk/kernels/attention.h"
@@ -105,10 +108,22 @@ TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_sw1_ragged) {
   check_prefill({300, 17}, false, 1);
 }
 
+/// Attention-sink logits per query head, uniform in [lo, hi].
+std::vector<float> random_sinks(int hq, uint64_t seed, float lo = -2.f, float hi = 4.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> s(hq);
+  for (float& x : s) x = u(rng);
+  return s;
+}
+
 // window > 0: the last `window` keys; softcap > 0: soft-capped scores (Note [Decode window and
-// soft-capping] in fk/kernels/flash_decode.cuh).
+// soft-capping] in fk/kernels/flash_decode.cuh); sinks: empty or Hq attention-sink logits (Note
+// [Decode attention sinks]). want_split: -1 any, 0 the single-split path (the block writes out),
+// 1 the split path (combine kernel); checked against flash_decode_split.
 template <int Hq, int Hkv, int D = kD>
-void check_decode(int64_t batch, int64_t max_len, const std::vector<int32_t>& lens, int window = 0, float softcap = 0.f) {
+void check_decode(int64_t batch, int64_t max_len, const std::vector<int32_t>& lens, int window = 0, float softcap = 0.f,
+                  const std::vector<float>& sinks = {}, int want_split = -1) {
   Tensor q = empty({batch, Hq, D}, DType::kBF16), out = empty({batch, Hq, D}, DType::kBF16);
   Tensor kc = empty({batch, max_len, Hkv, D}, DType::kBF16), vc = empty({batch, max_len, Hkv, D}, DType::kBF16);
   fill_normal(q, 4);
@@ -126,16 +141,29 @@ void check_decode(int64_t batch, int64_t max_len, const std::vector<int32_t>& le
   const float scale = 1.f / std::sqrt(float(D));
   const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len, 0, window);
   Tensor ws = empty({static_cast<int64_t>(ws_bytes / 4 + 1)}, DType::kF32);
+  Tensor sinks_d;
+  const float* sinks_p = nullptr;
+  if (!sinks.empty()) {
+    sinks_d = to_device(sinks, {Hq});
+    sinks_p = sinks_d.data<float>();
+  }
+  const int splits = fk::kernels::flash_decode_split<Hq, Hkv, D>(batch, max_len, 0, window).splits;
+  if (want_split >= 0) EXPECT_EQ(splits > 1, want_split == 1) << "splits " << splits;
   fk::kernels::flash_decode<Hq, Hkv, D, bf16>(out.data<bf16>(), q.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(),
                                              lens_d.data<int32_t>(), batch, max_len, scale, ws.data_ptr(),
-                                             current_stream(), 0, window, softcap);
+                                             current_stream(), 0, window, softcap, sinks_p);
   FK_CHECK_LAUNCH();
   Tensor ref = empty({batch, Hq, D}, DType::kF32);
   fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), Hq * D, kc.data<bf16>(), vc.data<bf16>(),
                                               Hkv * D, begin_d.data<int32_t>(), rlen_d.data<int32_t>(), batch, Hq, Hkv,
-                                              D, scale, current_stream(), softcap);
+                                              D, scale, current_stream(), softcap, sinks_p);
   FK_CHECK_LAUNCH();
-  FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 0.05));
+  const CompareResult r = compare(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 0.05));
+  if (!sinks.empty())
+    std::printf("[ flash_decode ] hq%d hkv%d d%d b%lld kv%lld window %d softcap %g sinks splits %d: %s\n", Hq, Hkv, D,
+                static_cast<long long>(batch), static_cast<long long>(max_len), window, softcap, splits,
+                r.summary().c_str());
+  EXPECT_TRUE(r.passed) << r.summary();
 }
 
 TEST(Kernels, FlashDecode_bf16_hq32_hkv8_d128_b1_kv1024) { FK_REQUIRE_GPU(); check_decode<32, 8>(1, 1024, {1024}); }
@@ -176,6 +204,127 @@ TEST(Kernels, FlashDecode_bf16_hq16_hkv8_d256_sw4096_softcap50_b2_kv8192) {
   check_decode<16, 8, 256>(2, 8192, {8192, 5000}, 4096, 50.f);
 }
 
+// Attention sinks (gpt-oss: 64/8 heads, D 64, full and 128-key sliding layers; Note [Decode
+// attention sinks]): the single-split path (short or windowed caches, large batches) and the
+// split path with its combine kernel.
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_b1_kv1) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(1, 1, {1}, 0, 0.f, random_sinks(64, 1), 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sw128_sinks_b1_kv1) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(1, 1, {1}, 128, 0.f, random_sinks(64, 2), 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_b4_ragged_split) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(4, 5000, {5000, 1, 37, 4093}, 0, 0.f, random_sinks(64, 3), 1);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sw128_sinks_b4_ragged) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(4, 5000, {5000, 1, 128, 129}, 128, 0.f, random_sinks(64, 4), 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_b8_kv8192_split) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(8, 8192, {8192, 8000, 7000, 6000, 5000, 4000, 129, 1}, 0, 0.f, random_sinks(64, 5), 1);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sw128_sinks_b8_kv8192) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(8, 8192, {8192, 8000, 7000, 6000, 5000, 4000, 129, 1}, 128, 0.f, random_sinks(64, 6), 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_b128_kv200) {
+  FK_REQUIRE_GPU();
+  std::vector<int32_t> lens;
+  for (int b = 0; b < 128; ++b) lens.push_back(200 - b);
+  check_decode<64, 8, 64>(128, 200, lens, 0, 0.f, random_sinks(64, 7), 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_b3_kv2048_split) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(3, 2048, {2048, 1, 129}, 0, 0.f, random_sinks(64, 8), 1);
+}
+// Sinks that dominate (logits 6..10; scores ~N(0, 1)), on both paths.
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_dominant_split) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(4, 5000, {5000, 1, 37, 4093}, 0, 0.f, random_sinks(64, 9, 6.f, 10.f), 1);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sw128_sinks_dominant) {
+  FK_REQUIRE_GPU();
+  check_decode<64, 8, 64>(4, 5000, {5000, 1, 37, 4093}, 128, 0.f, random_sinks(64, 10, 6.f, 10.f), 0);
+}
+// The capped domain (the sink is a post-cap logit) and another head size.
+TEST(Kernels, FlashDecode_bf16_hq16_hkv8_d256_softcap50_sinks_b2_kv4096_split) {
+  FK_REQUIRE_GPU();
+  check_decode<16, 8, 256>(2, 4096, {4096, 1000}, 0, 50.f, random_sinks(16, 11), 1);
+}
+TEST(Kernels, FlashDecode_bf16_hq32_hkv8_d128_sinks_b128_kv100) {
+  FK_REQUIRE_GPU();
+  std::vector<int32_t> lens;
+  for (int b = 0; b < 128; ++b) lens.push_back(1 + (37 * b) % 100);
+  check_decode<32, 8, 128>(128, 100, lens, 0, 0.f, random_sinks(32, 12), 0);
+}
+
+// The sinks must change the result, a -1e30 sink must not, and sinks = nullptr must be bitwise
+// the call without the argument; on both the split and the single-split path.
+template <int Hq, int Hkv, int D>
+void check_decode_sinks_matter(int64_t batch, int64_t max_len, int window) {
+  Tensor q = empty({batch, Hq, D}, DType::kBF16), out = empty({batch, Hq, D}, DType::kBF16);
+  Tensor out2 = empty({batch, Hq, D}, DType::kBF16);
+  Tensor kc = empty({batch, max_len, Hkv, D}, DType::kBF16), vc = empty({batch, max_len, Hkv, D}, DType::kBF16);
+  fill_normal(q, 51);
+  fill_normal(kc, 52);
+  fill_normal(vc, 53);
+  std::vector<int32_t> lens(batch), begin(batch), rlen(batch);
+  for (int64_t b = 0; b < batch; ++b) {
+    lens[b] = static_cast<int32_t>(b == 0 ? max_len : 1 + 7 * b);  // short rows: the sinks weigh
+    const auto [first, count] = fk::tasks::window_range(lens[b] - 1, window);
+    begin[b] = static_cast<int32_t>(b * max_len + first);
+    rlen[b] = static_cast<int32_t>(count);
+  }
+  Tensor lens_d = to_device(lens, {batch}), begin_d = to_device(begin, {batch}), rlen_d = to_device(rlen, {batch});
+  Tensor sinks_d = to_device(random_sinks(Hq, 54), {Hq});
+  Tensor off_d = to_device(std::vector<float>(Hq, -1e30f), {Hq});
+  const float scale = 1.f / std::sqrt(float(D));
+  const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len, 0, window);
+  Tensor ws = empty({static_cast<int64_t>(ws_bytes / 4 + 1)}, DType::kF32);
+  Tensor plain = empty({batch, Hq, D}, DType::kF32), sunk = empty({batch, Hq, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(plain.data<float>(), q.data<bf16>(), Hq * D, kc.data<bf16>(), vc.data<bf16>(),
+                                              Hkv * D, begin_d.data<int32_t>(), rlen_d.data<int32_t>(), batch, Hq, Hkv,
+                                              D, scale, current_stream());
+  fk::kernels::reference::attention_ref<bf16>(sunk.data<float>(), q.data<bf16>(), Hq * D, kc.data<bf16>(), vc.data<bf16>(),
+                                              Hkv * D, begin_d.data<int32_t>(), rlen_d.data<int32_t>(), batch, Hq, Hkv,
+                                              D, scale, current_stream(), 0.f, sinks_d.data<float>());
+  FK_CHECK_LAUNCH();
+  const auto tol = fk::tasks::matmul_tolerance(DType::kBF16, 0.05);
+  auto run = [&](Tensor& o, const float* sinks) {
+    fk::kernels::flash_decode<Hq, Hkv, D, bf16>(o.data<bf16>(), q.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(),
+                                               lens_d.data<int32_t>(), batch, max_len, scale, ws.data_ptr(),
+                                               current_stream(), 0, window, 0.f, sinks);
+    FK_CHECK_LAUNCH();
+  };
+  run(out, sinks_d.data<float>());
+  EXPECT_TRUE(compare(out, sunk, tol).passed);
+  EXPECT_FALSE(compare(out, plain, tol).passed);
+  run(out, off_d.data<float>());
+  FK_EXPECT_CLOSE(out, plain, tol);
+  run(out, nullptr);
+  fk::kernels::flash_decode<Hq, Hkv, D, bf16>(out2.data<bf16>(), q.data<bf16>(), kc.data<bf16>(), vc.data<bf16>(),
+                                             lens_d.data<int32_t>(), batch, max_len, scale, ws.data_ptr(),
+                                             current_stream(), 0, window);
+  FK_CHECK_LAUNCH();
+  const std::vector<bf16> ha = to_host<bf16>(out), hb = to_host<bf16>(out2);
+  EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(bf16)), 0);
+  FK_EXPECT_CLOSE(out, plain, tol);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sinks_matter_split) {
+  FK_REQUIRE_GPU();
+  ASSERT_GT((fk::kernels::flash_decode_split<64, 8, 64>(4, 3000, 0, 0).splits), 1);
+  check_decode_sinks_matter<64, 8, 64>(4, 3000, 0);
+}
+TEST(Kernels, FlashDecode_bf16_hq64_hkv8_d64_sw128_sinks_matter) {
+  FK_REQUIRE_GPU();
+  ASSERT_EQ((fk::kernels::flash_decode_split<64, 8, 64>(4, 3000, 0, 128).splits), 1);
+  check_decode_sinks_matter<64, 8, 64>(4, 3000, 128);
+}
+
 // Harnesses, with modules shaped like templates/flash_attn_{prefill,decode}.cu.mustache.
 struct AttnCfg {
   static constexpr int64_t num_heads = kHq;
@@ -192,6 +341,7 @@ class TestPrefill {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
     return fk::tasks::flash_attn_prefill_forward<AttnCfg>(q, k, v, cq, ck, mq, mk);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
 class TestDecode {
  public:
@@ -199,6 +349,7 @@ class TestDecode {
   Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
     return fk::tasks::flash_attn_decode_forward<AttnCfg>(q, kc, vc, lens);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
 ShapeCase prefill_case(int64_t b, int64_t s) {
   return {"b" + std::to_string(b) + "_s" + std::to_string(s), "prefill", {{"batch", b}, {"seq_len", s}}};
@@ -240,6 +391,7 @@ class WindowPrefill {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
     return fk::tasks::flash_attn_prefill_forward<WindowCfg>(q, k, v, cq, ck, mq, mk);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
 class WindowDecode {
  public:
@@ -247,6 +399,7 @@ class WindowDecode {
   Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
     return fk::tasks::flash_attn_decode_forward<WindowCfg>(q, kc, vc, lens);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
 TEST(Tasks, FlashAttnPrefill_bf16_hq32_hkv32_d96_sw2047_b1_s4096) {
   FK_REQUIRE_GPU();
@@ -283,6 +436,7 @@ class CapDecode {
   Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
     return fk::tasks::flash_attn_decode_forward<CapCfg>(q, kc, vc, lens);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
 class CapPrefill {
  public:
@@ -290,7 +444,47 @@ class CapPrefill {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
     return fk::tasks::flash_attn_prefill_forward<CapCfg>(q, k, v, cq, ck, mq, mk);
   }
+  Tensor sinks;  // undefined: the Cfg has no sinks (the harness reads module.sinks)
 };
+
+// gpt-oss through the harness (64/8 heads, D 64, window 128, attention sinks held by the module
+// as f32 [Hq], as templates/flash_attn_{prefill,decode}.h.mustache hold them).
+struct OssCfg {
+  static constexpr int64_t num_heads = 64;
+  static constexpr int64_t num_kv_heads = 8;
+  static constexpr int64_t head_dim = 64;
+  static constexpr double softmax_scale = 0.125;
+  static constexpr int64_t sliding_window = 128;
+  static constexpr double softcap = 0;
+  static constexpr bool sinks = true;
+  using scalar_t = bf16;
+};
+class OssPrefill {
+ public:
+  OssPrefill(int64_t num_heads, int64_t, int64_t) : sinks(empty({num_heads}, DType::kF32)) {}
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
+    return fk::tasks::flash_attn_prefill_forward<OssCfg>(q, k, v, cq, ck, mq, mk, sinks);
+  }
+  Tensor sinks;
+};
+class OssDecode {
+ public:
+  OssDecode(int64_t num_heads, int64_t, int64_t) : sinks(empty({num_heads}, DType::kF32)) {}
+  Tensor forward(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& lens) {
+    return fk::tasks::flash_attn_decode_forward<OssCfg>(q, kc, vc, lens, sinks);
+  }
+  Tensor sinks;
+};
+TEST(Tasks, FlashAttnPrefill_bf16_hq64_hkv8_d64_sw128_sinks_b4_s2048) {
+  FK_REQUIRE_GPU();
+  fk::tasks::FlashAttnPrefillInstance<OssPrefill, OssCfg> inst(prefill_case(4, 2048));
+  check_task_instance(inst);
+}
+TEST(Tasks, FlashAttnDecode_bf16_hq64_hkv8_d64_sw128_sinks_b8_kv4096) {
+  FK_REQUIRE_GPU();
+  fk::tasks::FlashAttnDecodeInstance<OssDecode, OssCfg> inst(decode_case(8, 4096));
+  check_task_instance(inst);
+}
 // Soft-capped prefill runs our own kernel (flash_prefill.cuh); mixed lengths, the window active.
 TEST(Tasks, FlashAttnPrefill_bf16_hq16_hkv8_d256_sw4096_cap50_b4_s8192) {
   FK_REQUIRE_GPU();

@@ -52,7 +52,7 @@ std::string expected_text(FieldType t);
 
 /// Parsed `rope_scaling` (absent or null: type "none"); unused members are 0.
 struct RopeScaling {
-  std::string type = "none";  ///< none | llama3 | linear | yarn
+  std::string type = "none";  ///< none | llama3 | linear | yarn | yarn_notrunc (truncate: false)
   double factor = 0;
   double low_freq_factor = 0;
   double high_freq_factor = 0;

@@ -90,7 +90,7 @@ struct Descriptor {
 };
 
 /// Names that `rope_scaling` exposes to expressions when a family consumes it:
-/// rope_scaling.type ("none"|"llama3"|"linear"|"yarn"), rope_scaling.factor, ... (0 when unused).
+/// rope_scaling.type ("none"|"llama3"|"linear"|"yarn"|"yarn_notrunc"), rope_scaling.factor, ... (0 when unused).
 const std::vector<std::string>& rope_scaling_names();
 
 /// Loads one descriptor; appends problems to `diag`; nullptr when it cannot be used.

@@ -5,7 +5,9 @@
 // "Kinds"), so the name is the task's identity: equal names from different configs are one task
 // (dedupe merges them), and a name that maps to different content is a hard error. Numbers in
 // names are canonical (Note [Canonical numbers]); booleans become words (bias/nobias, neox/gptj);
-// the dtype suffix is bf16/f16/f32. Only KindSpec::name builds names; nothing else may.
+// the dtype suffix is bf16/f16/f32. Only KindSpec::name builds names; nothing else may. A
+// spelling longer than kMaxTaskName is cut and ends in a hash of the whole spelling (Note [Long
+// task names] in generator/src/dedupe.cc).
 //
 // Descriptors decide *which* kinds a forward pass uses and which config values feed each
 // parameter; this table decides how a kind is named, what its templates receive and which
@@ -87,6 +89,11 @@ struct KindSpec {
   std::function<std::vector<std::pair<std::string, std::string>>(const Params&)> placeholders;
   std::function<std::vector<ShapeCase>(const Params&)> cases;
 };
+
+/// Longest task name (Note [Long task names]).
+constexpr size_t kMaxTaskName = 192;
+/// `spelled` when it fits kMaxTaskName, else its bounded form (Note [Long task names]).
+std::string bounded_task_name(const std::string& spelled, const std::string& dtype_suffix);
 
 /// The kind named `kind`; nullptr when unknown.
 const KindSpec* find_kind(const std::string& kind);

@@ -26,6 +26,15 @@
 // start (on the device), so a long cache with a short window costs what the window costs.
 // softcap > 0: the scaled score s becomes softcap * tanh(s / softcap) (Gemma 2); then q is
 // pre-scaled by the softmax scale only and log2(e) is applied after the tanh.
+//
+// Note [Decode attention sinks]
+// sinks != nullptr (gpt-oss): one extra logit sinks[h] per query head joins the softmax of
+// every row and its probability is dropped (Note [Prefill attention sinks] in
+// flash_prefill.cuh): it only adds e^(sink - m) to the denominator. Scores are in log2 units
+// (post-cap scaled score times log2(e)), so the sink enters as sink * log2(e). With one split
+// the block folds it in when it normalises; with several, the partials stay sink-free and
+// flash_decode_combine_kernel adds 2^(sink - M) to the sum of the split weights 2^(lse_s - M),
+// M = max(max_s lse_s, sink).
 #pragma once
 
 #include <math_constants.h>
@@ -55,7 +64,7 @@ __global__ void __launch_bounds__(DecodeShape<kHq, kHkv, kD>::kThreads)
 flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __restrict__ lse_part,
                     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const int32_t* __restrict__ seqlens, int max_len, int chunk, float q_scale, int window,
-                    float softcap) {
+                    float softcap, const float* __restrict__ sinks) {
   using S = DecodeShape<kHq, kHkv, kD>;
   constexpr int kG = S::kG;
   const int split = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
@@ -198,7 +207,15 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
     }
     const int64_t head = static_cast<int64_t>(b) * kHq + kvh * kG + h;
     if (splits == 1) {
-      out[head * kD + d] = from_float<T>(lsum > 0.f ? osum / lsum : 0.f);
+      if (sinks != nullptr) {  // Note [Decode attention sinks]
+        const float sink = sinks[kvh * kG + h] * kLog2e;
+        const float mm = fmaxf(mx, sink);
+        const float a = mx == -CUDART_INF_F ? 0.f : exp2f(mx - mm);
+        const float den = lsum * a + exp2f(sink - mm);
+        out[head * kD + d] = from_float<T>(den > 0.f ? osum * a / den : 0.f);
+      } else {
+        out[head * kD + d] = from_float<T>(lsum > 0.f ? osum / lsum : 0.f);
+      }
     } else {
       o_part[(head * splits + split) * kD + d] = lsum > 0.f ? osum / lsum : 0.f;
       if (d == 0) lse_part[head * splits + split] = lsum > 0.f ? mx + log2f(lsum) : -CUDART_INF_F;
@@ -206,16 +223,23 @@ flash_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __re
   }
 }
 
-/// One block per (b, head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max).
+/// One block per (b, head): out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max), plus
+/// 2^(sink - max) in the denominator when sinks != nullptr (Note [Decode attention sinks]).
 template <int kD, class T>
 __global__ void __launch_bounds__(kD)
 flash_decode_combine_kernel(T* __restrict__ out, const float* __restrict__ o_part, const float* __restrict__ lse_part,
-                            int splits) {
+                            int splits, const float* __restrict__ sinks, int hq) {
+  constexpr float kLog2e = 1.4426950408889634f;
   const int64_t head = blockIdx.x;
   const float* lse = lse_part + head * splits;
   float mx = -CUDART_INF_F;
   for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse[s]);
-  float wsum = 0.f, acc = 0.f;
+  float sink = -CUDART_INF_F;
+  if (sinks != nullptr) {
+    sink = sinks[head % hq] * kLog2e;
+    mx = fmaxf(mx, sink);
+  }
+  float wsum = sinks != nullptr ? exp2f(sink - mx) : 0.f, acc = 0.f;
   if (mx != -CUDART_INF_F) {
     for (int s = 0; s < splits; ++s) {
       const float w = exp2f(lse[s] - mx);
@@ -275,11 +299,12 @@ size_t flash_decode_workspace_bytes(int64_t batch, int64_t max_len, int blocks_p
 /// out[b, h, :] = softmax(q[b, h] · K[b, :len_b, h / G]^T * scale) · V[b, :len_b, h / G].
 /// All tensors contiguous. `workspace` holds flash_decode_workspace_bytes() (16-byte aligned)
 /// for the same window. window > 0: keys len_b - window .. len_b - 1 only; softcap > 0: scores
-/// soft-capped (Note [Decode window and soft-capping]).
+/// soft-capped (Note [Decode window and soft-capping]); sinks: nullptr or device fp32 [kHq]
+/// attention-sink logits (gpt-oss; Note [Decode attention sinks]).
 template <int kHq, int kHkv, int kD, class T, int kTokIter = 4>
 void flash_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const int32_t* cache_seqlens, int64_t batch,
                   int64_t max_len, float scale, void* workspace, cudaStream_t stream, int blocks_per_sm = 0,
-                  int window = 0, float softcap = 0.f) {
+                  int window = 0, float softcap = 0.f, const float* sinks = nullptr) {
   if (batch == 0) return;
   const DecodeSplit sp = flash_decode_split<kHq, kHkv, kD, kTokIter>(batch, max_len, blocks_per_sm, window);
   float* o_part = static_cast<float*>(workspace);
@@ -288,10 +313,10 @@ void flash_decode(T* out, const T* q, const T* k_cache, const T* v_cache, const 
   constexpr float kLog2e = 1.4426950408889634f;
   detail::flash_decode_kernel<kHq, kHkv, kD, kTokIter, T><<<grid, detail::DecodeShape<kHq, kHkv, kD>::kThreads, 0, stream>>>(
       out, o_part, lse_part, q, k_cache, v_cache, cache_seqlens, static_cast<int>(max_len), sp.chunk,
-      softcap > 0.f ? scale : scale * kLog2e, window, softcap);
+      softcap > 0.f ? scale : scale * kLog2e, window, softcap, sinks);
   if (sp.splits > 1) {
-    detail::flash_decode_combine_kernel<kD, T><<<static_cast<unsigned>(batch * kHq), kD, 0, stream>>>(out, o_part, lse_part,
-                                                                                                   sp.splits);
+    detail::flash_decode_combine_kernel<kD, T><<<static_cast<unsigned>(batch * kHq), kD, 0, stream>>>(
+        out, o_part, lse_part, sp.splits, sinks, kHq);
   }
 }
 

@@ -70,6 +70,17 @@
 //
 // Window: key j is kept for query i when i - window < j <= i (HF's sliding_window,
 // FlashAttention's window_size (window - 1, 0)); 0 means no window.
+//
+// Note [Prefill attention sinks]
+// gpt-oss (HF eager_attention_forward of modeling_gpt_oss) appends one learned logit sinks[h]
+// per query head to every row of scaled (post-cap, post-mask) scores, takes the softmax over
+// the row plus that logit and drops the sink's probability:
+//   out = sum_j e^(s_j - m) v_j / (sum_j e^(s_j - m) + e^(sink - m)).
+// The sink adds no value row, so it only enlarges the denominator, and it is folded into the
+// final normalisation: the loop ends with O and l relative to the row max m (log2 units, i.e.
+// the post-cap scaled score times log2(e) in both the capped and the plain branch), the sink's
+// logit is brought to the same units (sink * log2(e)) and both are rebased on max(m, sink).
+// The sink-free path only pays a null-pointer test per output row.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -275,12 +286,13 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
 }
 
 /// exp_scale: log2(e) * scale without the cap; with it, the pre-tanh factor scale / softcap
-/// and cap_scale = softcap * log2(e) (Note [Prefill soft-capping]).
+/// and cap_scale = softcap * log2(e) (Note [Prefill soft-capping]). sinks: per query head
+/// logits or nullptr (Note [Prefill attention sinks]).
 template <class Cfg, int kHq, int kHkv, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const bf16* __restrict__ k,
                      const bf16* __restrict__ v, const int32_t* __restrict__ cu_seqlens, float score_scale,
-                     float cap_scale, int window) {
+                     float cap_scale, int window, const float* __restrict__ sinks) {
   constexpr int kD = Cfg::kD, kBM = Cfg::kBM, kBN = Cfg::kBN, kMT = Cfg::kMT, kNT = Cfg::kNT, kDT = Cfg::kDT;
   constexpr int kG = kHq / kHkv;
   static_assert(kHq % kHkv == 0, "Hq must be a multiple of Hkv");
@@ -551,6 +563,10 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
     }
     }
   }
+  // The sink's logit in the loop's log2 domain (Note [Prefill attention sinks]); loaded only
+  // when there is one, after the loop, so the sink-free kernel is unchanged.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float sink_l2 = sinks != nullptr ? __ldg(sinks + h) * kLog2e : 0.f;
 #if FK_PREFILL_HAS_WGMMA
   if constexpr (kPingpong) {
     if (lagging) pv_wgmma(p_keep, v_keep);  // the last tile's P V (its stage is not refilled)
@@ -567,7 +583,16 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
       float l = row_l[mt][hr];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float inv = l > 0.f ? 1.f / l : 0.f;
+      if (sinks != nullptr) {
+        // O and l are relative to the row max m; rebase both on max(m, sink) and add the sink's
+        // term to the denominator (m = -inf: no key, the sink takes all the mass, O = 0).
+        const float m = row_m[mt][hr];
+        const float mm = fmaxf(m, sink_l2);
+        const float a = m == -CUDART_INF_F ? 0.f : fast_exp2(m - mm);
+        const float den = l * a + fast_exp2(sink_l2 - mm);
+        inv = den > 0.f ? __fdividef(a, den) : 0.f;
+      }
       const int row = wrow0 + mt * 16 + g + hr * 8;
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
@@ -599,7 +624,7 @@ inline void throw_if_launch_failed(const char* what) {
 template <class Cfg, int kHq, int kHkv>
 void flash_prefill_cfg(void* out, const void* q, const void* k, const void* v, const int32_t* cu_seqlens,
                        int64_t batch, int64_t max_seqlen, int64_t total_tokens, float softmax_scale, int window,
-                       float softcap, cudaStream_t stream) {
+                       float softcap, cudaStream_t stream, const float* sinks = nullptr) {
   using prefill_detail::bf16;
   if (batch <= 0 || max_seqlen <= 0 || total_tokens <= 0) return;
   const int64_t m_tiles = (max_seqlen + Cfg::kBM - 1) / Cfg::kBM;
@@ -618,7 +643,8 @@ void flash_prefill_cfg(void* out, const void* q, const void* k, const void* v, c
   const dim3 grid(kHq, static_cast<unsigned>(batch), static_cast<unsigned>(m_tiles));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
       static_cast<bf16*>(out), static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-      cu_seqlens, capped ? softmax_scale / softcap : softmax_scale * kLog2e, capped ? softcap * kLog2e : 0.f, window);
+      cu_seqlens, capped ? softmax_scale / softcap : softmax_scale * kLog2e, capped ? softcap * kLog2e : 0.f, window,
+      sinks);
   prefill_detail::throw_if_launch_failed("flash_prefill");
 }
 
@@ -627,12 +653,13 @@ void flash_prefill_cfg(void* out, const void* q, const void* k, const void* v, c
 /// kD]; cu_seqlens: device [batch + 1] exclusive prefix sums starting at 0 (queries and keys
 /// share them); max_seqlen: the true maximum length (sizes the grid). Query head h reads KV
 /// head h / (kHq / kHkv). window > 0: key j kept for query i when j > i - window; softcap > 0:
-/// scaled scores become softcap * tanh(s / softcap). kD in {64, 128, 256}. Throws
-/// std::runtime_error when the launch fails.
+/// scaled scores become softcap * tanh(s / softcap). sinks: nullptr, or device fp32 [kHq]
+/// attention-sink logits (gpt-oss; Note [Prefill attention sinks]). kD in {64, 128, 256}.
+/// Throws std::runtime_error when the launch fails.
 template <int kHq, int kHkv, int kD>
 void flash_prefill(void* out, const void* q, const void* k, const void* v, const int32_t* cu_seqlens, int64_t batch,
                    int64_t max_seqlen, int64_t total_tokens, float softmax_scale, int window, float softcap,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const float* sinks = nullptr) {
   using Def = typename prefill_detail::PrefillDefault<kD>::type;
   if constexpr (Def::kBM == 128 && Def::kWgmma) {
     // Less than one wave of 128-row CTAs (short prompts): 64-row CTAs fill the GPU better.
@@ -640,12 +667,12 @@ void flash_prefill(void* out, const void* q, const void* k, const void* v, const
     if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
         kHq * batch * ((max_seqlen + 127) / 128) <= sms) {
       flash_prefill_cfg<prefill_detail::PrefillCfg<kD, 64, 64, 4, 1, false, true>, kHq, kHkv>(
-          out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream);
+          out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream, sinks);
       return;
     }
   }
   flash_prefill_cfg<Def, kHq, kHkv>(
-      out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream);
+      out, q, k, v, cu_seqlens, batch, max_seqlen, total_tokens, softmax_scale, window, softcap, stream, sinks);
 }
 
 }  // namespace fk::kernels

@@ -1,6 +1,7 @@
 // Grouped GEMM over MoE experts with vLLM's fused_moe_kernel semantics (16-bit in/out, fp32
 // accumulation, no quantisation):
-//   C[s, :] = A[a_row(s), :] · B[e]^T (× topk_weights[s], in fp32, before the one rounding)
+//   C[s, :] = (A[a_row(s), :] · B[e]^T (+ bias[e, :])) (× topk_weights[s], in fp32, before the
+//             one rounding)
 // for every position p < *num_tokens_post_padded of sorted_token_ids with s = sorted_token_ids[p]
 // < num_valid and e = expert_ids[p / block_m] != -1; a_row(s) = s / top_k for the first GEMM
 // (A = hidden_states [T, K]), s for the second (A = activation [T * top_k, K]). B is [E, N, K]
@@ -53,8 +54,10 @@
 // flight the stage being refilled is the one read two steps ago (kStages - 2 loads in flight).
 //
 // Epilogue. The fp32 accumulators (mma.sync C fragments and wgmma D fragments have the same
-// per-thread layout: rows g and g + 8, columns 2c, 2c + 1 of each 8-column slice) are scaled by
-// the row's routing weight, rounded to T once and staged in shared memory (row pitch BN + 8
+// per-thread layout: rows g and g + 8, columns 2c, 2c + 1 of each 8-column slice) get the
+// expert's bias (optional, [E, N] in T; gpt-oss) added first, as vLLM's fused_moe_kernel with
+// HAS_BIAS and HF GptOssExperts ((x W + b) * routing weight) do, then are scaled by the row's
+// routing weight, rounded to T once and staged in shared memory (row pitch BN + 8
 // elements: conflict-free fragment writes); then each thread stores whole 16-byte row chunks to
 // C[s, n0 + ...] (coalesced: a row of the tile is BN * 2 contiguous bytes). Padding rows are
 // skipped; nothing is written for expert -1 blocks.
@@ -177,6 +180,7 @@ struct Params {
   const int32_t* sorted_token_ids;
   const int32_t* expert_ids;
   const int32_t* num_tokens_post_padded;
+  const void* bias;  // [E, N] in T, or nullptr
   int64_t num_valid;
   int top_k;
   int a_div_topk;
@@ -453,6 +457,15 @@ template <class T, int BN> __device__ __forceinline__ void stage_pair(T* stage, 
   *reinterpret_cast<uint32_t*>(stage + r * (BN + 8) + col) = pack2<T>(lo, hi);
 }
 
+/// bias[col], bias[col + 1] as fp32 (col even; 0 past N). `bias` points at the tile's first
+/// column of the expert's row, `n_rem` = N - n0.
+template <class T> __device__ __forceinline__ float2 bias_pair(const T* bias, int col, int n_rem) {
+  if (col >= n_rem) return make_float2(0.f, 0.f);
+  const unsigned int raw = __ldg(reinterpret_cast<const unsigned int*>(bias + col));
+  const T* v = reinterpret_cast<const T*>(&raw);
+  return make_float2(to_float(v[0]), to_float(v[1]));
+}
+
 /// Staged BM x BN tile -> C rows s_tok[r] (16-byte stores; padding rows and columns >= N skipped).
 template <class T, int BM, int BN, int kThreads>
 __device__ __forceinline__ void store_tile(const T* stage, const Params& p, const int32_t* s_tok, int n0, int tid) {
@@ -568,15 +581,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_mma_k
 
     T* stage = reinterpret_cast<T*>(smem);
     const int g = lane >> 2, cq = (lane & 3) * 2;
+    if (p.bias != nullptr) {  // uniform; (acc + bias) * w (Note [MoE grouped GEMM], epilogue)
+      const T* bias = static_cast<const T*>(p.bias) + static_cast<int64_t>(e) * p.n + n0;
+      float2 bj[NT];
 #pragma unroll
-    for (int i = 0; i < MT; ++i) {
-      const int r = wm * WTM + i * 16 + g;
-      const float w0 = s_w[r], w1 = s_w[r + 8];
+      for (int j = 0; j < NT; ++j) bj[j] = bias_pair<T>(bias, wn * WTN + j * 8 + cq, p.n - n0);
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int col = wn * WTN + j * 8 + cq;
-        stage_pair<T, BN>(stage, r, col, acc[i][j][0] * w0, acc[i][j][1] * w0);
-        stage_pair<T, BN>(stage, r + 8, col, acc[i][j][2] * w1, acc[i][j][3] * w1);
+      for (int i = 0; i < MT; ++i) {
+        const int r = wm * WTM + i * 16 + g;
+        const float w0 = s_w[r], w1 = s_w[r + 8];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int col = wn * WTN + j * 8 + cq;
+          stage_pair<T, BN>(stage, r, col, (acc[i][j][0] + bj[j].x) * w0, (acc[i][j][1] + bj[j].y) * w0);
+          stage_pair<T, BN>(stage, r + 8, col, (acc[i][j][2] + bj[j].x) * w1, (acc[i][j][3] + bj[j].y) * w1);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        const int r = wm * WTM + i * 16 + g;
+        const float w0 = s_w[r], w1 = s_w[r + 8];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int col = wn * WTN + j * 8 + cq;
+          stage_pair<T, BN>(stage, r, col, acc[i][j][0] * w0, acc[i][j][1] * w0);
+          stage_pair<T, BN>(stage, r + 8, col, acc[i][j][2] * w1, acc[i][j][3] * w1);
+        }
       }
     }
     __syncthreads();
@@ -670,11 +701,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
     T* stage = reinterpret_cast<T*>(smem);
     const int r = wg_m * 64 + wq * 16 + (lane >> 2);
     const float w0 = s_w[r], w1 = s_w[r + 8];
+    if (p.bias != nullptr) {  // uniform; (acc + bias) * w
+      const T* bias = static_cast<const T*>(p.bias) + static_cast<int64_t>(e) * p.n + n0;
 #pragma unroll
-    for (int j = 0; j < NI / 8; ++j) {
-      const int col = wg_n * NI + j * 8 + (lane & 3) * 2;
-      stage_pair<T, BN>(stage, r, col, acc[4 * j] * w0, acc[4 * j + 1] * w0);
-      stage_pair<T, BN>(stage, r + 8, col, acc[4 * j + 2] * w1, acc[4 * j + 3] * w1);
+      for (int j = 0; j < NI / 8; ++j) {
+        const int col = wg_n * NI + j * 8 + (lane & 3) * 2;
+        const float2 bv = bias_pair<T>(bias, col, p.n - n0);
+        stage_pair<T, BN>(stage, r, col, (acc[4 * j] + bv.x) * w0, (acc[4 * j + 1] + bv.y) * w0);
+        stage_pair<T, BN>(stage, r + 8, col, (acc[4 * j + 2] + bv.x) * w1, (acc[4 * j + 3] + bv.y) * w1);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < NI / 8; ++j) {
+        const int col = wg_n * NI + j * 8 + (lane & 3) * 2;
+        stage_pair<T, BN>(stage, r, col, acc[4 * j] * w0, acc[4 * j + 1] * w0);
+        stage_pair<T, BN>(stage, r + 8, col, acc[4 * j + 2] * w1, acc[4 * j + 3] * w1);
+      }
     }
     __syncthreads();
     store_tile<T, BM, BN, kThreads>(stage, p, s_tok, n0, tid);
@@ -739,7 +781,8 @@ template <class Cfg, class T>
 void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                           const int32_t* sorted_token_ids, const int32_t* expert_ids,
                           const int32_t* num_tokens_post_padded, int64_t num_valid, int top_k, bool a_div_topk,
-                          bool mul_routed_weight, int N, int K, int64_t max_blocks, int block_m, cudaStream_t stream) {
+                          bool mul_routed_weight, int N, int K, int64_t max_blocks, int block_m, cudaStream_t stream,
+                          const T* bias = nullptr) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "T must be bf16 or fp16");
   namespace d = moe_gemm_detail;
   using std::to_string;
@@ -757,6 +800,7 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   if (!d::aligned16(C)) d::fail("C must be 16-byte aligned");
   if (!d::aligned16(A)) d::fail("A must be 16-byte aligned");
   if (!d::aligned16(B)) d::fail("B must be 16-byte aligned");
+  if ((reinterpret_cast<uintptr_t>(bias) & 3u) != 0) d::fail("bias must be 4-byte aligned");
   if (sorted_token_ids == nullptr || expert_ids == nullptr || num_tokens_post_padded == nullptr)
     d::fail("sorted_token_ids, expert_ids and num_tokens_post_padded must not be null");
   if (mul_routed_weight && topk_weights == nullptr) d::fail("topk_weights must not be null when mul_routed_weight");
@@ -773,6 +817,7 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   p.a = A;
   p.lda = lda;
   p.b = B;
+  p.bias = bias;
   p.topk_weights = topk_weights;
   p.sorted_token_ids = sorted_token_ids;
   p.expert_ids = expert_ids;
@@ -787,8 +832,9 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   d::kernel_of<Cfg, T>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
 }
 
-/// C[s, :] = A[a_row(s), :] · B[e]^T (× topk_weights[s]) for the slots of the aligned routing
-/// (see the top of this file). block_m must be a value moe_gemm_block_m returns (16, 64 or 128)
+/// C[s, :] = (A[a_row(s), :] · B[e]^T + bias[e, :]) (× topk_weights[s]) for the slots of the
+/// aligned routing (see the top of this file); bias: nullptr (none) or [E, N] contiguous in T,
+/// 4-byte aligned (gpt-oss experts). block_m must be a value moe_gemm_block_m returns (16, 64 or 128)
 /// and the one the routing was aligned with; max_blocks = ceil(max_padded / block_m), the size of
 /// expert_ids. K and N multiples of 64; C, A, B 16-byte aligned; lda, ldc multiples of 8.
 /// No host synchronisation, no allocation (CUDA-graph capturable once the configuration has been
@@ -797,34 +843,34 @@ template <class T, MoeGemmImpl kImpl>
 void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                       const int32_t* sorted_token_ids, const int32_t* expert_ids, const int32_t* num_tokens_post_padded,
                       int64_t num_valid, int top_k, bool a_div_topk, bool mul_routed_weight, int N, int K,
-                      int64_t max_blocks, int block_m, cudaStream_t stream) {
+                      int64_t max_blocks, int block_m, cudaStream_t stream, const T* bias = nullptr) {
   namespace c = moe_gemm_cfg;
   switch (block_m) {
     case 16:
       moe_grouped_gemm_cfg<c::Decode16, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                           K, max_blocks, block_m, stream);
+                                           K, max_blocks, block_m, stream, bias);
       return;
     case 64:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
         moe_grouped_gemm_cfg<c::Wgmma64x256, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                                 num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                                N, K, max_blocks, block_m, stream);
+                                                N, K, max_blocks, block_m, stream, bias);
       } else {
         moe_grouped_gemm_cfg<c::Mma64, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                          K, max_blocks, block_m, stream);
+                                          K, max_blocks, block_m, stream, bias);
       }
       return;
     case 128:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
         moe_grouped_gemm_cfg<c::Wgmma128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                              num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                             N, K, max_blocks, block_m, stream);
+                                             N, K, max_blocks, block_m, stream, bias);
       } else {
         moe_grouped_gemm_cfg<c::Mma128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                           K, max_blocks, block_m, stream);
+                                           K, max_blocks, block_m, stream, bias);
       }
       return;
     default:
@@ -841,18 +887,18 @@ template <class T>
 void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                       const int32_t* sorted_token_ids, const int32_t* expert_ids, const int32_t* num_tokens_post_padded,
                       int64_t num_valid, int top_k, bool a_div_topk, bool mul_routed_weight, int N, int K,
-                      int64_t max_blocks, int block_m, cudaStream_t stream) {
+                      int64_t max_blocks, int block_m, cudaStream_t stream, const T* bias = nullptr) {
 #if defined(FK_MOE_GEMM_HAVE_SM90A)
   if (block_m != 16 && moe_gemm_detail::device_is_sm90()) {
     moe_grouped_gemm<T, MoeGemmImpl::kWgmma>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                              num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                             N, K, max_blocks, block_m, stream);
+                                             N, K, max_blocks, block_m, stream, bias);
     return;
   }
 #endif
   moe_grouped_gemm<T, MoeGemmImpl::kMmaSync>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                              num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                             N, K, max_blocks, block_m, stream);
+                                             N, K, max_blocks, block_m, stream, bias);
 }
 
 /// The block_m to align the routing with for `num_tokens` tokens of top_k over num_experts

@@ -10,6 +10,12 @@
 // I 14336): t256 12.1 us, t4096 122.1 us (2.89 TB/s), t16384 473 us (2.98 TB/s); the former
 // resident grid of 256 x 4 striding was 13.5 / 129.9 / 504 us, with next-step prefetch 13.0 /
 // 128.5 / 502, and 256 x 4 exact 13.8 / 124.0 / 476. Streaming stores (st.global.cs) were slower.
+//
+// SwiGLU-OAI (vLLM `swigluoai_and_mul`, gpt-oss experts): the gate and up halves are
+// *interleaved* (gate = x[t, 2i], up = x[t, 2i + 1]), gate is clamped from above at `limit`, up
+// to [-limit, limit], and out[t, i] = (up + 1) * gate * sigmoid(alpha * gate), all in fp32 and
+// rounded once (vLLM's kernel; HF GptOssExperts._apply_gate). Same launch as silu_and_mul: one
+// 16-byte output vector per thread, read as the two adjacent 16-byte input vectors it comes from.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +28,7 @@ namespace fk::kernels {
 /// The gate activation of a gated MLP: silu (vLLM SiluAndMul) or the tanh approximation of GELU
 /// (vLLM GeluAndMul(approximate="tanh"), Gemma's gelu_pytorch_tanh). Either is computed in fp32
 /// and rounded to the model dtype before the multiply, as vLLM's act_and_mul kernel does.
-enum class GatedAct { kSilu, kGeluTanh };
+enum class GatedAct { kSilu, kGeluTanh, kSwigluOai };  // kSwigluOai: swigluoai_and_mul (below), not gate_act
 
 template <GatedAct kAct> __device__ __forceinline__ float gate_act(float a) {
   if constexpr (kAct == GatedAct::kSilu) {
@@ -94,6 +100,32 @@ silu_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict
   }
 }
 
+template <class T, int kI, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+swigluoai_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride,
+                         uint32_t total, float alpha, float limit) {
+  constexpr int kN = Vec16<T>::kN;
+  static_assert(kI % kN == 0, "intermediate size must be a multiple of 16 bytes");
+  constexpr uint32_t kRowVecs = kI / kN;
+  const uint32_t idx = blockIdx.x * kThreads + threadIdx.x;
+  if (idx >= total) return;
+  const uint32_t row = idx / kRowVecs, c = idx - row * kRowVecs;
+  const T* p = x + row * x_stride + c * (2 * kN);  // 2 kN interleaved inputs -> kN outputs
+  Vec16<T> in[2];
+  in[0] = load16_stream(p);
+  in[1] = load16_stream(p + kN);
+  Vec16<T> o;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int e = 2 * j;  // gate at e, up at e + 1 of the 2 kN inputs
+    const float gate = fminf(to_float(in[e / kN].v[e % kN]), limit);
+    const float up = fminf(fmaxf(to_float(in[e / kN].v[e % kN + 1]), -limit), limit);
+    const float glu = __fdividef(gate, 1.f + __expf(-alpha * gate));
+    o.v[j] = from_float<T>((up + 1.f) * glu);
+  }
+  store16(out + row * out_stride + c * kN, o);
+}
+
 }  // namespace detail
 
 /// out [T, I] (row stride out_stride) = act(x[:, :I]) * x[:, I:] for x [T, 2I] (row stride
@@ -106,6 +138,19 @@ void silu_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int6
   const int64_t total = num_tokens * (kI / kN);
   detail::silu_and_mul_kernel<T, kI, 1, 128, false, false, kAct>
       <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
+}
+
+/// SwiGLU-OAI (vLLM swigluoai_and_mul; see the top of this file): out [T, I] (row stride
+/// out_stride) from x [T, 2I] (row stride x_stride) with gate = x[:, 0::2], up = x[:, 1::2];
+/// gpt-oss: alpha 1.702, limit 7.0. Strides in elements, 16-byte aligned. T * I / 8 < 2^32.
+template <class T, int kI>
+void swigluoai_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t num_tokens, float alpha,
+                       float limit, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  constexpr int kN = Vec16<T>::kN;
+  const int64_t total = num_tokens * (kI / kN);
+  detail::swigluoai_and_mul_kernel<T, kI, 128>
+      <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total), alpha, limit);
 }
 
 /// Tuning entry: kVPT vectors x kThreads threads; blocks_per_sm = 0: exact grid (one step per

@@ -3,7 +3,15 @@
 //                       (fk/kernels/attention.h)
 //   flash_attn_decode   FlashAttention flash_attn_with_kvcache (one query token per sequence)
 //                       -> split-KV flash decoding (fk/kernels/flash_decode.cuh)
-// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, sliding_window, softcap, scalar_t.
+// Cfg (generated): num_heads, num_kv_heads, head_dim, softmax_scale, sliding_window, softcap, sinks,
+// scalar_t.
+//
+// Note [Attention sinks]
+// gpt-oss gives every query head a learned logit s_h (vLLM FlashAttentionImpl.sinks, passed to
+// FlashAttention as s_aux; HF GptOssAttention.sinks): it joins each row's softmax as one more
+// score and its probability is dropped, so out = sum_j e^(x_j - m) v_j / (sum_j e^(x_j - m) +
+// e^(s_h - m)) over the scaled (capped) scores x_j. The modules hold sinks as f32 [Hq]; cuDNN's
+// SDPA has no such term, so prefill with sinks runs fk/kernels/flash_prefill.cuh (bf16).
 //
 // Note [Sliding window]
 // sliding_window = W > 0: a query attends to the last W keys of its sequence, its own included
@@ -32,6 +40,21 @@ template <class T> constexpr fk::kernels::AttnDType attn_dtype() {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "attention tasks support bf16/f16");
   return std::is_same_v<T, bf16> ? fk::kernels::AttnDType::kBF16 : fk::kernels::AttnDType::kF16;
 }
+/// Cfg::sinks (false for configs without the constant).
+template <class Cfg, class = void> struct SinksOf : std::false_type {};
+template <class Cfg> struct SinksOf<Cfg, std::void_t<decltype(Cfg::sinks)>> : std::bool_constant<Cfg::sinks> {};
+template <class Cfg> inline constexpr bool kSinks = SinksOf<Cfg>::value;
+/// The s_aux pointer: the module's f32 [Hq] sinks when Cfg::sinks (checked), else null.
+template <class Cfg> const float* sinks_ptr(const Tensor& sinks) {
+  if constexpr (!kSinks<Cfg>) {
+    return nullptr;
+  } else {
+    FK_CHECK(sinks.defined() && sinks.dtype() == DType::kF32 && sinks.numel() == Cfg::num_heads && sinks.is_contiguous(),
+             "attention sinks: expected f32 [" + std::to_string(Cfg::num_heads) + "], got " +
+                 (sinks.defined() ? sinks.str() : std::string("nothing")));
+    return sinks.data<float>();
+  }
+}
 }  // namespace detail
 
 /// Sequence lengths of a prefill case: sequence i of `batch` has seq_len - i * seq_len / (2 * batch)
@@ -57,7 +80,8 @@ inline std::pair<int64_t, int64_t> window_range(int64_t pos, int64_t window) {
 /// softmax_scale, causal=True): out [T, Hq, D] (a new tensor).
 template <class Cfg>
 Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
-                                  const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
+                                  const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                                  const Tensor& sinks = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
   FK_CHECK(q.dim() == 3 && q.size(1) == Hq && q.size(2) == D && q.is_contiguous() && q.dtype() == dtype_of<T>,
@@ -68,6 +92,7 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   FK_CHECK(cu_seqlens_q.dtype() == DType::kI32 && cu_seqlens_k.dtype() == DType::kI32 &&
                cu_seqlens_q.numel() == cu_seqlens_k.numel() && cu_seqlens_q.numel() >= 2,
            "FlashAttnPrefill cu_seqlens " + cu_seqlens_q.str() + ", " + cu_seqlens_k.str());
+  const float* s_aux = detail::sinks_ptr<Cfg>(sinks);
   Tensor out = empty(q.sizes(), q.dtype());
   fk::kernels::VarlenAttentionArgs a;
   a.out = out.data_ptr();
@@ -88,15 +113,16 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   a.causal = true;
   a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
-  // Soft-capping: our own kernel, since cuDNN's SDPA refuses a score modifier together with
-  // causal/padding masks (Note [Prefill soft-capping] in fk/kernels/flash_prefill.cuh).
-  if constexpr (Cfg::softcap > 0.0) {
-    static_assert(std::is_same_v<T, bf16>, "FlashAttnPrefill with soft-capping: bf16 only (flash_prefill.cuh)");
+  // Soft-capping and sinks: our own kernel, since cuDNN's SDPA refuses a score modifier together
+  // with causal/padding masks (Note [Prefill soft-capping] in fk/kernels/flash_prefill.cuh) and
+  // has no sink term (Note [Attention sinks]).
+  if constexpr (Cfg::softcap > 0.0 || detail::kSinks<Cfg>) {
+    static_assert(std::is_same_v<T, bf16>, "FlashAttnPrefill with soft-capping or sinks: bf16 only (flash_prefill.cuh)");
     FK_CHECK(cu_seqlens_q.data_ptr() == cu_seqlens_k.data_ptr() && max_seqlen_q == max_seqlen_k && q.size(0) == k.size(0),
-             "FlashAttnPrefill with soft-capping: self-attention prefill only (q and k share cu_seqlens)");
+             "FlashAttnPrefill with soft-capping or sinks: self-attention prefill only (q and k share cu_seqlens)");
     fk::kernels::flash_prefill<static_cast<int>(Hq), static_cast<int>(Hkv), static_cast<int>(D)>(
         a.out, a.q, a.k, a.v, a.cu_seqlens_q, a.batch, max_seqlen_q, a.total_q, a.softmax_scale, a.window,
-        static_cast<float>(Cfg::softcap), current_stream());
+        static_cast<float>(Cfg::softcap), current_stream(), s_aux);
     return out;
   }
   fk::kernels::varlen_attention_cudnn(a, current_stream());
@@ -106,7 +132,8 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
 /// flash_attn_with_kvcache(q [B, 1, Hq, D], k_cache, v_cache, cache_seqlens, softmax_scale):
 /// here q [B, Hq, D], caches [B, max_len, Hkv, D] contiguous, cache_seqlens [B] i32; out [B, Hq, D].
 template <class Cfg>
-Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens) {
+Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& cache_seqlens,
+                                 const Tensor& sinks = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
   FK_CHECK(q.dim() == 3 && q.size(1) == Hq && q.size(2) == D && q.is_contiguous() && q.dtype() == dtype_of<T>,
@@ -119,6 +146,7 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
   FK_CHECK(cache_seqlens.dtype() == DType::kI32 && cache_seqlens.numel() == batch,
            "FlashAttnDecode cache_seqlens " + cache_seqlens.str());
   const int64_t max_len = k_cache.size(1);
+  const float* s_aux = detail::sinks_ptr<Cfg>(sinks);
   Tensor out = empty(q.sizes(), q.dtype());
   constexpr int kWindow = static_cast<int>(Cfg::sliding_window);
   const size_t ws_bytes = fk::kernels::flash_decode_workspace_bytes<Hq, Hkv, D>(batch, max_len, 0, kWindow);
@@ -126,7 +154,7 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
   fk::kernels::flash_decode<Hq, Hkv, D, T>(out.data<T>(), q.data<T>(), k_cache.data<T>(), v_cache.data<T>(),
                                            cache_seqlens.data<int32_t>(), batch, max_len,
                                            static_cast<float>(Cfg::softmax_scale), ws.data_ptr(), current_stream(), 0,
-                                           kWindow, static_cast<float>(Cfg::softcap));
+                                           kWindow, static_cast<float>(Cfg::softcap), s_aux);
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -170,10 +198,16 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
       fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
       fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
     }
+    // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
+    if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
-  std::vector<Tensor> inputs(int s) override { return {q_[s], k_[s], v_[s], cu_}; }
+  std::vector<Tensor> inputs(int s) override {
+    std::vector<Tensor> in{q_[s], k_[s], v_[s], cu_};
+    if (module_.sinks.defined()) in.push_back(module_.sinks);
+    return in;
+  }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({total_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
     fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
@@ -181,7 +215,7 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
                                              ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), total_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
                                              static_cast<float>(Cfg::softmax_scale), current_stream(),
-                                             static_cast<float>(Cfg::softcap));
+                                             static_cast<float>(Cfg::softcap), detail::sinks_ptr<Cfg>(module_.sinks));
     FK_CHECK_LAUNCH();
     // Outputs are softmax-weighted means of N(0, 1) values. Flash attention rounds the
     // probabilities to the model dtype before P·V, so an output's error scales with the
@@ -243,10 +277,16 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
       fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
       fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
     }
+    // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
+    if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], seqlens_); }
-  std::vector<Tensor> inputs(int s) override { return {q_[s], k_[s], v_[s], seqlens_}; }
+  std::vector<Tensor> inputs(int s) override {
+    std::vector<Tensor> in{q_[s], k_[s], v_[s], seqlens_};
+    if (module_.sinks.defined()) in.push_back(module_.sinks);
+    return in;
+  }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({batch_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
     fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
@@ -254,7 +294,7 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
                                              ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), batch_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
                                              static_cast<float>(Cfg::softmax_scale), current_stream(),
-                                             static_cast<float>(Cfg::softcap));
+                                             static_cast<float>(Cfg::softcap), detail::sinks_ptr<Cfg>(module_.sinks));
     FK_CHECK_LAUNCH();
     // ~sqrt(e / n) for n >= min(kv_len / 2, window) keys (mean |N(0, s^2)| = 0.8 s).
     double min_keys = double(max_len_) / 2;

@@ -153,6 +153,14 @@ template <class N> void add_qk_norm(ParamList& out, N& n, const std::string& pre
     out.push_back({prefix + "k_norm.weight", n.k_weight, mean, 0.1f});
   }
 }
+/// The attention sinks (gpt-oss; Note [Attention sinks] in fk/tasks/attention.h): one f32 [Hq]
+/// tensor that the prefill and decode children share (share_sinks), HF name `{prefix}sinks`.
+template <class M> void share_sinks(M& m) {
+  if (m.attn_prefill.sinks.defined()) m.attn_decode.sinks = m.attn_prefill.sinks;
+}
+template <class M> void add_sinks(ParamList& out, M& m, const std::string& prefix) {
+  if (m.attn_prefill.sinks.defined()) out.push_back({prefix + "sinks", m.attn_prefill.sinks, 0.f, 1.f});
+}
 template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
   add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
                                Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
@@ -212,10 +220,10 @@ Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tens
   constexpr int Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
   Tensor attn = rm.is_prefill
                     ? ref::attention_prefill(q, k, v, rm.cu, Hq, Hkv, D, m.attn_prefill.softmax_scale,
-                                             m.attn_prefill.sliding_window, m.attn_prefill.logits_soft_cap)
+                                             m.attn_prefill.sliding_window, m.attn_prefill.logits_soft_cap, m.attn_prefill.sinks)
                     : ref::attention_decode(q, m.k_cache.narrow_first(0, q.size(0)), m.v_cache.narrow_first(0, q.size(0)),
                                             rm.lens, Hq, Hkv, D, m.attn_decode.softmax_scale, m.attn_decode.sliding_window,
-                                            m.attn_decode.logits_soft_cap);
+                                            m.attn_decode.logits_soft_cap, m.attn_decode.sinks);
   return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
 }
 

@@ -30,6 +30,7 @@
 
 #include "fk/kernels/moe_gemm.cuh"
 #include "fk/kernels/moe_routing.cuh"
+#include "fk/kernels/silu_and_mul.cuh"
 #include "fk/kernels/reference/moe_ref.cuh"
 #include "fk/tasks/llama.h"
 
@@ -74,7 +75,8 @@ template <class Cfg> std::tuple<Tensor, Tensor, Tensor> moe_align_forward(const 
 /// mul_routed_weight); A is [T, K_dim] (per_slot_rows false) or [T*K, K_dim].
 template <class Cfg>
 Tensor moe_grouped_gemm_forward(const Tensor& a, const Tensor& w, const Tensor& topk_weights, const Tensor& sorted_token_ids,
-                                const Tensor& expert_ids, const Tensor& num_tokens_post_pad, int64_t block_m) {
+                                const Tensor& expert_ids, const Tensor& num_tokens_post_pad, int64_t block_m,
+                                const Tensor& bias = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t E = Cfg::num_experts, N = Cfg::n, Kd = Cfg::k, TopK = Cfg::top_k;
   FK_CHECK(w.dim() == 3 && w.size(0) == E && w.size(1) == N && w.size(2) == Kd && w.is_contiguous() && w.dtype() == dtype_of<T>,
@@ -86,13 +88,23 @@ Tensor moe_grouped_gemm_forward(const Tensor& a, const Tensor& w, const Tensor& 
   FK_CHECK(a.dim() == 2 && a.size(1) == Kd && a.stride(1) == 1 && a.dtype() == dtype_of<T> &&
                a.size(0) == (Cfg::per_slot_rows ? num_valid : tokens),
            "MoeGroupedGemm input " + a.str() + " for " + std::to_string(tokens) + " tokens x top " + std::to_string(TopK));
+  const T* bias_ptr = nullptr;
+  if constexpr (Cfg::bias) {
+    FK_CHECK(bias.defined() && bias.dim() == 2 && bias.size(0) == E && bias.size(1) == N && bias.is_contiguous() &&
+                 bias.dtype() == dtype_of<T>,
+             "MoeGroupedGemm bias " + (bias.defined() ? bias.str() : std::string("(none)")) + " (expected [" +
+                 std::to_string(E) + ", " + std::to_string(N) + "])");
+    bias_ptr = bias.data<T>();
+  } else {
+    FK_CHECK(!bias.defined(), "MoeGroupedGemm: this task has no bias, got " + bias.str());
+  }
   Tensor c = empty({num_valid, N}, dtype_of<T>);
   const int64_t max_blocks = expert_ids.numel();
   fk::kernels::moe_grouped_gemm<T>(c.data<T>(), N, a.data<T>(), a.stride(0), w.data<T>(), topk_weights.data<float>(),
                                    sorted_token_ids.data<int32_t>(), expert_ids.data<int32_t>(),
                                    num_tokens_post_pad.data<int32_t>(), num_valid, static_cast<int>(TopK),
                                    /*a_div_topk=*/!Cfg::per_slot_rows, Cfg::mul_routed_weight, static_cast<int>(N),
-                                   static_cast<int>(Kd), max_blocks, static_cast<int>(block_m), current_stream());
+                                   static_cast<int>(Kd), max_blocks, static_cast<int>(block_m), current_stream(), bias_ptr);
   FK_CHECK_LAUNCH();
   return c;
 }
@@ -112,15 +124,15 @@ template <class Cfg> Tensor moe_sum_forward(const Tensor& x) {
 /// FusedExperts.forward: the vLLM fused_experts chain through the child modules.
 template <class Cfg, class M>
 Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, const Tensor& w2, const Tensor& topk_weights,
-                             const Tensor& topk_ids) {
+                             const Tensor& topk_ids, const Tensor& w13_bias = Tensor(), const Tensor& w2_bias = Tensor()) {
   constexpr int64_t K = Cfg::top_k, H = Cfg::hidden_size;
   const int64_t tokens = hidden.size(0);
   FK_CHECK(topk_ids.numel() == tokens * K, "FusedExperts: topk_ids " + topk_ids.str() + " for hidden_states " + hidden.str());
   const int64_t bm = fk::kernels::moe_gemm_block_m(tokens, static_cast<int>(K), static_cast<int>(Cfg::num_experts));
   std::tuple<Tensor, Tensor, Tensor> al = m.moe_align.forward(topk_ids, bm);
-  Tensor c1 = m.w13.forward(hidden, w13, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm);
+  Tensor c1 = m.w13.forward(hidden, w13, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm, w13_bias);
   Tensor c2 = m.act_fn.forward(c1);
-  Tensor c3 = m.w2.forward(c2, w2, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm);
+  Tensor c3 = m.w2.forward(c2, w2, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm, w2_bias);
   return m.moe_sum.forward(c3.view({tokens, K, H}));
 }
 
@@ -129,15 +141,22 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  return m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
+  return m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
 }
 
 /// HF transformers 5 names of a sparse MoE block under `prefix` (e.g. model.layers.0.mlp.):
-/// gate.weight [E, H], experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I].
+/// gate.weight [E, H], experts.gate_up_proj [E, 2I, H], experts.down_proj [E, H, I]. gpt-oss
+/// (Cfg::swiglu_limit > 0) names the gate `router` and its experts hold gate_up_proj_bias [E, 2I]
+/// and down_proj_bias [E, H]; HF stores its two expert weights transposed ([E, H, 2I], [E, I, H]),
+/// which the parity loader undoes (bench/parity/hfmodel.py, TRANSPOSED_PARAMS): ours keep vLLM's
+/// [E, n, k], with gate and up rows interleaved (SwigluOAIAndMul) as the checkpoint's columns are.
 template <class Cfg, class M> void add_moe_params(ParamList& out, M& m, const std::string& prefix) {
-  add_linear(out, m.gate, {Part(prefix + "gate", Cfg::num_experts)});
+  constexpr bool kGptOss = Cfg::swiglu_limit > 0;
+  add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
   out.push_back({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))});
+  if (m.w13_bias.defined()) out.push_back({prefix + "experts.gate_up_proj_bias", m.w13_bias, 0.f, 0.1f});
   out.push_back({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(Cfg::moe_intermediate_size))});
+  if (m.w2_bias.defined()) out.push_back({prefix + "experts.down_proj_bias", m.w2_bias, 0.f, 0.1f});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,14 +181,29 @@ inline std::tuple<Tensor, Tensor> ref_topk_softmax(const Tensor& logits, int top
   return {w, ids};
 }
 
-/// fused_experts reference: [T, H] in the model dtype.
+/// The experts' activation: SiluAndMul, or SwigluOAIAndMul (gpt-oss) when swiglu_limit > 0.
+/// gpt-oss's alpha is fixed: GptOssConfig.swiglu_alpha defaults to 1.702 and the released
+/// configs do not set it (vLLM hard-codes it too); the gpt_oss descriptor binds the same value
+/// to the swigluoai_and_mul task.
+inline constexpr double kSwigluOaiAlpha = 1.702;
+struct ExpertAct {
+  double swiglu_alpha = 0, swiglu_limit = 0;
+};
+template <class Cfg> constexpr ExpertAct expert_act_of() {
+  if constexpr (Cfg::swiglu_limit > 0) return {kSwigluOaiAlpha, Cfg::swiglu_limit};
+  else return {};
+}
+
+/// fused_experts reference: [T, H] in the model dtype. Biases [E, 2I] / [E, H] or undefined.
 inline Tensor ref_fused_experts(const Tensor& hidden, const Tensor& w13, const Tensor& w2, const Tensor& topk_weights,
-                                const Tensor& topk_ids) {
+                                const Tensor& topk_ids, ExpertAct act_kind = {}, const Tensor& w13_bias = Tensor(),
+                                const Tensor& w2_bias = Tensor()) {
   const int top_k = static_cast<int>(topk_ids.size(-1));
   const std::vector<int32_t> ids = to_host<int32_t>(topk_ids);
-  Tensor h1 = ref::round_to(ref::moe_linear_f32(hidden, w13, ids, top_k, false, Tensor()), hidden.dtype());
-  Tensor act = ref::silu_and_mul(h1);
-  Tensor h2 = ref::round_to(ref::moe_linear_f32(act, w2, ids, top_k, true, topk_weights), hidden.dtype());
+  Tensor h1 = ref::round_to(ref::moe_linear_f32(hidden, w13, ids, top_k, false, Tensor(), w13_bias), hidden.dtype());
+  Tensor act = act_kind.swiglu_limit > 0 ? ref::swigluoai_and_mul(h1, act_kind.swiglu_alpha, act_kind.swiglu_limit)
+                                         : ref::silu_and_mul(h1);
+  Tensor h2 = ref::round_to(ref::moe_linear_f32(act, w2, ids, top_k, true, topk_weights, w2_bias), hidden.dtype());
   return ref::round_to(ref::moe_sum_f32(h2.view({hidden.size(0), top_k, hidden.size(1)})), hidden.dtype());
 }
 
@@ -229,7 +263,8 @@ template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x) {
   std::pair<Tensor, int> task = next_task_routing();
   const double delta = task.first.defined() ? 0.05 * std::sqrt(double(task.second + 1)) : 0.0;
   std::tuple<Tensor, Tensor> r = ref_routing_adopting_ties(logits, M::kTopK, M::kRenormalize, task.first, delta);
-  return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
+  return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), ExpertAct{M::kSwigluLimit > 0 ? kSwigluOaiAlpha : 0, M::kSwigluLimit},
+                           m.w13_bias, m.w2_bias);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -403,6 +438,7 @@ template <class Module, class Cfg> class MoeGroupedGemmInstance final : public T
     for (int s = 0; s < n; ++s) {
       a_.push_back(empty({a_rows, Cfg::k}, dtype_of<T>));
       w_.push_back(empty({Cfg::num_experts, Cfg::n, Cfg::k}, dtype_of<T>));
+      if constexpr (Cfg::bias) b_.push_back(empty({Cfg::num_experts, Cfg::n}, dtype_of<T>));
     }
     routing_.resize(n);
     align_.resize(n);
@@ -413,6 +449,7 @@ template <class Module, class Cfg> class MoeGroupedGemmInstance final : public T
     for (int s = 0; s < num_sets(); ++s) {
       fill_normal(a_[s], mix_seed(seed, 10 + s));
       fill_normal(w_[s], mix_seed(seed, 100 + s), 0.f, 1.f / std::sqrt(float(Cfg::k)));
+      if constexpr (Cfg::bias) fill_normal(b_[s], mix_seed(seed, 200 + s), 0.f, 0.5f);
       routing_[s] = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 1000 + s));
       // The alignment is this task's input: the reference alignment, on the device.
       Alignment al = reference_alignment(routing_[s].host_ids, Cfg::num_experts, static_cast<int>(block_),
@@ -425,14 +462,16 @@ template <class Module, class Cfg> class MoeGroupedGemmInstance final : public T
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override {
-    out_[s] = module_.forward(a_[s], w_[s], routing_[s].weights, align_[s][0], align_[s][1], align_[s][2], block_);
+    out_[s] = module_.forward(a_[s], w_[s], routing_[s].weights, align_[s][0], align_[s][1], align_[s][2], block_, bias(s));
   }
   std::vector<Tensor> inputs(int s) override {
-    return {a_[s], w_[s], routing_[s].weights, align_[s][0], align_[s][1], align_[s][2]};
+    std::vector<Tensor> in{a_[s], w_[s], routing_[s].weights, align_[s][0], align_[s][1], align_[s][2]};
+    if constexpr (Cfg::bias) in.push_back(b_[s]);
+    return in;
   }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = ref::moe_linear_f32(a_[s], w_[s], routing_[s].host_ids, Cfg::top_k, Cfg::per_slot_rows,
-                                     Cfg::mul_routed_weight ? routing_[s].weights : Tensor());
+                                     Cfg::mul_routed_weight ? routing_[s].weights : Tensor(), bias(s));
     return {{"out", out_[s], ref, matmul_tolerance(dtype_of<T>, 1.0)}};
   }
   Cost cost() const override {
@@ -447,9 +486,10 @@ template <class Module, class Cfg> class MoeGroupedGemmInstance final : public T
 
  private:
   using T = typename Cfg::scalar_t;
+  Tensor bias(int s) const { return Cfg::bias ? b_[s] : Tensor(); }
   int64_t tokens_, block_;
   Module module_;
-  std::vector<Tensor> a_, w_, out_;
+  std::vector<Tensor> a_, w_, b_, out_;
   std::vector<Routing> routing_;
   std::vector<std::vector<Tensor>> align_;
 };
@@ -504,6 +544,12 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       w2_ = empty({E, H, I}, dtype_of<T>);
       params_.push_back({"w13", w13_, 0.f, 1.f / std::sqrt(float(H))});
       params_.push_back({"w2", w2_, 0.f, 1.f / std::sqrt(float(I))});
+      if constexpr (Cfg::expert_bias) {
+        w13_bias_ = empty({E, 2 * I}, dtype_of<T>);
+        w2_bias_ = empty({E, H}, dtype_of<T>);
+        params_.push_back({"w13_bias", w13_bias_, 0.f, 0.1f});
+        params_.push_back({"w2_bias", w2_bias_, 0.f, 0.1f});
+      }
     }
     x_ = empty({tokens_, H}, dtype_of<T>);
   }
@@ -524,7 +570,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   void prepare(int) override { out_ = Tensor(); }
   void run(int) override {
     if constexpr (kBlock) out_ = module_.forward(x_);
-    else out_ = module_.forward(x_, w13_, w2_, routing_.weights, routing_.ids);
+    else out_ = module_.forward(x_, w13_, w2_, routing_.weights, routing_.ids, w13_bias_, w2_bias_);
   }
   std::vector<Tensor> inputs(int) override {
     std::vector<Tensor> v = param_tensors(params_);
@@ -536,7 +582,9 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
-    Tensor ref = kBlock ? ref_sparse_moe_block() : ref_fused_experts(x_, w13_, w2_, routing_.weights, routing_.ids);
+    Tensor ref = kBlock ? ref_sparse_moe_block()
+                        : ref_fused_experts(x_, w13_, w2_, routing_.weights, routing_.ids, expert_act_of<Cfg>(),
+                                            w13_bias_, w2_bias_);
     return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
@@ -557,7 +605,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   int64_t tokens_;
   Module module_;
   ParamList params_;
-  Tensor x_, w13_, w2_, out_;
+  Tensor x_, w13_, w2_, w13_bias_, w2_bias_, out_;
   Routing routing_;
   int64_t experts_hit_ = 0;
 };

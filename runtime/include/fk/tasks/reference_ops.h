@@ -32,6 +32,9 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cach
             int rotary_dim, bool neox);
 /// silu(x[:, :d]) * x[:, d:] (gelu_tanh: GELU with the tanh approximation instead of silu).
 Tensor silu_and_mul(const Tensor& x, bool gelu_tanh = false);
+/// SwigluOAIAndMul: gate x[:, 0::2], up x[:, 1::2]; (clamp(up, -limit, limit) + 1) * g *
+/// sigmoid(alpha * g) with g = min(gate, limit).
+Tensor swigluoai_and_mul(const Tensor& x, double alpha, double limit);
 /// weight[ids] (times scale when it is not 0).
 Tensor embedding(const Tensor& ids, const Tensor& weight, float scale = 0.f);
 /// cap * tanh(x / cap) elementwise (logit soft-capping), from the model dtype, rounded to it.
@@ -41,19 +44,22 @@ void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
 /// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
 /// given by host token offsets cu (size B+1). Returns [T, Hq*D]. window > 0: each query sees
 /// its last `window` keys only (Note [Sliding window] in fk/tasks/attention.h). softcap > 0:
-/// scaled scores s become softcap * tanh(s / softcap) (Gemma 2).
+/// scaled scores s become softcap * tanh(s / softcap) (Gemma 2). sinks: f32 [hq] attention-sink
+/// logits or undefined (Note [Attention sinks] in fk/tasks/attention.h).
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window = 0, double softcap = 0);
+                         int hkv, int d, double scale, int64_t window = 0, double softcap = 0, const Tensor& sinks = Tensor());
 /// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
 /// lens: host KV lengths (the query is the last of them). Returns [B, Hq*D].
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
-                        int hq, int hkv, int d, double scale, int64_t window = 0, double softcap = 0);
+                        int hq, int hkv, int d, double scale, int64_t window = 0, double softcap = 0,
+                        const Tensor& sinks = Tensor());
 /// Grouped expert GEMM, fp32 result [num_valid, N]: row s = A[per_slot_rows ? s : s / top_k] @
 /// w[topk_ids[s]]^T, times topk_weights[s] when given (f32 [num_valid], else undefined).
 /// topk_ids is the flat host copy [num_valid]; rows are grouped by expert on the host and each
-/// expert's rows go through one fp32-output library GEMM (no rounding).
+/// expert's rows go through one fp32-output library GEMM (no rounding). bias: [E, N] in the
+/// model dtype, added before the routing weight, or undefined.
 Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_t>& topk_ids, int top_k,
-                      bool per_slot_rows, const Tensor& topk_weights);
+                      bool per_slot_rows, const Tensor& topk_weights, const Tensor& bias = Tensor());
 /// out[t] = sum_k x[t, k] for x [T, K, H] in the model dtype; fp32 result [T, H].
 Tensor moe_sum_f32(const Tensor& x);
 /// a + b elementwise, fp32 result (for comparing residual streams).

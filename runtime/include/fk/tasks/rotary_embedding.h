@@ -24,7 +24,9 @@
 
 namespace fk::tasks {
 
-enum class RopeScaling { kNone, kLlama3, kLinear, kYarn };
+/// kYarnNoTrunc: YaRN with truncate=False (gpt-oss): the correction range is not rounded to whole
+/// dimensions (HF _compute_yarn_parameters, vLLM yarn_find_correction_range(truncate=False)).
+enum class RopeScaling { kNone, kLlama3, kLinear, kYarn, kYarnNoTrunc };
 
 /// Everything the cos/sin cache depends on (see Note [cos_sin_cache]).
 struct RopeParams {
@@ -57,7 +59,8 @@ template <class Cfg> RopeParams rope_params(int64_t rotary_dim, int64_t max_posi
 inline int64_t cos_sin_cache_rows(const RopeParams& p) {
   switch (p.scaling) {
     case RopeScaling::kLinear: return static_cast<int64_t>(static_cast<double>(p.max_position) * p.factor);
-    case RopeScaling::kYarn: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
+    case RopeScaling::kYarn:
+    case RopeScaling::kYarnNoTrunc: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
     default: return p.max_position;
   }
 }
@@ -96,14 +99,17 @@ inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
       }
       break;
     }
-    case RopeScaling::kYarn: {
+    case RopeScaling::kYarn:
+    case RopeScaling::kYarnNoTrunc: {
+      const bool truncate = p.scaling == RopeScaling::kYarn;
       const double dim = static_cast<double>(p.rotary_dim);
       auto correction_dim = [&](double num_rotations) {
         return dim * std::log(static_cast<double>(p.original_max_position) / (num_rotations * 2 * 3.14159265358979323846)) /
                (2 * std::log(p.base));
       };
-      const double low = std::max(std::floor(correction_dim(p.beta_fast)), 0.0);
-      double high = std::min(std::ceil(correction_dim(p.beta_slow)), dim - 1);
+      const double lo = correction_dim(p.beta_fast), hi = correction_dim(p.beta_slow);
+      const double low = std::max(truncate ? std::floor(lo) : lo, 0.0);
+      double high = std::min(truncate ? std::ceil(hi) : hi, dim - 1);
       if (low == high) high += 0.001;
       const float factor = static_cast<float>(p.factor);
       for (int64_t i = 0; i < half; ++i) {

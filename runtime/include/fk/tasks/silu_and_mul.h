@@ -1,6 +1,7 @@
 // Harness and forward glue for the `silu_and_mul` task kind: mirrors
-// vllm.model_executor.layers.activation.SiluAndMul (forward(x [T, 2I]) -> [T, I]).
-// Cfg (generated): intermediate_size, scalar_t.
+// vllm.model_executor.layers.activation.SiluAndMul (forward(x [T, 2I]) -> [T, I]), and of its
+// GeluAndMul (Gemma) and SwigluOAIAndMul (gpt-oss: interleaved gate/up, clamped) forms.
+// Cfg (generated): intermediate_size, activation, alpha, limit, scalar_t.
 #pragma once
 
 #include "fk/kernels/reference/silu_and_mul_ref.cuh"
@@ -26,8 +27,13 @@ template <class Cfg> Tensor silu_and_mul_forward(const Tensor& x) {
   Shape out_shape = x.sizes();
   out_shape.back() = I;
   Tensor out = empty(out_shape, x.dtype());
-  fk::kernels::silu_and_mul<T, I, ActOf<Cfg>::value>(out.data<T>(), I, x.data<T>(), x.dim() == 2 ? x.stride(0) : 2 * I, rows,
-                                  current_stream());
+  const int64_t x_stride = x.dim() == 2 ? x.stride(0) : 2 * I;
+  if constexpr (ActOf<Cfg>::value == fk::kernels::GatedAct::kSwigluOai) {
+    fk::kernels::swigluoai_and_mul<T, I>(out.data<T>(), I, x.data<T>(), x_stride, rows, static_cast<float>(Cfg::alpha),
+                                         static_cast<float>(Cfg::limit), current_stream());
+  } else {
+    fk::kernels::silu_and_mul<T, I, ActOf<Cfg>::value>(out.data<T>(), I, x.data<T>(), x_stride, rows, current_stream());
+  }
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -44,15 +50,23 @@ template <class Module, class Cfg> class SiluAndMulInstance final : public TaskI
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+    // SwigluOAIAndMul clamps at +-limit (7 for gpt-oss): spread the inputs past it (N(0, 4)).
+    const float std = ActOf<Cfg>::value == fk::kernels::GatedAct::kSwigluOai ? 4.f : 1.f;
+    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s), 0.f, std);
   }
   void run(int s) override { out_[s] = module_.forward(x_[s]); }
   std::vector<Tensor> inputs(int s) override { return {x_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({tokens_, Cfg::intermediate_size}, DType::kF32);
-    fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
-                                                Cfg::intermediate_size, current_stream(),
-                                                ActOf<Cfg>::value == fk::kernels::GatedAct::kGeluTanh);
+    if constexpr (ActOf<Cfg>::value == fk::kernels::GatedAct::kSwigluOai) {
+      fk::kernels::reference::swigluoai_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
+                                                       Cfg::intermediate_size, static_cast<float>(Cfg::alpha),
+                                                       static_cast<float>(Cfg::limit), current_stream());
+    } else {
+      fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
+                                                  Cfg::intermediate_size, current_stream(),
+                                                  ActOf<Cfg>::value == fk::kernels::GatedAct::kGeluTanh);
+    }
     FK_CHECK_LAUNCH();
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
   }

@@ -6,6 +6,9 @@
 // GQA: query head h reads KV head h / (Hq / Hkv). softcap > 0: a score s (after the scale)
 // becomes softcap * tanh(s / softcap) before the softmax (Gemma 2's attention soft-capping).
 // Keys are processed in chunks of 256 with a running max (exact softmax, any length).
+// sinks (gpt-oss attention sinks, HF eager_attention_forward of modeling_gpt_oss): the row of
+// scores gets one more logit sinks[h], the softmax runs over both and the sink's probability is
+// dropped, i.e. e^(sinks[h] - max) joins the denominator only (and, with no key, out = 0).
 #pragma once
 
 #include <math_constants.h>
@@ -22,7 +25,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttnRefThreads)
 attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q_row_stride, const T* __restrict__ k,
                      const T* __restrict__ v, int64_t kv_tok_stride, const int32_t* __restrict__ kv_begin,
-                     const int32_t* __restrict__ kv_len, int hq, int hkv, int d, float scale, float softcap) {
+                     const int32_t* __restrict__ kv_len, int hq, int hkv, int d, float scale, float softcap,
+                     const float* __restrict__ sinks) {
   __shared__ float qs[kAttnRefMaxD];
   __shared__ float ps[kAttnRefChunk];
   __shared__ float red[32];
@@ -83,10 +87,19 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
     }
     __syncthreads();
   }
+  // Without a sink: acc / run_sum. With one: rebase on max(run_max, sink) (run_max = -inf when
+  // there is no key) and add the sink's term to the denominator.
+  float num_scale = 1.f, den = run_sum;
+  if (sinks != nullptr) {
+    const float sink = sinks[h];
+    const float mm = fmaxf(run_max, sink);
+    num_scale = len > 0 ? expf(run_max - mm) : 0.f;
+    den = run_sum * num_scale + expf(sink - mm);
+  }
 #pragma unroll
   for (int a = 0; a < kAttnRefMaxD / kAttnRefThreads; ++a) {
     const int i = tid + a * kAttnRefThreads;
-    if (i < d) out[(row * hq + h) * static_cast<int64_t>(d) + i] = len > 0 ? acc[a] / run_sum : 0.f;
+    if (i < d) out[(row * hq + h) * static_cast<int64_t>(d) + i] = den > 0.f ? acc[a] * num_scale / den : 0.f;
   }
 }
 
@@ -94,15 +107,17 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
 
 /// out [rows, hq, d] fp32. q row r, head h at q + r * q_row_stride + h * d; key token t, KV head
 /// g at k + t * kv_tok_stride + g * d (same for v). kv_begin/kv_len: device arrays [rows]. d <= 256, d and strides multiples of 8 (16-byte rows).
-/// softcap 0: no soft-capping.
+/// softcap 0: no soft-capping. sinks: nullptr, or device fp32 [hq] attention-sink logits (in the
+/// units of the scaled, capped scores; see the top of this file).
 template <class T>
 void attention_ref(float* out, const T* q, int64_t q_row_stride, const T* k, const T* v, int64_t kv_tok_stride,
                    const int32_t* kv_begin, const int32_t* kv_len, int64_t rows, int hq, int hkv, int d, float scale,
-                   cudaStream_t stream, float softcap = 0.f) {
+                   cudaStream_t stream, float softcap = 0.f, const float* sinks = nullptr) {
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), hq);
   detail::attention_ref_kernel<T><<<grid, detail::kAttnRefThreads, 0, stream>>>(out, q, q_row_stride, k, v, kv_tok_stride,
-                                                                              kv_begin, kv_len, hq, hkv, d, scale, softcap);
+                                                                              kv_begin, kv_len, hq, hkv, d, scale, softcap,
+                                                                              sinks);
 }
 
 }  // namespace fk::kernels::reference

@@ -1,6 +1,6 @@
 // Reference MoE grouped GEMM (checking only): for every flat slot s < num_valid with expert
 // e = topk_ids[s] (ids outside [0, E) are skipped, their rows left untouched),
-//   C[s, n] = sum_k A[row, k] * B[e, n, k]  (× topk_weights[s] when mul_routed_weight),
+//   C[s, n] = (sum_k A[row, k] * B[e, n, k] (+ bias[e, n]))  (× topk_weights[s] when mul_routed_weight),
 // row = s / top_k (a_div_topk: A is hidden_states [T, K]) or s (A is [T * top_k, K]); fp32 output
 // [num_valid, N] contiguous, fp32 accumulation on CUDA cores in a fixed k order, no rounding.
 // Independent of moe_grouped_gemm (no alignment, no tensor cores, no shared code).
@@ -30,7 +30,8 @@ constexpr int kMoeRefTile = 128, kMoeRefK = 8, kMoeRefThreads = 256, kMoeRefScan
 /// One 128-row x 128-column tile of expert e: rows[0 .. nrows) are slot indices.
 template <class T>
 __device__ __forceinline__ void moe_ref_tile(float* __restrict__ c, const T* __restrict__ a, int64_t lda,
-                                             const T* __restrict__ b, const float* __restrict__ w, const int* rows,
+                                             const T* __restrict__ b, const T* __restrict__ bias,
+                                             const float* __restrict__ w, const int* rows,
                                              int nrows, int e, int n0, int top_k, bool a_div_topk, bool mul, int n,
                                              int k, float (&as)[kMoeRefK][kMoeRefTile],
                                              float (&bs)[kMoeRefK][kMoeRefTile]) {
@@ -78,7 +79,10 @@ __device__ __forceinline__ void moe_ref_tile(float* __restrict__ c, const T* __r
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-      if (col < n) c[static_cast<int64_t>(s) * n + col] = acc[i][j] * scale;
+      if (col < n) {
+        const float bv = bias ? to_float(bias[static_cast<int64_t>(e) * n + col]) : 0.f;
+        c[static_cast<int64_t>(s) * n + col] = (acc[i][j] + bv) * scale;
+      }
     }
   }
 }
@@ -86,7 +90,7 @@ __device__ __forceinline__ void moe_ref_tile(float* __restrict__ c, const T* __r
 template <class T>
 __global__ void __launch_bounds__(kMoeRefThreads)
 moe_gemm_ref_kernel(float* __restrict__ c, const T* __restrict__ a, int64_t lda, const T* __restrict__ b,
-                    const float* __restrict__ w, const int32_t* __restrict__ topk_ids, int64_t num_valid, int top_k,
+                    const T* __restrict__ bias, const float* __restrict__ w, const int32_t* __restrict__ topk_ids, int64_t num_valid, int top_k,
                     bool a_div_topk, bool mul, int n, int k) {
   __shared__ float as[kMoeRefK][kMoeRefTile];
   __shared__ float bs[kMoeRefK][kMoeRefTile];
@@ -111,7 +115,7 @@ moe_gemm_ref_kernel(float* __restrict__ c, const T* __restrict__ a, int64_t lda,
     __syncthreads();
     count += total;
     while (count >= kMoeRefTile) {
-      moe_ref_tile<T>(c, a, lda, b, w, rows, kMoeRefTile, e, n0, top_k, a_div_topk, mul, n, k, as, bs);
+      moe_ref_tile<T>(c, a, lda, b, bias, w, rows, kMoeRefTile, e, n0, top_k, a_div_topk, mul, n, k, as, bs);
       const int rest = count - kMoeRefTile;  // <= kMoeRefScan - 1
       const int v = tid < rest ? rows[kMoeRefTile + tid] : 0;
       __syncthreads();
@@ -120,7 +124,7 @@ moe_gemm_ref_kernel(float* __restrict__ c, const T* __restrict__ a, int64_t lda,
       count = rest;
     }
   }
-  if (count > 0) moe_ref_tile<T>(c, a, lda, b, w, rows, count, e, n0, top_k, a_div_topk, mul, n, k, as, bs);
+  if (count > 0) moe_ref_tile<T>(c, a, lda, b, bias, w, rows, count, e, n0, top_k, a_div_topk, mul, n, k, as, bs);
 }
 
 template <int kThreads>
@@ -141,15 +145,16 @@ __global__ void __launch_bounds__(kThreads) moe_ref_max_id_kernel(int* out, cons
 }  // namespace detail
 
 /// C [num_valid, N] (fp32, contiguous) = the MoE grouped GEMM of the routing topk_ids [num_valid]
-/// (flat, slot s = token s / top_k) over num_experts experts; see the top of this file.
+/// (flat, slot s = token s / top_k) over num_experts experts; see the top of this file. bias:
+/// nullptr or [num_experts, N] contiguous, added before the routing weight.
 template <class T>
 void moe_gemm_ref(float* C, const T* A, int64_t lda, const T* B, const float* topk_weights, const int32_t* topk_ids,
                   int64_t num_valid, int top_k, bool a_div_topk, bool mul_routed_weight, int N, int K,
-                  int num_experts, cudaStream_t stream) {
+                  int num_experts, cudaStream_t stream, const T* bias = nullptr) {
   if (num_valid <= 0 || N <= 0 || num_experts <= 0) return;
   const dim3 grid(ceil_div(N, detail::kMoeRefTile), static_cast<unsigned>(num_experts));
   detail::moe_gemm_ref_kernel<T><<<grid, detail::kMoeRefThreads, 0, stream>>>(
-      C, A, lda, B, topk_weights, topk_ids, num_valid, top_k, a_div_topk, mul_routed_weight, N, K);
+      C, A, lda, B, bias, topk_weights, topk_ids, num_valid, top_k, a_div_topk, mul_routed_weight, N, K);
 }
 
 /// The same without the expert count: finds max(topk_ids) + 1 on the device first, which
@@ -157,7 +162,7 @@ void moe_gemm_ref(float* C, const T* A, int64_t lda, const T* B, const float* to
 template <class T>
 void moe_gemm_ref(float* C, const T* A, int64_t lda, const T* B, const float* topk_weights, const int32_t* topk_ids,
                   int64_t num_valid, int top_k, bool a_div_topk, bool mul_routed_weight, int N, int K,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, const T* bias = nullptr) {
   if (num_valid <= 0 || N <= 0) return;
   int* d_max = nullptr;
   if (cudaMallocAsync(&d_max, sizeof(int), stream) != cudaSuccess)
@@ -169,7 +174,7 @@ void moe_gemm_ref(float* C, const T* A, int64_t lda, const T* B, const float* to
   const cudaError_t err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) throw std::runtime_error(std::string("moe_gemm_ref: ") + cudaGetErrorString(err));
   moe_gemm_ref<T>(C, A, lda, B, topk_weights, topk_ids, num_valid, top_k, a_div_topk, mul_routed_weight, N, K,
-                  h_max + 1, stream);
+                  h_max + 1, stream, bias);
 }
 
 }  // namespace fk::kernels::reference
