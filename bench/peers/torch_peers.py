@@ -152,6 +152,28 @@ def silu_and_mul_native(x):
     return F.silu(x[..., :d]) * x[..., d:]
 
 
+def swigluoai_and_mul_native(x, alpha, limit):
+    """vLLM SwigluOAIAndMul / HF GptOssExperts._apply_gate: interleaved gate/up, clamped."""
+    gate, up = x[..., ::2], x[..., 1::2]
+    gate = gate.clamp(max=limit)
+    up = up.clamp(min=-limit, max=limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+
+
+def attention_with_sinks_eager(q, k, v, sinks, mask):
+    """HF eager_attention_forward of gpt-oss: scores (+ mask), one sink logit per head joins the
+    softmax, its probability is dropped. q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], sinks [Hq] f32."""
+    g_ = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g_, dim=1)
+    v = v.repeat_interleave(g_, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    z = torch.cat([s, sinks.view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)], dim=-1)
+    p = torch.softmax(z, dim=-1)[..., :-1].to(v.dtype)
+    return torch.matmul(p, v)
+
+
 def store_kvcache_native(key, value, kc, vc, slots):
     kc.index_copy_(0, slots, key)
     vc.index_copy_(0, slots, value)
@@ -238,18 +260,24 @@ def sort_by_expert(topk_ids, num_experts):
     return order, offs
 
 
-def fused_experts_grouped_mm(x, w13, w2, topk_weights, topk_ids):
+def fused_experts_grouped_mm(x, w13, w2, topk_weights, topk_ids, b13=None, b2=None, swiglu_limit=0.0):
     """vLLM fused_experts with torch's grouped GEMM: sort the slots by expert, gather the token
     rows, w13 grouped GEMM, SiLU-and-mul, w2 grouped GEMM, routing weight (fp32), scatter back
-    to slot order, sum over the top-k slots. w13 [E, 2I, H], w2 [E, H, I]."""
+    to slot order, sum over the top-k slots. w13 [E, 2I, H], w2 [E, H, I]. gpt-oss: per-expert
+    biases b13 [E, 2I], b2 [E, H] and SwigluOAIAndMul (interleaved) when swiglu_limit > 0."""
     t, h = x.shape
     k = topk_ids.shape[1]
     inter = w2.shape[2]
     order, offs = sort_by_expert(topk_ids, w13.shape[0])
     a = x.index_select(0, order // k)
     g = grouped_mm(a, w13.transpose(-2, -1), offs)
-    act = F.silu(g[:, :inter]) * g[:, inter:]
+    eid = topk_ids.reshape(-1).long()[order] if b13 is not None else None
+    if b13 is not None:
+        g = g + b13[eid]
+    act = swigluoai_and_mul_native(g, 1.702, swiglu_limit) if swiglu_limit > 0 else F.silu(g[:, :inter]) * g[:, inter:]
     o = grouped_mm(act, w2.transpose(-2, -1), offs)
+    if b2 is not None:
+        o = o + b2[eid]
     o = (o.float() * topk_weights.reshape(-1)[order].unsqueeze(1)).to(x.dtype)
     out = torch.empty(t * k, h, device=x.device, dtype=x.dtype).index_copy_(0, order, o)  # order is a permutation
     return out.view(t, k, h).sum(dim=1)
@@ -278,10 +306,11 @@ def fused_experts_hf_loop(x, w13, w2, topk_weights, topk_ids):
     return hf_experts_loop(x, w13, w2, topk_weights.to(x.dtype), topk_ids)
 
 
-def sparse_moe_grouped_mm(x, gate_w, w13, w2, top_k, renormalize):
-    """vLLM MixtralMoE / Qwen3MoeSparseMoeBlock: replicated gate, fused_topk, fused_experts."""
-    topk_weights, topk_ids = topk_softmax_native(F.linear(x, gate_w), top_k, renormalize)
-    return fused_experts_grouped_mm(x, w13, w2, topk_weights, topk_ids)
+def sparse_moe_grouped_mm(x, gate_w, w13, w2, top_k, renormalize, gate_b=None, b13=None, b2=None, swiglu_limit=0.0):
+    """vLLM MixtralMoE / Qwen3MoeSparseMoeBlock / gpt-oss MLPBlock: replicated gate, fused_topk,
+    fused_experts."""
+    topk_weights, topk_ids = topk_softmax_native(F.linear(x, gate_w, gate_b), top_k, renormalize)
+    return fused_experts_grouped_mm(x, w13, w2, topk_weights, topk_ids, b13, b2, swiglu_limit)
 
 
 def sparse_moe_hf_loop(x, gate_w, w13, w2, top_k, renormalize):
@@ -381,6 +410,13 @@ def build(kind, name, dims, use_compile):
         sets = [(torch.randn(T, 2 * i_, device=dev, dtype=dtype),) for _ in range(n)]
         add(silu_and_mul_native, sets)
         return peers, n
+    if kind == "swigluoai_and_mul":
+        i_, alpha, limit = g(r"swigluoai_and_mul_i(\d+)_a([0-9.e+-]+)_lim([0-9.e+-]+)_", name)
+        i_, alpha, limit = int(i_), float(alpha), float(limit)
+        n = nsets_for(T * i_ * 2 * 3)
+        sets = [(4 * torch.randn(T, 2 * i_, device=dev, dtype=dtype), alpha, limit) for _ in range(n)]
+        add(swigluoai_and_mul_native, sets)
+        return peers, n
     if kind == "vocab_parallel_embedding":
         v, h = map(int, g(r"vocab_parallel_embedding_v(\d+)_h(\d+)_", name))
         w = torch.randn(v, h, device=dev, dtype=dtype)
@@ -419,6 +455,21 @@ def build(kind, name, dims, use_compile):
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sw = re.search(r"_sw(\d+)_", name)
         cap = re.search(r"_cap([0-9.e+-]+)_", name)
+        if "_sinks_" in name:  # gpt-oss: out * Z / (Z + e^sink) = out * sigmoid(lse - sink), lse from flex
+            if not use_compile:
+                return {}, 1
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            W = int(sw.group(1)) if sw else 0
+            bm = create_block_mask(lambda b, h, q, kv: (kv <= q) & ((kv > q - W) if W else (kv >= 0)), None, None, S, S,
+                                   device=dev)
+            flex = torch.compile(flex_attention, dynamic=False)
+            sinks = torch.randn(hq, device=dev, dtype=torch.float32)
+
+            def flex_sinks(i):
+                o, lse = flex(*sets[i], block_mask=bm, enable_gqa=True, return_lse=True)
+                return (o.float() * torch.sigmoid(lse - sinks.view(1, -1, 1)).unsqueeze(-1)).to(o.dtype)
+            peers["torch_flex_attention_sinks_compiled"] = flex_sinks
+            return peers, n
         if cap:  # soft-capping (Gemma 2): SDPA cannot; flex_attention with a score_mod (HF's flex path)
             if not use_compile:
                 return {}, 1
@@ -463,6 +514,16 @@ def build(kind, name, dims, use_compile):
                  torch.randn(B, L, hkv, d, device=dev, dtype=dtype).transpose(1, 2),
                  torch.randn(B, L, hkv, d, device=dev, dtype=dtype).transpose(1, 2)) for _ in range(n)]
         sw = re.search(r"_sw(\d+)_", name)
+        if "_sinks_" in name:  # gpt-oss: HF's eager sink attention over the (window of the) cache
+            W = min(int(sw.group(1)), L) if sw else L
+            sinks = torch.randn(hq, device=dev, dtype=torch.float32)
+            fn = attention_with_sinks_eager
+            peers["torch_eager_sinks"] = lambda i: fn(sets[i][0], sets[i][1][:, :, L - W:], sets[i][2][:, :, L - W:], sinks, None)
+            if use_compile:
+                cfn = torch.compile(attention_with_sinks_eager, dynamic=False)
+                peers["torch_compile_sinks"] = lambda i: cfn(sets[i][0], sets[i][1][:, :, L - W:], sets[i][2][:, :, L - W:],
+                                                             sinks, None)
+            return peers, n
         if sw:  # the query (the last token) sees the last W cached keys: SDPA over that slice
             W = min(int(sw.group(1)), L)
             peers["torch_sdpa_window_slice"] = lambda i: F.scaled_dot_product_attention(
@@ -532,9 +593,10 @@ def build_moe(kind, name, dims, use_compile):
         add_peers(peers, moe_sum_native, sets, use_compile)
         return peers, n
     if kind == "moe_grouped_gemm":
-        E, K, nout, kin, perslot, weighted = g(
-            r"moe_grouped_gemm_e(\d+)_top(\d+)_n(\d+)_k(\d+)(_perslot)?(_weighted)?_", name)
+        E, K, nout, kin, perslot, weighted, has_bias = g(
+            r"moe_grouped_gemm_e(\d+)_top(\d+)_n(\d+)_k(\d+)(_perslot)?(_weighted)?(_bias)?_", name)
         E, K, nout, kin, perslot, weighted = int(E), int(K), int(nout), int(kin), bool(perslot), bool(weighted)
+        has_bias = bool(has_bias)
         rows = T * K
         a_rows = rows if perslot else T
         # Per set: weights, A, A pre-gathered in expert order, the output (the gather peer's
@@ -549,16 +611,24 @@ def build_moe(kind, name, dims, use_compile):
             order, offs = sort_by_expert(topk_ids, E)
             src = order if perslot else order // K  # A row of each sorted slot
             ws = topk_weights.reshape(-1)[order].unsqueeze(1) if weighted else None
-            sets.append(dict(a=a, w_t=w_t, order=order, offs=offs, src=src, ws=ws, a_sorted=a.index_select(0, src)))
+            # gpt-oss: a per-expert bias [E, n], added before the routing weight (one row per sorted slot)
+            brow = (torch.randn(E, nout, device=dev, dtype=dtype)[topk_ids.reshape(-1).long()[order]]
+                    if has_bias else None)
+            sets.append(dict(a=a, w_t=w_t, order=order, offs=offs, src=src, ws=ws, a_sorted=a.index_select(0, src),
+                             brow=brow))
 
         def grouped(i):  # the grouped GEMM alone, rows already in expert order
             s = sets[i]
             o = grouped_mm(s["a_sorted"], s["w_t"], s["offs"])
+            if has_bias:
+                o = o + s["brow"]
             return (o.float() * s["ws"]).to(dtype) if weighted else o
 
         def grouped_gather(i):  # the task's whole operator: gather, grouped GEMM, weight, scatter to slot order
             s = sets[i]
             o = grouped_mm(s["a"].index_select(0, s["src"]), s["w_t"], s["offs"])
+            if has_bias:
+                o = o + s["brow"]
             if weighted:
                 o = (o.float() * s["ws"]).to(dtype)
             return torch.empty(rows, nout, device=dev, dtype=dtype).index_copy_(0, s["order"], o)
@@ -568,6 +638,11 @@ def build_moe(kind, name, dims, use_compile):
         return peers, n
     if kind in ("fused_experts", "sparse_moe_block"):
         E, K, H, I = map(int, g(r"(?:fused_experts|sparse_moe_block)_e(\d+)_top(\d+)_h(\d+)_i(\d+)_", name))
+        lim = re.search(r"_swigluoai([0-9.e+-]+)_", name)
+        gpt_oss = dict(b13=random_weight((E, 2 * I), 1, dev, dtype) if "_ebias_" in name else None,
+                       b2=random_weight((E, H), 1, dev, dtype) if "_ebias_" in name else None,
+                       swiglu_limit=float(lim.group(1)) if lim else 0.0)
+        gate_b = random_weight((E,), 1, dev, dtype) if "_rbias_" in name else None
         # One set of expert weights (as the fk_bench harness; the flush keeps them out of the L2),
         # rotating activations.
         w13 = random_weight((E, 2 * I, H), H, dev, dtype)
@@ -578,17 +653,19 @@ def build_moe(kind, name, dims, use_compile):
                     for _ in range(n)]
             fns = (fused_experts_grouped_mm, fused_experts_hf_loop)
         else:
-            (renorm,) = g(r"sparse_moe_block_e\d+_top\d+_h\d+_i\d+_(renorm|norenorm)_", name)
+            (renorm,) = g(r"sparse_moe_block_e\d+_top\d+_h\d+_i\d+(?:_swigluoai[0-9.e+-]+)?(?:_ebias)?_(renorm|norenorm)", name)
             gate_w = random_weight((E, H), H, dev, dtype)
             sets = [(torch.randn(T, H, device=dev, dtype=dtype), gate_w, w13, w2, K, renorm == "renorm")
                     for _ in range(n)]
             fns = (sparse_moe_grouped_mm, sparse_moe_hf_loop)
         pipeline, hf_loop = fns
-        peers["torch_grouped_mm"] = lambda i: pipeline(*sets[i])
+        extra = dict(gpt_oss, **({"gate_b": gate_b} if kind == "sparse_moe_block" else {}))
+        peers["torch_grouped_mm"] = lambda i: pipeline(*sets[i], **extra)
         if use_compile:
             cf = torch.compile(pipeline, dynamic=False)
-            peers["torch_compile_grouped_mm"] = lambda i: cf(*sets[i])
-        peers["torch_hf_loop"] = lambda i: hf_loop(*sets[i])
+            peers["torch_compile_grouped_mm"] = lambda i: cf(*sets[i], **extra)
+        if gpt_oss["swiglu_limit"] == 0 and gpt_oss["b13"] is None:  # the HF loop peer is Mixtral's experts
+            peers["torch_hf_loop"] = lambda i: hf_loop(*sets[i])
         return peers, n
     return {}, 1
 

@@ -80,7 +80,8 @@
 // final normalisation: the loop ends with O and l relative to the row max m (log2 units, i.e.
 // the post-cap scaled score times log2(e) in both the capped and the plain branch), the sink's
 // logit is brought to the same units (sink * log2(e)) and both are rebased on max(m, sink).
-// The sink-free path only pays a null-pointer test per output row.
+// kSinks is a template flag (the host picks the instance from sinks != nullptr), so the
+// sink-free kernels keep the code and registers they had before sinks existed.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -286,9 +287,9 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const bf16* src, int64_t
 }
 
 /// exp_scale: log2(e) * scale without the cap; with it, the pre-tanh factor scale / softcap
-/// and cap_scale = softcap * log2(e) (Note [Prefill soft-capping]). sinks: per query head
-/// logits or nullptr (Note [Prefill attention sinks]).
-template <class Cfg, int kHq, int kHkv, bool kSoftcap>
+/// and cap_scale = softcap * log2(e) (Note [Prefill soft-capping]). kSinks: sinks holds the
+/// per query head sink logits (Note [Prefill attention sinks]); unused otherwise.
+template <class Cfg, int kHq, int kHkv, bool kSoftcap, bool kSinks = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const bf16* __restrict__ k,
                      const bf16* __restrict__ v, const int32_t* __restrict__ cu_seqlens, float score_scale,
@@ -563,10 +564,12 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
     }
     }
   }
-  // The sink's logit in the loop's log2 domain (Note [Prefill attention sinks]); loaded only
-  // when there is one, after the loop, so the sink-free kernel is unchanged.
-  constexpr float kLog2e = 1.4426950408889634f;
-  const float sink_l2 = sinks != nullptr ? __ldg(sinks + h) * kLog2e : 0.f;
+  // The sink's logit in the loop's log2 domain (Note [Prefill attention sinks]).
+  [[maybe_unused]] float sink_l2 = 0.f;
+  if constexpr (kSinks) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    sink_l2 = __ldg(sinks + h) * kLog2e;
+  }
 #if FK_PREFILL_HAS_WGMMA
   if constexpr (kPingpong) {
     if (lagging) pv_wgmma(p_keep, v_keep);  // the last tile's P V (its stage is not refilled)
@@ -584,7 +587,7 @@ flash_prefill_kernel(bf16* __restrict__ out, const bf16* __restrict__ q, const b
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       float inv = l > 0.f ? 1.f / l : 0.f;
-      if (sinks != nullptr) {
+      if constexpr (kSinks) {
         // O and l are relative to the row max m; rebase both on max(m, sink) and add the sink's
         // term to the denominator (m = -inf: no key, the sink takes all the mass, O = 0).
         const float m = row_m[mt][hr];
@@ -635,8 +638,11 @@ void flash_prefill_cfg(void* out, const void* q, const void* k, const void* v, c
   if (window < 0) throw std::runtime_error("flash_prefill: window must be >= 0, got " + std::to_string(window));
   constexpr float kLog2e = 1.4426950408889634f;
   const bool capped = softcap > 0.f;
-  auto kernel = capped ? prefill_detail::flash_prefill_kernel<Cfg, kHq, kHkv, true>
-                       : prefill_detail::flash_prefill_kernel<Cfg, kHq, kHkv, false>;
+  namespace pd = prefill_detail;
+  auto kernel = sinks != nullptr ? (capped ? pd::flash_prefill_kernel<Cfg, kHq, kHkv, true, true>
+                                           : pd::flash_prefill_kernel<Cfg, kHq, kHkv, false, true>)
+                                 : (capped ? pd::flash_prefill_kernel<Cfg, kHq, kHkv, true, false>
+                                           : pd::flash_prefill_kernel<Cfg, kHq, kHkv, false, false>);
   // Per launch (cheap) rather than once: the attribute belongs to the current device's context.
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(Cfg::kSmemBytes));
   if (e != cudaSuccess) throw std::runtime_error(std::string("flash_prefill: cudaFuncSetAttribute: ") + cudaGetErrorString(e));

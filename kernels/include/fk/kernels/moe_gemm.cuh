@@ -57,7 +57,8 @@
 // per-thread layout: rows g and g + 8, columns 2c, 2c + 1 of each 8-column slice) get the
 // expert's bias (optional, [E, N] in T; gpt-oss) added first, as vLLM's fused_moe_kernel with
 // HAS_BIAS and HF GptOssExperts ((x W + b) * routing weight) do, then are scaled by the row's
-// routing weight, rounded to T once and staged in shared memory (row pitch BN + 8
+// routing weight (the bias epilogue is a separate kernel instance, kBias, so the bias-free
+// kernels are unchanged), rounded to T once and staged in shared memory (row pitch BN + 8
 // elements: conflict-free fragment writes); then each thread stores whole 16-byte row chunks to
 // C[s, n0 + ...] (coalesced: a row of the tile is BN * 2 contiguous bytes). Padding rows are
 // skipped; nothing is written for expert -1 blocks.
@@ -489,7 +490,7 @@ __device__ __forceinline__ void store_tile(const T* stage, const Params& p, cons
 // mma.sync kernel.
 // ---------------------------------------------------------------------------------------------
 
-template <class Cfg, class T>
+template <class Cfg, class T, bool kBias = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_mma_kernel(const Params p) {
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, S = Cfg::kStages;
   constexpr int WTM = Cfg::kWTM, WTN = Cfg::kWTN, MT = WTM / 16, NT = WTN / 8;
@@ -581,20 +582,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_mma_k
 
     T* stage = reinterpret_cast<T*>(smem);
     const int g = lane >> 2, cq = (lane & 3) * 2;
-    if (p.bias != nullptr) {  // uniform; (acc + bias) * w (Note [MoE grouped GEMM], epilogue)
+    if constexpr (kBias) {  // (acc + bias) * w (Note [MoE grouped GEMM], epilogue)
+      // Column pair outer: one bias pair live at a time. (The 128 x 128 tile has no registers
+      // to spare: its bias instance spills 20 bytes under ptxas of CUDA 13.0; the bias-free
+      // instance is unchanged.)
       const T* bias = static_cast<const T*>(p.bias) + static_cast<int64_t>(e) * p.n + n0;
-      float2 bj[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) bj[j] = bias_pair<T>(bias, wn * WTN + j * 8 + cq, p.n - n0);
+      for (int j = 0; j < NT; ++j) {
+        const int col = wn * WTN + j * 8 + cq;
+        const float2 bj = bias_pair<T>(bias, col, p.n - n0);
 #pragma unroll
-      for (int i = 0; i < MT; ++i) {
-        const int r = wm * WTM + i * 16 + g;
-        const float w0 = s_w[r], w1 = s_w[r + 8];
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          const int col = wn * WTN + j * 8 + cq;
-          stage_pair<T, BN>(stage, r, col, (acc[i][j][0] + bj[j].x) * w0, (acc[i][j][1] + bj[j].y) * w0);
-          stage_pair<T, BN>(stage, r + 8, col, (acc[i][j][2] + bj[j].x) * w1, (acc[i][j][3] + bj[j].y) * w1);
+        for (int i = 0; i < MT; ++i) {
+          const int r = wm * WTM + i * 16 + g;
+          const float w0 = s_w[r], w1 = s_w[r + 8];
+          stage_pair<T, BN>(stage, r, col, (acc[i][j][0] + bj.x) * w0, (acc[i][j][1] + bj.y) * w0);
+          stage_pair<T, BN>(stage, r + 8, col, (acc[i][j][2] + bj.x) * w1, (acc[i][j][3] + bj.y) * w1);
         }
       }
     } else {
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_mma_k
 // wgmma kernel (sm_90a).
 // ---------------------------------------------------------------------------------------------
 
-template <class Cfg, class T>
+template <class Cfg, class T, bool kBias = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma_kernel(const Params p) {
 #if FK_MOE_GEMM_HAS_WGMMA
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, S = Cfg::kStages, NI = Cfg::kInstN, D = Cfg::kPrefetch;
@@ -701,7 +703,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
     T* stage = reinterpret_cast<T*>(smem);
     const int r = wg_m * 64 + wq * 16 + (lane >> 2);
     const float w0 = s_w[r], w1 = s_w[r + 8];
-    if (p.bias != nullptr) {  // uniform; (acc + bias) * w
+    if constexpr (kBias) {  // (acc + bias) * w
       const T* bias = static_cast<const T*>(p.bias) + static_cast<int64_t>(e) * p.n + n0;
 #pragma unroll
       for (int j = 0; j < NI / 8; ++j) {
@@ -731,19 +733,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
 // Host side.
 // ---------------------------------------------------------------------------------------------
 
-template <class Cfg, class T> constexpr auto kernel_of() {
+/// kBias: the variant with the bias epilogue (a separate instance, so the bias-free kernel's
+/// registers are those of the kernel before the bias existed).
+template <class Cfg, class T, bool kBias> constexpr auto kernel_of() {
   if constexpr (Cfg::kWgmma) {
-    return &moe_gemm_wgmma_kernel<Cfg, T>;
+    return &moe_gemm_wgmma_kernel<Cfg, T, kBias>;
   } else {
-    return &moe_gemm_mma_kernel<Cfg, T>;
+    return &moe_gemm_mma_kernel<Cfg, T, kBias>;
   }
 }
 
 /// Resident blocks of the configuration on the whole GPU (sets the dynamic shared memory limit on
 /// first use; queried once per configuration).
-template <class Cfg, class T> int resident_grid() {
+template <class Cfg, class T, bool kBias> int resident_grid() {
   static const int n = [] {
-    const auto k = kernel_of<Cfg, T>();
+    const auto k = kernel_of<Cfg, T, kBias>();
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess) {
       throw std::runtime_error("moe_grouped_gemm: cannot set " + std::to_string(Cfg::kSmemBytes) +
                                " bytes of dynamic shared memory (" + cudaGetErrorString(cudaGetLastError()) + ")");
@@ -810,7 +814,8 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   const int64_t n_blocks = (N + Cfg::kBN - 1) / Cfg::kBN;
   const int64_t max_tiles = max_blocks * n_blocks;
   if (max_tiles >= (int64_t{1} << 31)) d::fail("too many tiles (max_blocks x N / BN >= 2^31)");
-  const int grid = static_cast<int>(std::min<int64_t>(max_tiles, d::resident_grid<Cfg, T>()));
+  const int grid = static_cast<int>(
+      std::min<int64_t>(max_tiles, bias ? d::resident_grid<Cfg, T, true>() : d::resident_grid<Cfg, T, false>()));
   d::Params p;
   p.c = C;
   p.ldc = ldc;
@@ -829,7 +834,11 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   p.n = N;
   p.k = K;
   p.max_blocks = static_cast<int>(max_blocks);
-  d::kernel_of<Cfg, T>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  if (bias != nullptr) {
+    d::kernel_of<Cfg, T, true>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  } else {
+    d::kernel_of<Cfg, T, false>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  }
 }
 
 /// C[s, :] = (A[a_row(s), :] · B[e]^T + bias[e, :]) (× topk_weights[s]) for the slots of the
