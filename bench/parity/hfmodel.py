@@ -109,14 +109,13 @@ TRANSPOSED_PARAMS = {"gpt_oss": ("mlp.experts.gate_up_proj", "mlp.experts.down_p
 FP32_PARAMS = ("self_attn.sinks",)
 
 
-def transpose_parts(model_type, expected_shapes, weights):
-    """weights with every TRANSPOSED_PARAMS tensor of `model_type` transposed (last two dims)
-    when that makes its shape the one the model expects."""
+def transpose_parts(model_type, weights):
+    """weights with every TRANSPOSED_PARAMS tensor of `model_type` transposed (last two dims).
+    Always, not by shape: gpt-oss-20b's down_proj is square per expert (I = H = 2880)."""
     out = dict(weights)
     for name, t in weights.items():
-        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(model_type, ())) and name in expected_shapes:
-            if tuple(t.shape) != expected_shapes[name] and tuple(t.transpose(-1, -2).shape) == expected_shapes[name]:
-                out[name] = t.transpose(-1, -2).contiguous()
+        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(model_type, ())):
+            out[name] = t.transpose(-1, -2).contiguous()
     return out
 
 
@@ -147,8 +146,7 @@ def check_and_load(model, weights, tied=None):
     sd = model.state_dict()
     expected = set(sd)
     weights = fuse_parts(expected, weights)
-    weights = transpose_parts(str(getattr(model.config, "model_type", "")), {k: tuple(v.shape) for k, v in sd.items()},
-                              weights)
+    weights = transpose_parts(str(getattr(model.config, "model_type", "")), weights)
     have = set(weights)
     problems = []
     if tied:
@@ -207,6 +205,8 @@ def random_weights(model, seed, std=None):
         else:
             s = std if std is not None else shape[-1] ** -0.5
             t = s * torch.randn(shape, generator=g)
+        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(str(getattr(model.config, "model_type", "")), ())):
+            t = t.transpose(-1, -2).contiguous()  # the contract's layout (check_and_load transposes back)
         out[name] = t.to(torch.bfloat16)
     return out
 
