@@ -6,8 +6,6 @@
 // Level 4 task `gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sinks_eps1e-05_rot64_pos131072_base150000_yarn_notrunc_xf11e93b04a8c28c5_bf16`: mirrors vllm.model_executor.models.gpt_oss.GptOssForCausalLM.
 #pragma once
 
-#include <string>
-
 #include "fk/tasks/moe.h"
 #include "L1/vocab_parallel_embedding_v201088_h2880_bf16.h"
 #include "L3/moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_sinks_eps1e-05_rot64_pos131072_base150000_yarn_notrunc_f32_omp4096_bf32_bs1_neox_qkvbias_obias_bf16.h"
