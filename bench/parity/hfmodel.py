@@ -109,12 +109,16 @@ TRANSPOSED_PARAMS = {"gpt_oss": ("mlp.experts.gate_up_proj", "mlp.experts.down_p
 FP32_PARAMS = ("self_attn.sinks",)
 
 
+def is_transposed(model_type, name):
+    return any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(model_type, ()))
+
+
 def transpose_parts(model_type, weights):
     """weights with every TRANSPOSED_PARAMS tensor of `model_type` transposed (last two dims).
     Always, not by shape: gpt-oss-20b's down_proj is square per expert (I = H = 2880)."""
     out = dict(weights)
     for name, t in weights.items():
-        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(model_type, ())):
+        if is_transposed(model_type, name):
             out[name] = t.transpose(-1, -2).contiguous()
     return out
 
@@ -205,7 +209,7 @@ def random_weights(model, seed, std=None):
         else:
             s = std if std is not None else shape[-1] ** -0.5
             t = s * torch.randn(shape, generator=g)
-        if any(name.endswith(s) for s in TRANSPOSED_PARAMS.get(str(getattr(model.config, "model_type", "")), ())):
+        if is_transposed(str(getattr(model.config, "model_type", "")), name):
             t = t.transpose(-1, -2).contiguous()  # the contract's layout (check_and_load transposes back)
         out[name] = t.to(torch.bfloat16)
     return out

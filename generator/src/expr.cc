@@ -248,14 +248,7 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
       if (n.name == "len" || n.name == "item") {
         want(n.name == "len" ? 1 : 2);
         if (args[0].index() != 4) throw GenError{n.name + "() needs a list (a string of comma-joined items), got " + value_to_display(args[0])};
-        std::vector<std::string> items;
-        const std::string& text = std::get<std::string>(args[0]);
-        for (size_t start = 0; !text.empty();) {
-          const size_t comma = text.find(',', start);
-          items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-          if (comma == std::string::npos) break;
-          start = comma + 1;
-        }
+        const std::vector<std::string> items = split_list(std::get<std::string>(args[0]));
         if (n.name == "len") return static_cast<int64_t>(items.size());
         if (args[1].index() != 2) throw GenError{"item() needs an integer index, got " + value_to_display(args[1])};
         const int64_t i = std::get<int64_t>(args[1]);

@@ -101,4 +101,15 @@ double as_double(const Value& v) {
   throw GenError{std::string("expected a number, got ") + value_to_display(v)};
 }
 
+std::vector<std::string> split_list(const std::string& joined) {
+  std::vector<std::string> items;
+  for (size_t start = 0; !joined.empty();) {
+    const size_t comma = joined.find(',', start);
+    items.push_back(joined.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
 }  // namespace fk::gen

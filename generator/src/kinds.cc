@@ -597,16 +597,11 @@ PS layer_params() {
 // "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
 std::string layer_pattern(const std::string& layer_types) {
   std::string out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = layer_types.find(',', start);
-    const std::string t = layer_types.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& t : split_list(layer_types)) {
     if (t == "sliding_attention") out += 'S';
     else if (t == "full_attention") out += 'F';
     else throw GenError{"layer_types item " + i2s(static_cast<int64_t>(out.size())) + " is " + json_quote(t) +
                         ", expected \"sliding_attention\" or \"full_attention\""};
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fk::gen {
 
@@ -23,5 +24,7 @@ std::string to_ident(const std::string& s);
 std::string cpp_string_literal(const std::string& s);
 /// JSON text of a string (quoted, escaped), for messages.
 std::string json_quote(const std::string& s);
+/// The items of a list field as values hold it: comma-joined text ("" is the empty list).
+std::vector<std::string> split_list(const std::string& joined);
 
 }  // namespace fk::gen

@@ -189,9 +189,9 @@ inline constexpr double kSwigluOaiAlpha = 1.702;
 struct ExpertAct {
   double swiglu_alpha = 0, swiglu_limit = 0;
 };
-template <class Cfg> constexpr ExpertAct expert_act_of() {
-  if constexpr (Cfg::swiglu_limit > 0) return {kSwigluOaiAlpha, Cfg::swiglu_limit};
-  else return {};
+/// swiglu_limit > 0: SwigluOAIAndMul with it (and gpt-oss's alpha); 0: SiluAndMul.
+constexpr ExpertAct expert_act(double swiglu_limit) {
+  return swiglu_limit > 0 ? ExpertAct{kSwigluOaiAlpha, swiglu_limit} : ExpertAct{};
 }
 
 /// fused_experts reference: [T, H] in the model dtype. Biases [E, 2I] / [E, H] or undefined.
@@ -263,7 +263,7 @@ template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x) {
   std::pair<Tensor, int> task = next_task_routing();
   const double delta = task.first.defined() ? 0.05 * std::sqrt(double(task.second + 1)) : 0.0;
   std::tuple<Tensor, Tensor> r = ref_routing_adopting_ties(logits, M::kTopK, M::kRenormalize, task.first, delta);
-  return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), ExpertAct{M::kSwigluLimit > 0 ? kSwigluOaiAlpha : 0, M::kSwigluLimit},
+  return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), expert_act(M::kSwigluLimit),
                            m.w13_bias, m.w2_bias);
 }
 
@@ -583,7 +583,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   }
   std::vector<CheckedOutput> reference(int) override {
     Tensor ref = kBlock ? ref_sparse_moe_block()
-                        : ref_fused_experts(x_, w13_, w2_, routing_.weights, routing_.ids, expert_act_of<Cfg>(),
+                        : ref_fused_experts(x_, w13_, w2_, routing_.weights, routing_.ids, expert_act(Cfg::swiglu_limit),
                                             w13_bias_, w2_bias_);
     return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
