@@ -20,6 +20,11 @@ un-permute, sum; eager and compiled) and HF transformers' eager per-expert loop 
 which synchronises with the host as HF does). A peer that raises (e.g. a grouped GEMM rejecting
 its inputs) is written as an error record.
 
+DeepSeek MLA decode (mla_decode, absorbed: one 576-wide latent KV head shared by all query heads):
+torch_eager_absorbed (score GEMM, fp32 softmax, GEMM with the latent c_kv; HF-style eager on the
+latent cache), its torch.compile, and torch_sdpa (SDPA with one KV head, V a view of K's first
+512 columns; torch picks the backend).
+
     python3 bench/peers/torch_peers.py cases.json --out peers.jsonl [--no-compile]
 """
 import argparse
@@ -174,6 +179,17 @@ def attention_with_sinks_eager(q, k, v, sinks, mask):
     return torch.matmul(p, v)
 
 
+def mla_decode_absorbed_eager(q, kv, scale, dkv):
+    """DeepSeek MLA absorbed decode, eager (HF-style attention on the latent cache, what vLLM's
+    torch reference of the MLA decode computes): q [B, H, Dkv + Dr] (q_nope·W_UK | q_pe), kv
+    [B, L, Dkv + Dr] (c_kv | k_pe, one latent head shared by all H): the score GEMM in the model
+    dtype (fp32 accumulation), scale and softmax in fp32, probabilities back to the model dtype,
+    times the latent c_kv (the first Dkv columns). Returns [B, H, Dkv]."""
+    s = torch.matmul(q, kv.transpose(-1, -2)).float() * scale
+    p = torch.softmax(s, dim=-1).to(q.dtype)
+    return torch.matmul(p, kv[..., :dkv])
+
+
 def store_kvcache_native(key, value, kc, vc, slots):
     kc.index_copy_(0, slots, key)
     vc.index_copy_(0, slots, value)
@@ -188,6 +204,28 @@ def store_kvcache_native(key, value, kc, vc, slots):
 # the kernel's fast layout: an expert weight [G, n, k] transposed), out [M, n]. None where this
 # torch has neither (the grouped GEMM peers then fail with an error record).
 GROUPED_MM = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def concat_and_cache_mla_native(kv_c, k_pe, cache, slots):
+    cache[slots] = torch.cat([kv_c, k_pe], dim=-1)
+    return cache
+
+
+def grouped_topk_native(logits, bias, top_k, groups, topk_group, sigmoid, renorm, scale):
+    """vLLM grouped_topk (python semantics) for one batch of router logits."""
+    scores = logits.float().sigmoid() if sigmoid else logits.float().softmax(dim=-1)
+    T, E = scores.shape
+    choice = scores + bias if bias is not None else scores
+    grouped = choice.view(T, groups, E // groups)
+    gs = grouped.topk(2, dim=-1)[0].sum(dim=-1) if bias is not None else grouped.max(dim=-1).values
+    gidx = gs.topk(topk_group, dim=-1, sorted=False)[1]
+    gmask = torch.zeros_like(gs).scatter_(1, gidx, 1)
+    smask = gmask.unsqueeze(-1).expand(T, groups, E // groups).reshape(T, E)
+    ids = choice.masked_fill(smask == 0, float("-inf")).topk(top_k, dim=-1)[1]
+    w = scores.gather(1, ids)
+    if renorm:
+        w = w / w.sum(dim=-1, keepdim=True)
+    return w * scale, ids.to(torch.int32)
 
 
 def grouped_mm(a, b_t, offs):
@@ -425,15 +463,15 @@ def build(kind, name, dims, use_compile):
         add(F.embedding, sets)
         return peers, n
     if kind in ("qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "replicated_linear",
-                "parallel_lm_head"):
+                "column_parallel_linear", "parallel_lm_head"):
         if kind == "qkv_parallel_linear":
             h, d, hq, hkv, b = g(r"qkv_parallel_linear_h(\d+)_d(\d+)_hq(\d+)_hkv(\d+)_(bias|nobias)_", name)
             k, nout, bias = int(h), (int(hq) + 2 * int(hkv)) * int(d), b == "bias"
         elif kind == "merged_column_parallel_linear":
             k, n0, n1, b = g(r"merged_column_parallel_linear_k(\d+)_n(\d+)_(\d+)_(bias|nobias)_", name)
             k, nout, bias = int(k), int(n0) + int(n1), b == "bias"
-        elif kind in ("row_parallel_linear", "replicated_linear"):  # the MoE router gate is a replicated_linear
-            k, nout, b = g(r"(?:row_parallel|replicated)_linear_k(\d+)_n(\d+)_(bias|nobias)_", name)
+        elif kind in ("row_parallel_linear", "replicated_linear", "column_parallel_linear"):  # router gate: replicated
+            k, nout, b = g(r"(?:row_parallel|replicated|column_parallel)_linear_k(\d+)_n(\d+)_(bias|nobias)_", name)
             k, nout, bias = int(k), int(nout), b == "bias"
         else:
             v, h = g(r"parallel_lm_head_v(\d+)_h(\d+)_", name)
@@ -531,6 +569,65 @@ def build(kind, name, dims, use_compile):
             return peers, n
         peers["torch_sdpa"] = lambda i: F.scaled_dot_product_attention(*sets[i], enable_gqa=True)
         return peers, n
+    if kind == "concat_and_cache_mla":
+        kv, r = map(int, g(r"concat_and_cache_mla_kv(\d+)_r(\d+)_", name))
+        slots_total = max(2 * T, 4096)
+        cache = torch.zeros(slots_total, kv + r, device=dev, dtype=dtype)
+        n = nsets_for(T * (kv + r) * 2 * 2)
+        # kv_c and k_pe as slices of one [T, kv + r + 64] buffer, as the harness (and kv_a_proj's output)
+        sets = []
+        for _ in range(n):
+            buf = torch.randn(T, kv + r + 64, device=dev, dtype=dtype)
+            sets.append((buf[:, :kv], buf[:, kv:kv + r], cache, torch.randperm(slots_total, device=dev)[:T]))
+        add(concat_and_cache_mla_native, sets)
+        return peers, n
+    if kind == "mla_prefill":
+        hq, dqk, dv = map(int, g(r"mla_prefill_hq(\d+)_dqk(\d+)_dv(\d+)_", name))
+        B, S = dims["batch"], dims["seq_len"]
+        if B != 1:
+            return {}, 1  # SDPA has no variable-length batch; peers only for single sequences
+        m = re.search(r"_scale([0-9.e+-]+)_", name)
+        scale = float(m.group(1)) if m else dqk ** -0.5
+        n = 2
+        sets = [(torch.randn(1, hq, S, dqk, device=dev, dtype=dtype), torch.randn(1, hq, S, dqk, device=dev, dtype=dtype),
+                 torch.randn(1, hq, S, dv, device=dev, dtype=dtype)) for _ in range(n)]
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        # SDPA accepts a v head dim != the qk one on the cuDNN and efficient backends; FlashAttention
+        # needs equal dims, so vLLM pads v to 192 for it: that padded form is the flash peer.
+        for tag, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+            def f(i, be=be):
+                with sdpa_kernel([be]):
+                    return F.scaled_dot_product_attention(*sets[i], is_causal=True, scale=scale)
+            peers["torch_sdpa_" + tag] = f
+
+        def flash_padded(i):
+            q, k, v = sets[i]
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                o = F.scaled_dot_product_attention(q, k, F.pad(v, (0, dqk - dv)), is_causal=True, scale=scale)
+            return o[..., :dv]
+        peers["torch_sdpa_flash_vpad"] = flash_padded
+        return peers, n
+    if kind == "mla_decode":
+        hq, dkv, dr = map(int, g(r"mla_decode_hq(\d+)_kv(\d+)_r(\d+)_", name))
+        sc = re.search(r"_s(?:cale)?([0-9][0-9.e+-]*)_", name)  # _s<scale> or _scale<scale>
+        scale = float(sc.group(1)) if sc else (dkv + dr) ** -0.5  # the name spells the model's scale when it has one
+        B, L = dims["batch"], dims["kv_len"]
+        # Every sequence holds L keys here: the task's lengths (decode_seq_lens: sequence b has
+        # L - b * L // (2B)) would need a mask or one call per sequence (SDPA has no ragged batch),
+        # so at batch > 1 the peers read up to a third more keys than the task's kernel does.
+        n = min(nsets_for(B * L * (dkv + dr) * 2), 2)
+        sets = [(torch.randn(B, hq, dkv + dr, device=dev, dtype=dtype), torch.randn(B, L, dkv + dr, device=dev, dtype=dtype))
+                for _ in range(n)]
+        peers["torch_eager_absorbed"] = lambda i: mla_decode_absorbed_eager(sets[i][0], sets[i][1], scale, dkv)
+        if use_compile:
+            cf = torch.compile(mla_decode_absorbed_eager, dynamic=False)
+            peers["torch_compile_absorbed"] = lambda i: cf(sets[i][0], sets[i][1], scale, dkv)
+
+        def sdpa(i):  # one KV head (MQA), V the first Dkv columns of K (a view); torch picks the backend
+            k = sets[i][1].unsqueeze(1)
+            return F.scaled_dot_product_attention(sets[i][0].unsqueeze(2), k, k[..., :dkv], scale=scale, enable_gqa=True)
+        peers["torch_sdpa"] = sdpa
+        return peers, n
     if kind == "store_kvcache":
         hkv, d = map(int, g(r"store_kvcache_hkv(\d+)_d(\d+)_", name))
         slots_total = max(2 * T, 4096)
@@ -544,7 +641,7 @@ def build(kind, name, dims, use_compile):
     return {}, 1
 
 
-MOE_KINDS = ("topk_softmax", "moe_align_block_size", "moe_sum", "moe_grouped_gemm", "fused_experts",
+MOE_KINDS = ("topk_softmax", "grouped_topk", "moe_align_block_size", "moe_sum", "moe_grouped_gemm", "fused_experts",
              "sparse_moe_block")
 MOE_SET_BUDGET = 24 << 30  # bytes of rotating sets at most, as the fk_bench grouped GEMM harness
 
@@ -585,6 +682,16 @@ def build_moe(kind, name, dims, use_compile):
         n = nsets_for(T * E * 2)
         sets = [(torch.randn(T, E, device=dev, dtype=dtype), K, renorm) for _ in range(n)]
         add_peers(peers, topk_softmax_native, sets, use_compile)
+        return peers, n
+    if kind == "grouped_topk":
+        E, K, G, TG, sf, renorm, rs, bias = g(
+            r"grouped_topk_e(\d+)_top(\d+)_g(\d+)_tg(\d+)_(sigmoid|softmax)_(renorm|norenorm)_rs([0-9.e+-]+)(_bias)?_", name)
+        E, K, G, TG = int(E), int(K), int(G), int(TG)
+        b = torch.randn(E, device=dev, dtype=torch.float32) * 0.1 if bias else None
+        n = nsets_for(T * E * 2)
+        sets = [(torch.randn(T, E, device=dev, dtype=dtype), b, K, G, TG, sf == "sigmoid", renorm == "renorm", float(rs))
+                for _ in range(n)]
+        add_peers(peers, grouped_topk_native, sets, use_compile)
         return peers, n
     if kind == "moe_sum":
         H, K = map(int, g(r"moe_sum_h(\d+)_top(\d+)_", name))

@@ -17,7 +17,7 @@ using nlohmann::json;
 const std::vector<std::string>& rope_scaling_names() {
   static const std::vector<std::string> names = {
       "rope_scaling.beta_fast",        "rope_scaling.beta_slow", "rope_scaling.factor",
-      "rope_scaling.high_freq_factor", "rope_scaling.low_freq_factor",
+      "rope_scaling.high_freq_factor", "rope_scaling.low_freq_factor", "rope_scaling.mscale_all_dim",
       "rope_scaling.original_max_position", "rope_scaling.type"};
   return names;
 }

@@ -231,6 +231,12 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
         want(2);
         return std::pow(as_double(args[0]), as_double(args[1]));
       }
+      if (n.name == "log") {  // natural logarithm (YaRN's mscale: 0.1 * m * log(factor) + 1)
+        want(1);
+        const double x = as_double(args[0]);
+        if (!(x > 0)) throw GenError{"log() needs a positive argument, got " + canonical_double(x)};
+        return std::log(x);
+      }
       if (n.name == "float") {
         want(1);
         return as_double(args[0]);

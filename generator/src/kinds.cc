@@ -152,10 +152,10 @@ std::string rope_spelling(const Params& p, const char* base_key) {
     scaling = "llama3_f" + nf(F(p, "scaling_factor")) + "_lf" + nf(F(p, "low_freq_factor")) + "_hf" +
               nf(F(p, "high_freq_factor")) + "_omp" + i2s(I(p, "original_max_position"));
   else if (st == "linear") scaling = "linear_f" + nf(F(p, "scaling_factor"));
-  else if (st == "yarn" || st == "yarn_notrunc")
+  else if (st == "yarn" || st == "yarn_notrunc" || st == "deepseek_yarn")
     scaling = st + "_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
               nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
-  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: llama3, linear, none, yarn, yarn_notrunc)"};
+  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: deepseek_yarn, llama3, linear, none, yarn, yarn_notrunc)"};
   return "rot" + i2s(I(p, "rotary_dim")) + "_pos" + i2s(I(p, "max_position")) + "_base" + nf(F(p, base_key)) + "_" +
          scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
 }
@@ -164,7 +164,7 @@ std::string rope_spelling(const Params& p, const char* base_key) {
 std::string rope_scaling_enum(const std::string& type) {
   static const std::map<std::string, std::string> enum_name = {
       {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"},
-      {"yarn_notrunc", "kYarnNoTrunc"}};
+      {"yarn_notrunc", "kYarnNoTrunc"}, {"deepseek_yarn", "kDeepseekYarn"}};
   return "fk::tasks::RopeScaling::" + enum_name.at(type);
 }
 
@@ -188,7 +188,8 @@ KindSpec rotary_kind() {
                                                            {"llama3", "Llama3RotaryEmbedding"},
                                                            {"linear", "LinearScalingRotaryEmbedding"},
                                                            {"yarn", "YaRNScalingRotaryEmbedding"},
-                                                           {"yarn_notrunc", "YaRNScalingRotaryEmbedding(truncate=False)"}};
+                                                           {"yarn_notrunc", "YaRNScalingRotaryEmbedding(truncate=False)"},
+                                                           {"deepseek_yarn", "DeepseekScalingRotaryEmbedding"}};
     return "vllm.model_executor.layers.rotary_embedding." + cls.at(S(p, "scaling_type"));
   };
   k.placeholders = [](const Params& p) {
@@ -469,6 +470,93 @@ KindSpec replicated_kind() {
   return k;
 }
 
+KindSpec column_kind() {
+  KindSpec k;
+  k.kind = "column_parallel_linear";
+  k.template_name = "linear";
+  k.class_name = "ColumnParallelLinear";
+  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "column_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
+           bias_word(B(p, "bias")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.ColumnParallelLinear"; };
+  k.placeholders = [cls = k.class_name](const Params& p) {
+    int64_t in = I(p, "input_size"), out = I(p, "output_size");
+    bool bias = B(p, "bias");
+    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
+                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
+                               in, out, bias, true);
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+// --- multi-head latent attention (DeepSeek-V2/V3; docs/task-kinds.md "Multi-head latent attention")
+
+// concat_and_cache_mla: vLLM's op writing [kv_c_normed | k_pe] rows into the latent cache.
+KindSpec concat_and_cache_mla_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "concat_and_cache_mla";
+  k.class_name = "ConcatAndCacheMLA";
+  k.params = {{"kv_lora_rank", ParamType::kInt}, {"qk_rope_head_dim", ParamType::kInt}};
+  k.name = [](const Params& p, const std::string& dt) {
+    return "concat_and_cache_mla_kv" + i2s(I(p, "kv_lora_rank")) + "_r" + i2s(I(p, "qk_rope_head_dim")) + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm._custom_ops.concat_and_cache_mla"; };
+  k.placeholders = [](const Params& p) {
+    return PH{{"kv_lora_rank", i2s(I(p, "kv_lora_rank"))}, {"qk_rope_head_dim", i2s(I(p, "qk_rope_head_dim"))}};
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+// `_scale{s}` unless s is the standard dim^-0.5.
+std::string scale_spelling(double s, int64_t dim) {
+  const double standard = 1.0 / std::sqrt(double(dim));
+  return std::fabs(s - standard) > 1e-12 * standard ? "_scale" + nf(s) : "";
+}
+
+// mla_prefill: the non-absorbed MLA prefill (q and the kv_b_proj-expanded k of qk_head_dim, v of
+// v_head_dim, causal, packed varlen); mla_decode: the absorbed decode over the latent cache
+// (FlashMLA), whose scale always differs from (kv_lora_rank + rope)^-0.5 and is always spelled.
+KindSpec mla_attn_kind(bool prefill) {
+  KindSpec k;
+  k.kind = k.template_name = prefill ? "mla_prefill" : "mla_decode";
+  k.class_name = prefill ? "MLAPrefill" : "MLADecode";
+  if (prefill)
+    k.params = {{"num_heads", ParamType::kInt},      {"qk_head_dim", ParamType::kInt},
+                {"v_head_dim", ParamType::kInt},     {"softmax_scale", ParamType::kFloat},
+                {"max_position", ParamType::kInt, /*is_constant=*/false}};
+  else
+    k.params = {{"num_heads", ParamType::kInt},        {"kv_lora_rank", ParamType::kInt},
+                {"qk_rope_head_dim", ParamType::kInt}, {"softmax_scale", ParamType::kFloat},
+                {"max_position", ParamType::kInt, /*is_constant=*/false}};
+  k.name = [prefill](const Params& p, const std::string& dt) {
+    if (!(F(p, "softmax_scale") > 0)) throw GenError{"softmax_scale must be > 0, got " + cf(F(p, "softmax_scale"))};
+    if (prefill)
+      return "mla_prefill_hq" + i2s(I(p, "num_heads")) + "_dqk" + i2s(I(p, "qk_head_dim")) + "_dv" + i2s(I(p, "v_head_dim")) +
+             "_causal" + scale_spelling(F(p, "softmax_scale"), I(p, "qk_head_dim")) + "_" + dt;
+    return "mla_decode_hq" + i2s(I(p, "num_heads")) + "_kv" + i2s(I(p, "kv_lora_rank")) + "_r" +
+           i2s(I(p, "qk_rope_head_dim")) + "_scale" + nf(F(p, "softmax_scale")) + "_" + dt;
+  };
+  k.production = [prefill](const Params&) {
+    return std::string(prefill ? "vllm MLACommonImpl._forward_prefill (flash_attn_varlen_func, v head dim != qk head dim)"
+                               : "vllm FlashMLAImpl._forward_decode (flash_mla_with_kvcache, absorbed latent cache)");
+  };
+  k.placeholders = [prefill](const Params& p) {
+    if (prefill)
+      return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"qk_head_dim", i2s(I(p, "qk_head_dim"))},
+                {"v_head_dim", i2s(I(p, "v_head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
+    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"kv_lora_rank", i2s(I(p, "kv_lora_rank"))},
+              {"qk_rope_head_dim", i2s(I(p, "qk_rope_head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
+  };
+  k.cases = [prefill](const Params& p) {
+    return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
+  };
+  return k;
+}
+
 // --- mixture of experts (docs/task-kinds.md "Mixture of experts") ---------------------------
 
 std::string renorm_word(bool b) { return b ? "renorm" : "norenorm"; }
@@ -540,6 +628,46 @@ KindSpec moe_sum_kind() {
   };
   k.production = [](const Params&) { return "vllm._custom_ops.moe_sum"; };
   k.placeholders = [](const Params& p) { return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"top_k", i2s(I(p, "top_k"))}}; };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+// grouped_topk: vLLM's grouped_topk (DeepSeek-V2/V3): scores by sigmoid or softmax, plus an
+// optional correction bias for the choice, the topk_group best expert groups, then top_k.
+KindSpec grouped_topk_kind() {
+  KindSpec k;
+  k.kind = k.template_name = "grouped_topk";
+  k.class_name = "GroupedTopK";
+  k.params = {{"num_experts", ParamType::kInt},   {"top_k", ParamType::kInt},
+              {"num_expert_group", ParamType::kInt}, {"topk_group", ParamType::kInt},
+              {"scoring_func", ParamType::kString}, {"renormalize", ParamType::kBool},
+              {"routed_scaling_factor", ParamType::kFloat}, {"correction_bias", ParamType::kBool}};
+  k.name = [](const Params& p, const std::string& dt) {
+    const std::string& sf = S(p, "scoring_func");
+    if (sf != "sigmoid" && sf != "softmax")
+      throw GenError{"grouped_topk scoring_func is " + json_quote(sf) + ", expected \"sigmoid\" or \"softmax\""};
+    const int64_t e = I(p, "num_experts"), g = I(p, "num_expert_group"), tg = I(p, "topk_group"), top = I(p, "top_k");
+    if (g <= 0 || e % g != 0) throw GenError{"grouped_topk: num_expert_group " + i2s(g) + " must divide num_experts " + i2s(e)};
+    if (tg < 1 || tg > g) throw GenError{"grouped_topk: topk_group " + i2s(tg) + " must be in [1, " + i2s(g) + "]"};
+    if (top < 1 || top > tg * (e / g))
+      throw GenError{"grouped_topk: top_k " + i2s(top) + " must be in [1, topk_group * experts per group = " + i2s(tg * (e / g)) + "]"};
+    if (!(F(p, "routed_scaling_factor") > 0))
+      throw GenError{"grouped_topk: routed_scaling_factor must be > 0, got " + cf(F(p, "routed_scaling_factor"))};
+    return "grouped_topk_e" + i2s(e) + "_top" + i2s(top) + "_g" + i2s(g) + "_tg" + i2s(tg) + "_" + sf + "_" +
+           renorm_word(B(p, "renormalize")) + "_rs" + nf(F(p, "routed_scaling_factor")) +
+           (B(p, "correction_bias") ? "_bias" : "") + "_" + dt;
+  };
+  k.production = [](const Params&) { return "vllm.model_executor.layers.fused_moe.fused_moe.grouped_topk"; };
+  k.placeholders = [](const Params& p) {
+    return PH{{"num_experts", i2s(I(p, "num_experts"))},
+              {"top_k", i2s(I(p, "top_k"))},
+              {"num_expert_group", i2s(I(p, "num_expert_group"))},
+              {"topk_group", i2s(I(p, "topk_group"))},
+              {"sigmoid", b2s(S(p, "scoring_func") == "sigmoid")},
+              {"renormalize", b2s(B(p, "renormalize"))},
+              {"routed_scaling_factor", cf(F(p, "routed_scaling_factor"))},
+              {"correction_bias", b2s(B(p, "correction_bias"))}};
+  };
   k.cases = [](const Params&) { return token_cases(false); };
   return k;
 }
@@ -968,7 +1096,9 @@ const std::map<std::string, KindSpec>& kind_table() {
                        llama_for_causal_lm_kind(), replicated_kind(), topk_softmax_kind(), moe_align_kind(),
                        moe_grouped_gemm_kind(), moe_sum_kind(), fused_experts_kind(), sparse_moe_block_kind(),
                        moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
-                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind()})
+                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind(),
+                       column_kind(), grouped_topk_kind(), concat_and_cache_mla_kind(), mla_attn_kind(true),
+                       mla_attn_kind(false)})
       t.emplace(k.kind, k);
     return t;
   }();

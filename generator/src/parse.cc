@@ -235,6 +235,25 @@ class ConfigParser {
         if (!t.is_boolean()) return err(path + ".truncate", "expected boolean, got " + got(t));
         if (!t.get<bool>()) r.type = "yarn_notrunc";
       }
+      // DeepSeek's YaRN (vLLM DeepseekScalingRotaryEmbedding; HF: attention_factor from the two
+      // keys) multiplies cos/sin by yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+      // and the softmax scale by yarn_mscale(factor, mscale_all_dim)^2 (the descriptor's business,
+      // through rope_scaling.mscale_all_dim). Only equal keys are lowered: the cos/sin factor is
+      // then 1 (type deepseek_yarn), as in every released DeepSeek-V2/V3/R1 and Kimi-K2 config.
+      if (v.contains("mscale") || v.contains("mscale_all_dim")) {
+        double ms = 0, msa = 0;
+        number("mscale", &ms, true, 0);
+        number("mscale_all_dim", &msa, true, 0);
+        if (ms > 0 && msa > 0 && ms != msa)
+          return err(path + ".mscale", "expected the same value as " + path + ".mscale_all_dim (" + canonical_double(msa) +
+                                           "; other ratios scale cos/sin and are not lowered), got " + canonical_double(ms));
+        if (r.type == "yarn_notrunc")
+          return err(path + ".truncate", "expected true or nothing with mscale/mscale_all_dim (DeepSeek YaRN), got false");
+        if (ms > 0 && msa > 0) {
+          r.type = "deepseek_yarn";
+          r.mscale_all_dim = msa;
+        }
+      }
     }
     out_.rope_scaling = r;
   }

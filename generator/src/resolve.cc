@@ -174,6 +174,7 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       else if (k == "original_max_position") v = rs.original_max_position;
       else if (k == "beta_fast") v = rs.beta_fast;
       else if (k == "beta_slow") v = rs.beta_slow;
+      else if (k == "mscale_all_dim") v = rs.mscale_all_dim;
       else return std::nullopt;
       r.values[name] = v;
       r.origin[name] = cfg.rope_scaling_path.empty() ? "default" : cfg.rope_scaling_path;

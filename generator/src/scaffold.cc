@@ -2,6 +2,7 @@
 #include "fk/gen/scaffold.h"
 
 #include <algorithm>
+#include <tuple>
 #include <regex>
 #include <sstream>
 
@@ -74,16 +75,16 @@ const ManifestTask* find_task(const std::vector<ManifestTask>& tasks, const std:
 }
 
 std::vector<std::string> close_task_names(const std::vector<ManifestTask>& tasks, const std::string& query, size_t n) {
-  std::vector<std::pair<size_t, std::string>> scored;
+  // Names containing the query first, then tasks of the kind the query names, then the rest;
+  // each group by edit distance.
+  std::vector<std::tuple<int, size_t, std::string>> scored;
   for (const auto& t : tasks) {
-    size_t d = t.name.find(query) != std::string::npos || query.find(t.kind) != std::string::npos
-                   ? 0
-                   : edit_distance(query, t.name);
-    scored.emplace_back(d, t.name);
+    const int group = t.name.find(query) != std::string::npos ? 0 : query.find(t.kind) != std::string::npos ? 1 : 2;
+    scored.emplace_back(group, edit_distance(query, t.name), t.name);
   }
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> out;
-  for (size_t i = 0; i < scored.size() && out.size() < n; ++i) out.push_back(scored[i].second);
+  for (size_t i = 0; i < scored.size() && out.size() < n; ++i) out.push_back(std::get<2>(scored[i]));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -38,13 +39,16 @@ namespace fe = cudnn_frontend;
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kOffQ, kOffK, kOffV, kOffO };
 
-/// seq_q[i], seq_k[i] (i < B) and element offsets off_q[i], off_k[i] (i <= B) from cu_seqlens.
-__global__ void varlen_aux_kernel(int32_t* seq_q, int32_t* seq_k, int32_t* off_q, int32_t* off_k, const int32_t* cu_q,
-                                  const int32_t* cu_k, int batch, int q_row, int k_row) {
+/// seq_q[i], seq_k[i] (i < B) and element offsets off_q/k/v/o[i] (i <= B) from cu_seqlens.
+__global__ void varlen_aux_kernel(int32_t* seq_q, int32_t* seq_k, int32_t* off_q, int32_t* off_k, int32_t* off_v,
+                                  int32_t* off_o, const int32_t* cu_q, const int32_t* cu_k, int batch, int q_row,
+                                  int k_row, int v_row, int o_row) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > batch) return;
   off_q[i] = cu_q[i] * q_row;
   off_k[i] = cu_k[i] * k_row;
+  off_v[i] = cu_k[i] * v_row;
+  off_o[i] = cu_q[i] * o_row;
   if (i < batch) {
     seq_q[i] = cu_q[i + 1] - cu_q[i];
     seq_k[i] = cu_k[i + 1] - cu_k[i];
@@ -55,10 +59,10 @@ struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
-  int32_t* aux = nullptr;  // seq_q [B] | seq_k [B] | off_q [B+1] | off_k [B+1]
+  int32_t* aux = nullptr;  // seq_q [B] | seq_k [B] | off_q [B+1] | off_k [B+1] | off_v [B+1] | off_o [B+1]
 };
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, uint32_t, bool, bool, int>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, bool, bool, int>;
 
 std::mutex g_mu;
 
@@ -75,7 +79,7 @@ cudnnHandle_t handle_for_device(int dev) {
 fe::DataType_t fe_type(AttnDType d) { return d == AttnDType::kBF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF; }
 
 CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
-  const int64_t b = a.batch, hq = a.num_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  const int64_t b = a.batch, hq = a.num_heads, hkv = a.num_kv_heads, d = a.head_dim, dv = a.head_dim_v > 0 ? a.head_dim_v : d;
   const int64_t sq = a.max_seqlen_q, sk = a.max_seqlen_k;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe_type(a.dtype)).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
@@ -90,7 +94,7 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
   auto seq_kv = int_tensor("seq_kv", kSeqKV, b);
   auto q = g->tensor(fe::graph::Tensor_attributes().set_name("Q").set_uid(kQ).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1}).set_ragged_offset(off_q));
   auto k = g->tensor(fe::graph::Tensor_attributes().set_name("K").set_uid(kK).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}).set_ragged_offset(off_k));
-  auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}).set_ragged_offset(off_v));
+  auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, dv}).set_stride({sk * hkv * dv, dv, hkv * dv, 1}).set_ragged_offset(off_v));
   auto opts = fe::graph::SDPA_attributes()
                   .set_name("flash_attn_varlen")
                   .set_generate_stats(false)
@@ -104,7 +108,7 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
   if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);  // keeps kv > q - window
   auto [o, stats] = g->sdpa(q, k, v, opts);
   (void)stats;
-  o->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1}).set_ragged_offset(off_o);
+  o->set_output(true).set_uid(kO).set_dim({b, hq, sq, dv}).set_stride({sq * hq * dv, dv, hq * dv, 1}).set_ragged_offset(off_o);
   FK_FE(g->validate());
   FK_FE(g->build_operation_graph(handle));
   FK_FE(g->create_execution_plans({fe::HeurMode_t::A}));
@@ -114,7 +118,7 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
   c.graph = g;
   FK_FE(g->get_workspace_size(c.workspace_bytes));
   if (c.workspace_bytes > 0) FK_RT(cudaMalloc(&c.workspace, static_cast<size_t>(c.workspace_bytes)));
-  FK_RT(cudaMalloc(&c.aux, sizeof(int32_t) * (4 * (b + 1))));
+  FK_RT(cudaMalloc(&c.aux, sizeof(int32_t) * (6 * (b + 1))));
   return c;
 }
 
@@ -122,19 +126,19 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
 /// [B * S, H, D] tensors are plain strided [B, H, S, D] tensors; no padding mask, no ragged
 /// offsets, no auxiliary kernel.
 CachedGraph build_dense(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
-  const int64_t b = a.batch, hq = a.num_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  const int64_t b = a.batch, hq = a.num_heads, hkv = a.num_kv_heads, d = a.head_dim, dv = a.head_dim_v > 0 ? a.head_dim_v : d;
   const int64_t sq = a.max_seqlen_q, sk = a.max_seqlen_k;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe_type(a.dtype)).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
   auto q = g->tensor(fe::graph::Tensor_attributes().set_name("Q").set_uid(kQ).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1}));
   auto k = g->tensor(fe::graph::Tensor_attributes().set_name("K").set_uid(kK).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}));
-  auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}));
+  auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, dv}).set_stride({sk * hkv * dv, dv, hkv * dv, 1}));
   auto opts = fe::graph::SDPA_attributes().set_name("flash_attn_dense").set_generate_stats(false).set_attn_scale(a.softmax_scale);
   if (a.causal) opts.set_causal_mask(true);
   if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);
   auto [o, stats] = g->sdpa(q, k, v, opts);
   (void)stats;
-  o->set_output(true).set_uid(kO).set_dim({b, hq, sq, d}).set_stride({sq * hq * d, d, hq * d, 1});
+  o->set_output(true).set_uid(kO).set_dim({b, hq, sq, dv}).set_stride({sq * hq * dv, dv, hq * dv, 1});
   FK_FE(g->validate());
   FK_FE(g->build_operation_graph(handle));
   FK_FE(g->create_execution_plans({fe::HeurMode_t::A}));
@@ -152,10 +156,13 @@ CachedGraph build_dense(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
 void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   if (a.batch == 0 || a.total_q == 0) return;
   if (!a.out || !a.q || !a.k || !a.v || !a.cu_seqlens_q || !a.cu_seqlens_k) fail("null pointer");
-  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.head_dim <= 0) fail("bad heads");
+  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.head_dim <= 0 || a.head_dim_v < 0)
+    fail("bad heads");
+  const int dv = a.head_dim_v > 0 ? a.head_dim_v : a.head_dim;
   if (a.window < 0) fail("window must be >= 0 (0: no sliding window)");
   if (a.window > 0 && !a.causal) fail("a sliding window needs causal attention here");
-  if (a.total_q * a.num_heads * a.head_dim >= (int64_t(1) << 31) || a.total_k * a.num_kv_heads * a.head_dim >= (int64_t(1) << 31)) {
+  if (a.total_q * a.num_heads * std::max(a.head_dim, dv) >= (int64_t(1) << 31) ||
+      a.total_k * a.num_kv_heads * std::max(a.head_dim, dv) >= (int64_t(1) << 31)) {
     fail("ragged offsets exceed int32");
   }
   int dev = 0;
@@ -166,7 +173,7 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   // max_seqlen: no device -> host sync is needed to take the dense path.
   const bool dense = a.allow_dense && a.total_q == a.batch * a.max_seqlen_q && a.total_k == a.batch * a.max_seqlen_k;
   const Key key{dev,          static_cast<int>(a.dtype), a.batch,        a.max_seqlen_q, a.max_seqlen_k, a.num_heads,
-                a.num_kv_heads, a.head_dim,             scale_bits,     a.causal,       dense,          a.window};
+                a.num_kv_heads, a.head_dim,             dv,             scale_bits,     a.causal,       dense,          a.window};
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, CachedGraph> cache;
   cudnnHandle_t handle = handle_for_device(dev);
@@ -185,14 +192,16 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   int32_t* seq_k = seq_q + b;
   int32_t* off_q = seq_k + b;
   int32_t* off_k = off_q + b + 1;
+  int32_t* off_v = off_k + b + 1;
+  int32_t* off_o = off_v + b + 1;
   varlen_aux_kernel<<<static_cast<unsigned>((b + 1 + 127) / 128), 128, 0, stream>>>(
-      seq_q, seq_k, off_q, off_k, a.cu_seqlens_q, a.cu_seqlens_k, static_cast<int>(b), a.num_heads * a.head_dim,
-      a.num_kv_heads * a.head_dim);
+      seq_q, seq_k, off_q, off_k, off_v, off_o, a.cu_seqlens_q, a.cu_seqlens_k, static_cast<int>(b),
+      a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * dv, a.num_heads * dv);
   FK_RT(cudaGetLastError());
   FK_DNN(cudnnSetStream(handle, stream));
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)}, {kO, a.out},
-      {kSeqQ, seq_q},   {kSeqKV, seq_k},   {kOffQ, off_q},   {kOffK, off_k}, {kOffV, off_k}, {kOffO, off_q}};
+      {kSeqQ, seq_q},   {kSeqKV, seq_k},   {kOffQ, off_q},   {kOffK, off_k}, {kOffV, off_v}, {kOffO, off_o}};
   FK_FE(c.graph->execute(handle, pack, c.workspace));
 }
 

@@ -391,7 +391,9 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"flash_attn_decode", "FlashAttnDecode"}, {"store_kvcache", "StoreKVCache"},
       {"replicated_linear", "ReplicatedLinear"}, {"topk_softmax", "TopKSoftmax"},
       {"moe_align_block_size", "MoeAlignBlockSize"}, {"moe_grouped_gemm", "MoeGroupedGemm"}, {"moe_sum", "MoeSum"},
-      {"swigluoai_and_mul", "SwigluOAIAndMul"}};
+      {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
+      {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
+      {"mla_decode", "MLADecode"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

@@ -52,13 +52,14 @@ std::string expected_text(FieldType t);
 
 /// Parsed `rope_scaling` (absent or null: type "none"); unused members are 0.
 struct RopeScaling {
-  std::string type = "none";  ///< none | llama3 | linear | yarn | yarn_notrunc (truncate: false)
+  std::string type = "none";  ///< none | llama3 | linear | yarn | yarn_notrunc (truncate: false) | deepseek_yarn
   double factor = 0;
   double low_freq_factor = 0;
   double high_freq_factor = 0;
   int64_t original_max_position = 0;
   double beta_fast = 0;
   double beta_slow = 0;
+  double mscale_all_dim = 0;  ///< deepseek_yarn: the softmax scale's YaRN mscale key (0: none)
 };
 
 /// The rope scaling types and the keys each one reads (besides rope_type/type).

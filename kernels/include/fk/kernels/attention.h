@@ -51,7 +51,8 @@ struct VarlenAttentionArgs {
   int64_t total_k = 0;  ///< rows of k/v (bounds only)
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;
+  int head_dim = 0;    ///< q/k head dim
+  int head_dim_v = 0;  ///< v/out head dim (MLA prefill: 128 against qk 192); 0: head_dim
   float softmax_scale = 0.f;
   bool causal = true;
   int window = 0;  ///< sliding window in keys, the query's own included; 0: none

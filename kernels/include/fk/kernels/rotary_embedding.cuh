@@ -48,7 +48,11 @@ template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, in
   static constexpr int kLanes = kNeox ? kRotDim / 2 / kN : kRotDim / kN;  // lanes per head
   static constexpr int kC = kNeox ? kN : kN / 2;                          // cos (and sin) values per lane
   static constexpr int kH = kHq + kHkv;
-  static constexpr int kHeadsPerThread = kHPT > 0 ? kHPT : ((kH % 2 == 0 && kH >= 4) ? 2 : 1);
+  // Two heads per thread for even head counts; odd counts too once one head per thread would
+  // need more than 512 threads (MLA: 128 query heads + 1 latent key head; the last thread's
+  // second head is out of range and skipped).
+  static constexpr int kHeadsPerThread =
+      kHPT > 0 ? kHPT : (((kH % 2 == 0 && kH >= 4) || kH * kLanes > 512) ? 2 : 1);
   static constexpr int kGroups = (kH + kHeadsPerThread - 1) / kHeadsPerThread;
   static constexpr int kThreads = kLanes * kGroups;
   static_assert(kThreads <= 1024, "too many heads for one block per token");

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -49,6 +50,30 @@ template <class Cfg> std::tuple<Tensor, Tensor> topk_softmax_forward(const Tenso
   Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
   fk::kernels::topk_softmax<T, E, K, Cfg::renormalize>(w.data<float>(), ids.data<int32_t>(), logits.data<T>(),
                                                        logits.stride(0), t, current_stream());
+  FK_CHECK_LAUNCH();
+  return {w, ids};
+}
+
+/// GroupedTopK.forward(router_logits [T, E], e_score_correction_bias f32 [E] or undefined) ->
+/// (topk_weights [T, K] f32, topk_ids [T, K] i32): vLLM grouped_topk (fk::kernels::grouped_topk).
+template <class Cfg> std::tuple<Tensor, Tensor> grouped_topk_forward(const Tensor& logits, const Tensor& correction_bias) {
+  using T = typename Cfg::scalar_t;
+  constexpr int E = Cfg::num_experts, K = Cfg::top_k;
+  FK_CHECK(logits.dim() == 2 && logits.size(1) == E && logits.stride(1) == 1 && logits.dtype() == dtype_of<T>,
+           "GroupedTopK router_logits " + logits.str() + " (expected [T, " + std::to_string(E) + "])");
+  if constexpr (Cfg::correction_bias)
+    FK_CHECK(correction_bias.defined() && correction_bias.dtype() == DType::kF32 && correction_bias.numel() == E &&
+                 correction_bias.is_contiguous(),
+             "GroupedTopK e_score_correction_bias: expected f32 [" + std::to_string(E) + "], got " +
+                 (correction_bias.defined() ? correction_bias.str() : std::string("nothing")));
+  else
+    FK_CHECK(!correction_bias.defined(), "GroupedTopK: this task takes no e_score_correction_bias, got " + correction_bias.str());
+  const int64_t t = logits.size(0);
+  Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
+  fk::kernels::grouped_topk<T, E, K, Cfg::num_expert_group, Cfg::topk_group, Cfg::sigmoid, Cfg::renormalize>(
+      w.data<float>(), ids.data<int32_t>(), logits.data<T>(), logits.stride(0),
+      Cfg::correction_bias ? correction_bias.data<float>() : nullptr, static_cast<float>(Cfg::routed_scaling_factor), t,
+      current_stream());
   FK_CHECK_LAUNCH();
   return {w, ids};
 }
@@ -342,6 +367,67 @@ inline Alignment reference_alignment(const std::vector<int32_t>& ids, int num_ex
 
 /// topk_softmax: router logits [T, E] in the model dtype -> weights and ids. The ids must equal
 /// the reference's exactly (ties break to the lower expert, as in vLLM); weights to fp32 rounding.
+/// One case of a grouped_topk task. Case dims: num_tokens. Logits ~ N(0, 1) in the model dtype;
+/// the correction bias ~ N(0, 0.1) rounded to multiples of 2^-12 (exact in fp32, so the biased
+/// choices of the task (fp32) and the reference (fp64) differ only by the score's rounding).
+/// Reference: fk::kernels::reference::grouped_topk_ref (fp64 scores, the same tie order); ids
+/// exact, weights to fp32 rounding.
+template <class Module, class Cfg> class GroupedTopKInstance final : public TaskInstance {
+ public:
+  explicit GroupedTopKInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")) {
+    const int n = rotating_sets(double(tokens_) * Cfg::num_experts * sizeof(T));
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::num_experts}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+    if constexpr (Cfg::correction_bias) {
+      std::mt19937_64 rng(mix_seed(seed, 977));
+      std::normal_distribution<double> nd(0.0, 0.1);
+      std::vector<float> b(Cfg::num_experts);
+      for (float& x : b) x = static_cast<float>(std::round(nd(rng) * 4096.0) / 4096.0);
+      bias_ = to_device(b, {Cfg::num_experts});
+    }
+  }
+  void prepare(int s) override { out_[s] = {}; }
+  void run(int s) override {
+    std::tuple<Tensor, Tensor> r = module_.forward(x_[s], bias_);
+    out_[s] = {std::get<0>(r), std::get<1>(r)};
+  }
+  std::vector<Tensor> inputs(int s) override {
+    if (bias_.defined()) return {x_[s], bias_};
+    return {x_[s]};
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    constexpr int E = Cfg::num_experts, K = Cfg::top_k;
+    Tensor w = empty({tokens_, K}, DType::kF32), ids = empty({tokens_, K}, DType::kI32);
+    fk::kernels::reference::grouped_topk_ref<T>(w.data<float>(), ids.data<int32_t>(), x_[s].data<T>(), E,
+                                                bias_.defined() ? bias_.data<float>() : nullptr,
+                                                static_cast<float>(Cfg::routed_scaling_factor), tokens_, E, K,
+                                                Cfg::num_expert_group, Cfg::topk_group, Cfg::sigmoid, Cfg::renormalize,
+                                                current_stream());
+    FK_CHECK_LAUNCH();
+    Tolerance w_tol;
+    w_tol.atol = 1e-6 * Cfg::routed_scaling_factor;
+    w_tol.rtol = 1e-5;
+    w_tol.max_rel_l2 = 1e-5;
+    return {{"topk_ids", out_[s][1], ids, Tolerance{}}, {"topk_weights", out_[s][0], w, w_tol}};
+  }
+  Cost cost() const override {
+    const double t = double(tokens_);
+    return {t * Cfg::num_experts * 6.0, t * (Cfg::num_experts * sizeof(T) + Cfg::top_k * 8.0)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  Tensor bias_;
+  std::vector<Tensor> x_;
+  std::vector<std::vector<Tensor>> out_;
+};
+
 template <class Module, class Cfg> class TopKSoftmaxInstance final : public TaskInstance {
  public:
   explicit TopKSoftmaxInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")) {

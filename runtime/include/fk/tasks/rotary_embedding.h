@@ -26,7 +26,10 @@ namespace fk::tasks {
 
 /// kYarnNoTrunc: YaRN with truncate=False (gpt-oss): the correction range is not rounded to whole
 /// dimensions (HF _compute_yarn_parameters, vLLM yarn_find_correction_range(truncate=False)).
-enum class RopeScaling { kNone, kLlama3, kLinear, kYarn, kYarnNoTrunc };
+/// kDeepseekYarn: vLLM DeepseekScalingRotaryEmbedding with mscale == mscale_all_dim (DeepSeek-V2/V3):
+/// YaRN's frequencies and rows, cos/sin times yarn_mscale(f, mscale) / yarn_mscale(f, mscale_all_dim)
+/// = 1 (the generator lowers no other ratio; the softmax scale carries mscale_all_dim instead).
+enum class RopeScaling { kNone, kLlama3, kLinear, kYarn, kYarnNoTrunc, kDeepseekYarn };
 
 /// Everything the cos/sin cache depends on (see Note [cos_sin_cache]).
 struct RopeParams {
@@ -60,7 +63,8 @@ inline int64_t cos_sin_cache_rows(const RopeParams& p) {
   switch (p.scaling) {
     case RopeScaling::kLinear: return static_cast<int64_t>(static_cast<double>(p.max_position) * p.factor);
     case RopeScaling::kYarn:
-    case RopeScaling::kYarnNoTrunc: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
+    case RopeScaling::kYarnNoTrunc:
+    case RopeScaling::kDeepseekYarn: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
     default: return p.max_position;
   }
 }
@@ -100,8 +104,9 @@ inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
       break;
     }
     case RopeScaling::kYarn:
-    case RopeScaling::kYarnNoTrunc: {
-      const bool truncate = p.scaling == RopeScaling::kYarn;
+    case RopeScaling::kYarnNoTrunc:
+    case RopeScaling::kDeepseekYarn: {
+      const bool truncate = p.scaling != RopeScaling::kYarnNoTrunc;
       const double dim = static_cast<double>(p.rotary_dim);
       auto correction_dim = [&](double num_rotations) {
         return dim * std::log(static_cast<double>(p.original_max_position) / (num_rotations * 2 * 3.14159265358979323846)) /
@@ -120,7 +125,8 @@ inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
         const float mask = 1.0f - ramp;  // extrapolation_factor = 1
         inv_freq[i] = interp * (1 - mask) + extrap * mask;
       }
-      mscale = p.factor <= 1 ? 1.0f : static_cast<float>(0.1 * std::log(p.factor) + 1.0);  // attn_factor = 1
+      if (p.scaling != RopeScaling::kDeepseekYarn)
+        mscale = p.factor <= 1 ? 1.0f : static_cast<float>(0.1 * std::log(p.factor) + 1.0);  // attn_factor = 1
       break;
     }
   }
