@@ -18,15 +18,13 @@
 //
 // Note [MLA decode tiling]
 // Grid (head blocks, KV splits, B). A CTA owns kHb = 64 heads (Hq = 16 or 32: all of them) of
-// one sequence and a contiguous range (split) of its keys; the head block is the fastest grid
-// index, so the CTAs that read the same KV tiles run side by side and the second read of a tile
-// hits the L2. Two warpgroups (256 threads) run Hopper's wgmma, M = 64 query rows (rows past kHb
-// are zero and their results dropped: at Hq <= 32 the kernel is bandwidth bound anyway).
-// Shared memory (one CTA per SM): the Q tile, two KV stages of 64 keys (cp.async, tile j + 1
-// loads while tile j is used; rows past the split are zero-filled) and the P tile, all in
+// one sequence and a contiguous range (split) of its keys. Two warpgroups (256 threads) run
+// Hopper's wgmma, M = 64 query rows (rows past kHb are zero and their results dropped: at
+// Hq <= 32 the kernel is bandwidth bound anyway). Shared memory (one CTA per SM): the Q tile
+// (cp.async), two KV stages of 64 keys (TMA; Note [MLA decode loads]) and the P tile, all in
 // wgmma's K-major 128-byte-swizzle layout [576 / 64][64 rows][64 columns] (16-byte chunk c of
 // row r at chunk c ^ (r % 8)), 1024-byte aligned: 3 x 72 KiB + 8 KiB.
-// Per 64-key tile, with three barriers:
+// Per 64-key tile (four barriers: tile visible, row maxima, P written, stage free):
 //   1. S: warpgroup w multiplies Q (64 x 576) by keys 32w .. 32w + 31 (wgmma m64n32k16, both
 //      operands from shared memory, 36 k-steps); a warp holds 16 rows x 32 keys, in the
 //      mma.sync C layout.
@@ -40,18 +38,40 @@
 //      2^(m_old - m_new) needs no exchange.
 // The K and V of a key are the same bytes: each tile is loaded once and read by both GEMMs.
 //
+// Note [MLA decode loads]
+// KV tiles arrive by TMA: one thread issues nine 64 x 64 boxes per tile (the tensor map's
+// 128-byte swizzle writes the layout above), completing on one mbarrier per stage; cp.async
+// cost every thread 18 copies and their address arithmetic per tile. Rows past the split are
+// zeroed after arrival (the boxes read whole rows: another sequence's or never-written ones,
+// possibly NaN, which a masked key's probability 0 must not meet). The head blocks of one
+// sequence (Hq = 128) are adjacent in the grid and read the same tiles at about the same time,
+// so the second read should hit the L2. Measured on the H100 (Hq 128, B 64, 16K keys): clusters
+// of the two head blocks sharing each tile by TMA multicast were ~5% slower (the stage can only
+// be refilled after a cluster barrier), and a variant without any KV loads ran in 76% of the
+// time, so the loads cost shared-memory bandwidth and latency there, not HBM traffic.
+//
+// Note [MLA decode pipeline]
+// Two KV stages. The request for tile j + 1 is issued before the wait for tile j (into the
+// stage of tile j - 1, which both warpgroups released at the previous iteration's last
+// barrier), so two tiles (144 KiB) are in flight while a CTA waits and one while it computes;
+// with one in flight per SM each tile paid the DRAM latency on top of its transfer.
+//
 // Note [MLA decode splits]
-// The splits are chosen on the host from (batch, max_len) (the lengths live on the device):
-// about one CTA per SM in total (head blocks x splits x B), each split a multiple of 64 keys.
-// With one split the CTA writes `out`; otherwise it writes its rows normalised (fp32) and their
-// log-sum-exp (log2 units) to the workspace and mla_decode_combine_kernel merges the splits of
-// each (b, h); CTAs past their sequence's length exit at once and the combine reads only the
-// splits that cover the sequence.
+// The splits are chosen on the host from (batch, max_len) (the lengths live on the device),
+// each a multiple of 64 keys: with one CTA per SM, the count that minimises waves x (tiles per
+// CTA + fixed costs), i.e. no partial last wave (e.g. B 1, Hq 128, 16K keys: 64 splits of 256
+// keys = 128 CTAs; B 64: one split). With one split the CTA writes `out`; otherwise it writes
+// its rows normalised (fp32) and their log-sum-exp (log2 units) to the workspace and
+// mla_decode_combine_kernel merges the splits of each (b, h), launched as a programmatic
+// dependent (PDL) so that its launch overlaps the decode grid's tail. CTAs past their
+// sequence's length exit at once; the combine reads only the splits that cover the sequence.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the encoder is fetched through the runtime: no -lcuda)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <math_constants.h>
 
 #include <algorithm>
@@ -89,8 +109,9 @@ template <int kHq, int kDkv, int kDr> struct MlaShape {
   static constexpr uint32_t kTileBytes = kD / 64 * kBlockBytes;  // Q tile or one KV stage (72 KiB)
   static constexpr uint32_t kPBytes = kBN * 128;           // P: 64 rows x 64 keys
   static constexpr uint32_t kRedBytes = 2 * 64 * sizeof(float);
+  static constexpr uint32_t kBarBytes = 2 * 8;  // one mbarrier per KV stage
   // + 1024: the tiles are aligned to 1024 bytes by hand (the 128-byte swizzle's period).
-  static constexpr size_t kSmemBytes = 3 * size_t{kTileBytes} + kPBytes + kRedBytes + 1024;
+  static constexpr size_t kSmemBytes = 3 * size_t{kTileBytes} + kPBytes + kRedBytes + kBarBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory over the H100 limit");
   static_assert(64 * kChunks % kThreads == 0, "a tile must split evenly over the threads");
 };
@@ -110,12 +131,15 @@ __device__ __forceinline__ uint32_t tile_off(int row, int chunk) {
   return static_cast<uint32_t>((chunk >> 3) * (64 * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-/// 16-byte global -> shared copy (L2 only); `valid` false zero-fills without reading.
+/// 16-byte global -> shared copy (L2 only, 256-byte L2 prefetch: rows are 1152 contiguous
+/// bytes); `valid` false zero-fills without reading.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/// Waits until at most kN of this thread's cp.async groups are pending.
+template <int kN> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kN) : "memory"); }
 
 /// Copies 64 rows of kD elements (row stride kD) into a swizzled tile; rows >= valid_rows are
 /// zero-filled (their dummy source is row 0, which the caller guarantees is in bounds).
@@ -163,6 +187,30 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 /// Generic-proxy shared writes (cp.async, st.shared) -> visible to wgmma (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/// This thread's arrival, announcing `bytes` of TMA data for the barrier's current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// Waits for the completion of the barrier's phase with the given parity.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+/// TMA: the box at (column c0, row c1) of `map` into shared memory at `dst`, completing on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n"
+               ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
+               : "memory");
+}
 
 /// wgmma shared-memory descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart (stride
 /// offset). K-major operands ignore the leading offset (1); an MN-major operand's leading offset
@@ -240,12 +288,15 @@ template <class T> __device__ __forceinline__ void wgmma_pv(float (&d)[32][4], u
 template <int kHq, int kDkv, int kDr, class T>
 __global__ void __launch_bounds__(kThreads, 1)
 mla_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __restrict__ lse_part,
-                  const T* __restrict__ q, const T* __restrict__ kv, const int32_t* __restrict__ seqlens, int max_len,
-                  int chunk, float scale_log2) {
+                  const T* __restrict__ q, const __grid_constant__ CUtensorMap kv_map,
+                  const int32_t* __restrict__ seqlens, int max_len, int chunk, float scale_log2) {
 #if FK_MLA_HAS_WGMMA
   using S = MlaShape<kHq, kDkv, kDr>;
   constexpr int kD = S::kD, kHb = S::kHb;
   constexpr uint32_t kBlk = S::kBlockBytes, kTile = S::kTileBytes;
+  // The combine kernel may be scheduled early (it waits for this grid's completion and memory
+  // flush in griddepcontrol.wait): its launch latency hides behind this grid's tail.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int hb = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int splits = gridDim.y;
   const int len = max(0, min(seqlens[b], max_len));
@@ -266,16 +317,31 @@ mla_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __rest
   const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
   const uint32_t q_s = raw + pad, kv_s = q_s + kTile, p_s = kv_s + 2 * kTile;
   float* red = reinterpret_cast<float*>(mla_smem + pad + 3 * kTile + S::kPBytes);  // [2 warpgroups][64 rows]
+  const uint32_t full_bar = p_s + S::kPBytes + S::kRedBytes;  // mbarrier of stage s at full_bar + 8 s
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4, g = lane / 4, t = lane % 4;
   const int row0 = (warp % 4) * 16 + g;  // this thread's rows: row0 and row0 + 8 (of S and of O)
   const int n_tiles = (end - begin + kBN - 1) / kBN;
-  const T* kv_seq = kv + (static_cast<int64_t>(b) * max_len + begin) * kD;
+  const int row_base = b * max_len + begin;  // cache row of the split's first key (< 2^31: host check)
 
+  // Thread 0 requests tile t: its nine 64-column boxes, all completing on the stage's barrier
+  // (Note [MLA decode loads]).
+  auto request = [&](int tile) {
+    const uint32_t bar = full_bar + (tile & 1) * 8, dst = kv_s + (tile & 1) * kTile;
+    mbar_arrive_expect_tx(bar, kTile);
+#pragma unroll
+    for (int j = 0; j < kD / 64; ++j) tma_load(dst + j * kBlk, &kv_map, bar, j * 64, row_base + tile * kBN);
+  };
+  if (tid == 0) {
+    mbar_init(full_bar, 1);
+    mbar_init(full_bar + 8, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+  }
+  __syncthreads();
   load_rows<kD>(q_s, q + head0 * kD, kHb);  // rows kHb .. 63 are zero
-  load_rows<kD>(kv_s, kv_seq, min(kBN, end - begin));
   cp_async_commit();
+  if (tid == 0) request(0);
 
   float o[32][4];
 #pragma unroll
@@ -284,18 +350,25 @@ mla_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __rest
     for (int c = 0; c < 4; ++c) o[i][c] = 0.f;
   float m_run[2] = {-CUDART_INF_F, -CUDART_INF_F}, l_run[2] = {0.f, 0.f};
 
+  // Note [MLA decode pipeline]
   for (int it = 0; it < n_tiles; ++it) {
     const uint32_t stage = kv_s + (it & 1) * kTile;
-    // Barrier A: tile `it` is in shared memory and every warpgroup is done with tile it - 1,
-    // whose stage the prefetch below refills.
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();
-    if (it + 1 < n_tiles) {
-      const int first = (it + 1) * kBN;
-      load_rows<kD>(kv_s + ((it + 1) & 1) * kTile, kv_seq + static_cast<int64_t>(first) * kD, min(kBN, end - begin - first));
-      cp_async_commit();
+    // Tile it + 1 is requested before the wait for tile it: its stage held tile it - 1,
+    // released by the previous iteration's barrier D.
+    if (tid == 0 && it + 1 < n_tiles) request(it + 1);
+    cp_async_wait<0>();                                  // Q (first iteration)
+    mbar_wait(full_bar + (it & 1) * 8, (it >> 1) & 1);  // tile it (use it / 2 of its stage)
+    const int valid = min(kBN, end - begin - it * kBN);
+    if (valid < kBN) {
+      // The TMA read whole 64-row boxes: rows past the split (another sequence's, or never
+      // written) are zeroed, as a masked key's probability 0 must not meet a NaN.
+      for (int i = tid; i < (kBN - valid) * S::kChunks; i += kThreads) {
+        const int r = valid + i / S::kChunks, c = i % S::kChunks;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(stage + tile_off(r, c)), "r"(0) : "memory");
+      }
     }
+    fence_proxy_async();
+    __syncthreads();  // barrier A: tile it (and Q, and the zeroed rows) visible to wgmma
 
     // 1. S = Q K^T for this warpgroup's 32 keys (k-step kk: 32 bytes into 64-column block kk / 4).
     float s[4][4];
@@ -378,6 +451,7 @@ mla_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __rest
     wgmma_commit();
     wgmma_wait_all();
     pin(o);
+    __syncthreads();  // barrier D: both warpgroups are done with this stage (and with P)
   }
 
   // The row sums: lane partials -> quad -> both warpgroups (red is free: its last reads were
@@ -414,73 +488,112 @@ mla_decode_kernel(T* __restrict__ out, float* __restrict__ o_part, float* __rest
 #endif
 }
 
-/// One block per (h, b): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the splits
-/// that cover the sequence (M = max_s lse_s).
+/// out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the splits that cover the sequence
+/// (M = max_s lse_s). Grid (kDkv / 128 column groups, kHq, B), 256 threads: thread i weighs
+/// split i; warp w adds up splits w, w + 8, ... for its lane's 4 columns (independent loads, many
+/// in flight), and the 8 warp sums are added in shared memory. Launched as a programmatic
+/// dependent of the decode kernel (PDL): everything before griddepcontrol.wait overlaps it.
 template <int kHq, int kDkv, class T>
-__global__ void __launch_bounds__(kDkv / 4)
+__global__ void __launch_bounds__(kThreads)
 mla_decode_combine_kernel(T* __restrict__ out, const float* __restrict__ o_part, const float* __restrict__ lse_part,
                           const int32_t* __restrict__ seqlens, int max_len, int chunk, int splits) {
-  constexpr int kT = kDkv / 4;  // one float4 of the row per thread
-  constexpr int kWarps = kT / 32;
+  constexpr int kWarps = kThreads / 32, kCols = 128;
+  static_assert(kMaxSplits <= kThreads && kDkv % kCols == 0, "one split per thread; 128-column groups");
   __shared__ float w[kMaxSplits];
   __shared__ float red[kWarps];
-  const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  __shared__ float4 part[kWarps][32];
+  const int cg = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
   const int64_t head = static_cast<int64_t>(b) * kHq + h;
   const int len = max(0, min(seqlens[b], max_len));
   const int n = min(splits, (len + chunk - 1) / chunk);
-  const float* lse = lse_part + head * splits;
-
-  float mx = -CUDART_INF_F;
-  for (int s = tid; s < n; s += kT) {
-    w[s] = lse[s];
-    mx = fmaxf(mx, w[s]);
-  }
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the decode grid is complete and visible
+#endif
+  const float v = tid < n ? lse_part[head * splits + tid] : -CUDART_INF_F;
+  float mx = v;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (tid % 32 == 0) red[tid / 32] = mx;
+  if (lane == 0) red[warp] = mx;
   __syncthreads();
   mx = red[0];
 #pragma unroll
   for (int i = 1; i < kWarps; ++i) mx = fmaxf(mx, red[i]);
   __syncthreads();  // red is reused for the sum
-  float sum = 0.f;
-  for (int s = tid; s < n; s += kT) {
-    const float e = exp2f(w[s] - mx);
-    w[s] = e;
-    sum += e;
-  }
+  const float e = tid < n ? exp2f(v - mx) : 0.f;
+  w[tid] = e;
+  float sum = e;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (tid % 32 == 0) red[tid / 32] = sum;
+  if (lane == 0) red[warp] = sum;
   __syncthreads();
   sum = 0.f;
 #pragma unroll
   for (int i = 0; i < kWarps; ++i) sum += red[i];
 
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float* src = o_part + head * splits * kDkv + tid * 4;
-  for (int s = 0; s < n; ++s) {
-    const float4 v = __ldcs(reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * kDkv));
-    acc.x += w[s] * v.x;
-    acc.y += w[s] * v.y;
-    acc.z += w[s] * v.z;
-    acc.w += w[s] * v.w;
+  const float* src = o_part + head * splits * kDkv + cg * kCols + lane * 4;
+#pragma unroll 4
+  for (int s = warp; s < n; s += kWarps) {
+    const float4 o = __ldcs(reinterpret_cast<const float4*>(src + static_cast<int64_t>(s) * kDkv));
+    const float ws = w[s];
+    acc.x += ws * o.x;
+    acc.y += ws * o.y;
+    acc.z += ws * o.z;
+    acc.w += ws * o.w;
   }
-  const float inv = sum > 0.f ? 1.f / sum : 0.f;  // n == 0: an empty sequence, out = 0
-  uint2 packed;
-  packed.x = pack2<T>(acc.x * inv, acc.y * inv);
-  packed.y = pack2<T>(acc.z * inv, acc.w * inv);
-  *reinterpret_cast<uint2*>(out + head * kDkv + tid * 4) = packed;
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    float4 t = part[0][lane];
+#pragma unroll
+    for (int i = 1; i < kWarps; ++i) {
+      t.x += part[i][lane].x;
+      t.y += part[i][lane].y;
+      t.z += part[i][lane].z;
+      t.w += part[i][lane].w;
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;  // n == 0: an empty sequence, out = 0
+    uint2 packed;
+    packed.x = pack2<T>(t.x * inv, t.y * inv);
+    packed.y = pack2<T>(t.z * inv, t.w * inv);
+    *reinterpret_cast<uint2*>(out + head * kDkv + cg * kCols + lane * 4) = packed;
+  }
 }
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument("mla_decode: " + what); }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+/// The TMA map of the cache's first rows rows: [rows][kD] elements, 64 x 64 boxes, 128-byte
+/// swizzle (the tiles' shared layout), rows past `rows` read as zero.
+template <class T, int kD> CUtensorMap kv_tensor_map(const T* kv, int64_t rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) throw std::runtime_error("mla_decode: the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kD), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kD) * sizeof(T)};
+  const cuuint32_t box[2] = {64, 64}, elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            2, const_cast<T*>(kv), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("mla_decode: cuTensorMapEncodeTiled failed (" + std::to_string(r) + ")");
+  return map;
+}
 
 inline void check_shape(int64_t batch, int64_t max_len) {
   if (batch <= 0) fail("batch must be >= 1, got " + std::to_string(batch));
   if (batch > 65535) fail("batch must be <= 65535 (grid z), got " + std::to_string(batch));
   if (max_len <= 0) fail("max_len must be >= 1, got " + std::to_string(max_len));
   if (max_len > (int64_t{1} << 30)) fail("max_len must be <= 2^30, got " + std::to_string(max_len));
+  if (batch * max_len > (int64_t{1} << 31) - 128)
+    fail("batch * max_len must be < 2^31 - 128 (cache rows), got " + std::to_string(batch * max_len));
 }
 
 }  // namespace mla_detail
@@ -496,12 +609,28 @@ MlaDecodeSplit mla_decode_split(int64_t batch, int64_t max_len) {
   using S = mla_detail::MlaShape<kHq, kDkv, kDr>;
   mla_detail::check_shape(batch, max_len);
   const int64_t tiles = (max_len + mla_detail::kBN - 1) / mla_detail::kBN;
-  const int64_t base = batch * S::kHeadBlocks;
-  const int64_t want = (mla_detail::num_sms() + base - 1) / base;
-  int64_t splits = std::clamp<int64_t>(std::min(want, tiles), 1, mla_detail::kMaxSplits);
-  const int64_t per = (tiles + splits - 1) / splits;  // tiles per split
-  splits = (tiles + per - 1) / per;
-  return {static_cast<int>(per * mla_detail::kBN), static_cast<int>(splits)};
+  const int64_t base = batch * S::kHeadBlocks;  // CTAs per split
+  const int64_t sms = mla_detail::num_sms();
+  // Cost of s splits in tile times, one CTA per SM: waves x (tiles per CTA + ~1 for loading Q
+  // and the first tile + ~1 for the partials and the combine when split). The fewest splits
+  // within 5% of the best: fewer splits mean fewer partials.
+  auto cost = [&](int64_t s, int64_t* per_out) {
+    const int64_t per = (tiles + s - 1) / s;
+    const int64_t used = (tiles + per - 1) / per;
+    *per_out = per;
+    return double((base * used + sms - 1) / sms) * double(per + 1 + (used > 1 ? 1 : 0));
+  };
+  const int64_t max_s = std::min<int64_t>(tiles, mla_detail::kMaxSplits);
+  double best = 0;
+  for (int64_t s = 1; s <= max_s; ++s) {
+    int64_t per;
+    const double c = cost(s, &per);
+    if (s == 1 || c < best) best = c;
+  }
+  int64_t per = tiles;
+  for (int64_t s = 1; s <= max_s; ++s)
+    if (cost(s, &per) <= 1.05 * best) break;
+  return {static_cast<int>(per * mla_detail::kBN), static_cast<int>((tiles + per - 1) / per)};
 }
 
 /// Bytes of workspace mla_decode needs for (batch, max_len): fp32 partial outputs and
@@ -552,15 +681,31 @@ void mla_decode(T* out, const T* q, const T* kv_cache, const int32_t* cache_seql
   if (e != cudaSuccess) throw std::runtime_error(std::string("mla_decode: cudaFuncSetAttribute: ") + cudaGetErrorString(e));
   float* o_part = static_cast<float*>(workspace);
   float* lse_part = sp.splits > 1 ? o_part + static_cast<size_t>(batch) * kHq * sp.splits * kDkv : nullptr;
+  const CUtensorMap kv_map = d::kv_tensor_map<T, S::kD>(kv_cache, batch * max_len);
+  // Grid (head blocks, splits, B): the head blocks of a (split, sequence) are launched side by
+  // side, so the second read of each tile hits the L2.
   const dim3 grid(S::kHeadBlocks, sp.splits, static_cast<unsigned>(batch));
-  kernel<<<grid, d::kThreads, S::kSmemBytes, stream>>>(out, o_part, lse_part, q, kv_cache, cache_seqlens,
-                                                        static_cast<int>(max_len), sp.chunk,
-                                                        softmax_scale * d::kLog2e);
-  if (sp.splits > 1) {
-    d::mla_decode_combine_kernel<kHq, kDkv, T><<<dim3(kHq, static_cast<unsigned>(batch)), kDkv / 4, 0, stream>>>(
-        out, o_part, lse_part, cache_seqlens, static_cast<int>(max_len), sp.chunk, sp.splits);
-  }
+  kernel<<<grid, d::kThreads, S::kSmemBytes, stream>>>(out, o_part, lse_part, q, kv_map, cache_seqlens,
+                                                        static_cast<int>(max_len), sp.chunk, softmax_scale * d::kLog2e);
   e = cudaGetLastError();
+  if (e == cudaSuccess && sp.splits > 1) {
+    // Programmatic dependent launch (Note [MLA decode splits]): the combine grid may start
+    // while the decode grid drains; it waits for it in griddepcontrol.wait.
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kDkv / 128, kHq, static_cast<unsigned>(batch));
+    cfg.blockDim = dim3(d::kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, d::mla_decode_combine_kernel<kHq, kDkv, T>, out, static_cast<const float*>(o_part),
+                           static_cast<const float*>(lse_part), cache_seqlens, static_cast<int>(max_len), sp.chunk,
+                           sp.splits);
+  }
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess) throw std::runtime_error(std::string("mla_decode: launch failed: ") + cudaGetErrorString(e));
 }
 
