@@ -42,8 +42,8 @@ mla_attention_ref_kernel(float* out, const T* q, const T* k, int64_t k_tok, int6
   const int h = blockIdx.y, tid = threadIdx.x;
   for (int i = tid; i < dqk; i += kMlaRefThreads) qs[i] = to_float(q[(row * heads + h) * dqk + i]);
   __syncthreads();
-  const int64_t begin = kv_begin[row];
-  const int len = kv_len[row];
+  const int64_t begin = kv_begin[slot];  // per out row (per sampled row)
+  const int len = kv_len[slot];
   auto score = [&](int j) {
     const T* kr = k + (begin + j) * k_tok + h * k_head;
     float s = 0.f;
@@ -107,7 +107,8 @@ void concat_and_cache_mla_ref(float* cache, const T* kv_c, int64_t kv_c_stride, 
 /// Attention reference for the MLA tasks: q [rows, heads, dqk] contiguous; row i attends to keys
 /// [kv_begin[i], kv_begin[i] + kv_len[i]) (token strides k_tok / v_tok, head strides k_head /
 /// v_head, 0 for the shared latent of MLA decode); out fp32 [rows, heads, dv]. dqk, dv <= 640.
-/// With `row_ids` (i32 [rows], device) out row i is query row row_ids[i] (a sample of the rows).
+/// With `row_ids` (i32 [rows], device) out row i is query row row_ids[i] (a sample of the rows);
+/// kv_begin and kv_len are then per out row.
 template <class T>
 void mla_attention_ref(float* out, const T* q, const T* k, int64_t k_tok, int64_t k_head, const T* v, int64_t v_tok,
                        int64_t v_head, const int32_t* kv_begin, const int32_t* kv_len, int64_t rows, int heads, int dqk,
