@@ -7,8 +7,9 @@ Targets (issue #2): memory-bound L1 tasks >= 90% of the copy bandwidth measured 
 at >= 4096 tokens and at least as fast as torch.compile at every token count; GEMMs >= 0.97x
 cuBLAS at every shape and the small-M path >= 1.15x cuBLAS at M=1; attention prefill >= 0.95x
 the fastest torch SDPA backend at 4K and 8K tokens; decode attention reported as % of HBM
-bandwidth (the copy bandwidth of the run). MoE (issue #5): routing (topk_softmax) and alignment
-(moe_align_block_size) at least as fast as the torch reference (eager) at every token count; the
+bandwidth (the copy bandwidth of the run); MLA prefill and decode beside their peers (every slower
+case is listed). MoE (issue #5): routing (topk_softmax) and alignment
+(moe_align_block_size, grouped_topk) at least as fast as the torch reference (eager) at every token count; the
 grouped expert GEMM >= 0.9x torch grouped_mm at prefill sizes (>= 1024 tokens); decode sizes as %
 of HBM bandwidth; fused_experts / sparse_moe_block beside the torch grouped_mm pipeline and the HF
 transformers expert loop.
@@ -19,10 +20,10 @@ import sys
 
 MEMORY_KINDS = {"rms_norm", "fused_add_rms_norm", "qk_norm", "rotary_embedding", "silu_and_mul",
                 "vocab_parallel_embedding", "store_kvcache", "gemma_rms_norm", "gemma_fused_add_rms_norm",
-                "gemma_qk_norm", "gelu_tanh_and_mul", "scaled_word_embedding"}
+                "gemma_qk_norm", "gelu_tanh_and_mul", "scaled_word_embedding", "concat_and_cache_mla"}
 GEMM_KINDS = {"qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "parallel_lm_head",
-              "replicated_linear"}
-MOE_ROUTING_KINDS = {"topk_softmax", "moe_align_block_size", "moe_sum"}
+              "replicated_linear", "column_parallel_linear"}
+MOE_ROUTING_KINDS = {"topk_softmax", "grouped_topk", "moe_align_block_size", "moe_sum"}
 MOE_BLOCK_KINDS = {"fused_experts", "sparse_moe_block"}
 
 
@@ -128,6 +129,22 @@ def main():
                    f"{best[1] if best else 0:.2f} | {ratio and f'{ratio:.3f}x' or '-'} |")
         if c["kind"] == "flash_attn_prefill" and c["case"] in ("b1_s4096", "b1_s8192") and ratio is not None and ratio < 0.95:
             misses.append(f"{c['task']} {c['case']}: {ratio:.3f}x the fastest SDPA backend (target >= 0.95x)")
+
+    mla = [c for c in cases if c["kind"] in ("mla_prefill", "mla_decode") and us(c) is not None]
+    if mla:
+        out.append("\n## Multi-head latent attention (peers: torch SDPA backends for prefill; the absorbed "
+                   "attention in torch eager / torch.compile for decode, every sequence at the full kv_len)\n")
+        out.append("| task | case | fk us | TFLOP/s | TB/s | % copy | best peer | peer us | vs best |")
+        out.append("|---|---|---:|---:|---:|---:|---|---:|---:|")
+        for c in mla:
+            p = peers.get((c["task"], c["case"]), {})
+            best = min(p.items(), key=lambda kv: kv[1]) if p else None
+            ratio = best[1] / us(c) if best else None
+            out.append(f"| {c['task']} | {c['case']} | {us(c):.2f} | {c['tflops']:.1f} | {c['tbps']:.3f} | "
+                       f"{100 * c['tbps'] / copy if copy else 0:.1f} | {best[0] if best else '-'} | "
+                       f"{fmt(best[1] if best else None)} | {fmt(ratio, '.3f', 'x')} |")
+            if ratio is not None and ratio < 1.0:
+                misses.append(f"{c['task']} {c['case']}: {ratio:.3f}x the fastest peer ({best[0]})")
 
     moe_routing = [c for c in cases if c["kind"] in MOE_ROUTING_KINDS and us(c) is not None]
     if moe_routing:
