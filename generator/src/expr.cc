@@ -262,7 +262,7 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
           throw GenError{"item() index " + std::to_string(i) + " out of range (the list has " + std::to_string(items.size()) + " items)"};
         return items[static_cast<size_t>(i)];
       }
-      throw GenError{"unknown function '" + n.name + "' (known: float, item, len, max, min, pow, select)"};
+      throw GenError{"unknown function '" + n.name + "' (known: float, item, len, log, max, min, pow, select)"};
     }
     case ExprNode::kBinary: break;
   }

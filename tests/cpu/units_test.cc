@@ -2,6 +2,8 @@
 // text_config nesting, head_dim derivation, rope scaling, task naming, case registries.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "fk/gen/format.h"
 #include "fk/gen/kinds.h"
 #include "fk/gen/pipeline.h"
@@ -59,6 +61,10 @@ TEST(Expr, ArithmeticAndLogic) {
   EXPECT_EQ(eval("2 + 3 * 4"), Value(int64_t{14}));
   EXPECT_EQ(eval("(2 + 3) * 4"), Value(int64_t{20}));
   EXPECT_EQ(eval("pow(64, -0.5)"), Value(0.125));
+  EXPECT_EQ(eval("log(1)"), Value(0.0));
+  // DeepSeek-V3's softmax scale: 192^-0.5 * (0.1 * 1 * ln 40 + 1)^2.
+  EXPECT_NEAR(std::get<double>(eval("pow(192, -0.5) * pow(0.1 * m * log(f) + 1, 2)", {{"m", 1.0}, {"f", 40.0}})),
+              0.1352337788608801, 1e-15);
   EXPECT_EQ(eval("layer == 0 || !flag", {{"layer", int64_t{3}}, {"flag", false}}), Value(true));
   EXPECT_EQ(eval("x == null", {{"x", std::monostate{}}}), Value(true));
   EXPECT_EQ(eval("t == 'silu'", {{"t", std::string("silu")}}), Value(true));
@@ -88,7 +94,8 @@ TEST(Expr, Errors) {
   EXPECT_EQ(msg("a / b"), "100 is not divisible by 3");
   EXPECT_EQ(msg("c + 1"), "unknown name 'c'");
   EXPECT_EQ(msg("a && true"), "operator && cannot apply to 100");
-  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, item, len, max, min, pow, select)");
+  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, item, len, log, max, min, pow, select)");
+  EXPECT_EQ(msg("log(0)"), "log() needs a positive argument, got 0");
   EXPECT_EQ(msg("len(a)"), "len() needs a list (a string of comma-joined items), got 100");
   EXPECT_EQ(msg("item('x,y', 2)"), "item() index 2 out of range (the list has 2 items)");
   EXPECT_EQ(msg("item('x,y', 'a')"), "item() needs an integer index, got \"a\"");
@@ -272,6 +279,21 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   rope["scaling_type"] = std::string("none");
   rope["base"] = 1e16;
   EXPECT_EQ(name_of("rotary_embedding", rope), "rotary_embedding_d128_rot128_pos131072_base1e16_none_gptj_hq32_hkv8_bf16");
+  rope["scaling_type"] = std::string("deepseek_yarn");
+  EXPECT_EQ(name_of("rotary_embedding", rope),
+            "rotary_embedding_d128_rot128_pos131072_base1e16_deepseek_yarn_f2.5_omp8192_bf32_bs1_gptj_hq32_hkv8_bf16");
+  EXPECT_EQ(name_of("grouped_topk", {{"num_experts", int64_t{256}}, {"top_k", int64_t{8}}, {"num_expert_group", int64_t{8}},
+                                     {"topk_group", int64_t{4}}, {"scoring_func", std::string("sigmoid")},
+                                     {"renormalize", true}, {"routed_scaling_factor", 2.5}, {"correction_bias", true}}),
+            "grouped_topk_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_bf16");
+  EXPECT_EQ(name_of("mla_prefill", {{"num_heads", int64_t{16}}, {"qk_head_dim", int64_t{192}}, {"v_head_dim", int64_t{128}},
+                                    {"softmax_scale", 1.0 / std::sqrt(192.0)}, {"max_position", int64_t{4096}}}),
+            "mla_prefill_hq16_dqk192_dv128_causal_bf16");
+  EXPECT_EQ(name_of("mla_decode", {{"num_heads", int64_t{16}}, {"kv_lora_rank", int64_t{512}}, {"qk_rope_head_dim", int64_t{64}},
+                                   {"softmax_scale", 0.125}, {"max_position", int64_t{4096}}}),
+            "mla_decode_hq16_kv512_r64_scale0.125_bf16");
+  EXPECT_EQ(name_of("concat_and_cache_mla", {{"kv_lora_rank", int64_t{512}}, {"qk_rope_head_dim", int64_t{64}}}),
+            "concat_and_cache_mla_kv512_r64_bf16");
   EXPECT_EQ(name_of("silu_and_mul", {{"intermediate_size", int64_t{14336}}}, "float32"), "silu_and_mul_i14336_f32");
   EXPECT_EQ(name_of("vocab_parallel_embedding", {{"num_embeddings", int64_t{128256}}, {"embedding_dim", int64_t{4096}}}),
             "vocab_parallel_embedding_v128256_h4096_bf16");
