@@ -289,6 +289,29 @@ PH linear_placeholders(const std::string& cls, const std::string& ctor_params, c
             {"returns_bias", b2s(returns_bias)}};
 }
 
+// RowParallelLinear, ReplicatedLinear and ColumnParallelLinear(input_size, output_size, bias):
+// `{kind}_k{input_size}_n{output_size}_{bias|nobias}_{dtype}`.
+KindSpec in_out_linear_kind(const std::string& kind, const std::string& cls) {
+  KindSpec k;
+  k.kind = kind;
+  k.template_name = "linear";
+  k.class_name = cls;
+  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
+  k.name = [kind](const Params& p, const std::string& dt) {
+    return kind + "_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" + bias_word(B(p, "bias")) + "_" + dt;
+  };
+  k.production = [cls](const Params&) { return "vllm.model_executor.layers.linear." + cls; };
+  k.placeholders = [cls](const Params& p) {
+    int64_t in = I(p, "input_size"), out = I(p, "output_size");
+    bool bias = B(p, "bias");
+    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
+                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
+                               in, out, bias, true);
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
 KindSpec qkv_kind() {
   KindSpec k;
   k.kind = "qkv_parallel_linear";
@@ -339,27 +362,7 @@ KindSpec merged_kind() {
   return k;
 }
 
-KindSpec row_kind() {
-  KindSpec k;
-  k.kind = "row_parallel_linear";
-  k.template_name = "linear";
-  k.class_name = "RowParallelLinear";
-  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "row_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
-           bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.RowParallelLinear"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t in = I(p, "input_size"), out = I(p, "output_size");
-    bool bias = B(p, "bias");
-    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
-                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
-                               in, out, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
+KindSpec row_kind() { return in_out_linear_kind("row_parallel_linear", "RowParallelLinear"); }
 
 KindSpec lm_head_kind() {
   KindSpec k;
@@ -448,49 +451,9 @@ KindSpec store_kvcache_kind() {
   return k;
 }
 
-KindSpec replicated_kind() {
-  KindSpec k;
-  k.kind = "replicated_linear";
-  k.template_name = "linear";
-  k.class_name = "ReplicatedLinear";
-  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "replicated_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
-           bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.ReplicatedLinear"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t in = I(p, "input_size"), out = I(p, "output_size");
-    bool bias = B(p, "bias");
-    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
-                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
-                               in, out, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
+KindSpec replicated_kind() { return in_out_linear_kind("replicated_linear", "ReplicatedLinear"); }
 
-KindSpec column_kind() {
-  KindSpec k;
-  k.kind = "column_parallel_linear";
-  k.template_name = "linear";
-  k.class_name = "ColumnParallelLinear";
-  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "column_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" +
-           bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.ColumnParallelLinear"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t in = I(p, "input_size"), out = I(p, "output_size");
-    bool bias = B(p, "bias");
-    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
-                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
-                               in, out, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
+KindSpec column_kind() { return in_out_linear_kind("column_parallel_linear", "ColumnParallelLinear"); }
 
 // --- multi-head latent attention (DeepSeek-V2/V3; docs/task-kinds.md "Multi-head latent attention")
 

@@ -29,6 +29,7 @@
 #include "fk/kernels/attention.h"
 #include "fk/kernels/mla_cache.cuh"
 #include "fk/kernels/mla_decode.cuh"
+#include "fk/kernels/reference/mla_decode_ref.cuh"
 #include "fk/kernels/reference/mla_ref.cuh"
 #include "fk/tasks/attention.h"
 #include "fk/tasks/forward_context.h"
@@ -154,7 +155,7 @@ template <class Module, class Cfg> class ConcatAndCacheMLAInstance final : publi
   std::vector<CheckedOutput> reference(int s) override {
     namespace ref = fk::kernels::reference;
     Tensor expected = to_f32(cache0_);
-    ref::concat_and_cache_mla_ref<T>(expected.data<float>(), buf_[s].data<T>(), kIn, buf_[s].data<T>() + kPad + Cfg::kv_lora_rank,
+    ref::concat_and_cache_mla_ref<T>(expected.data<float>(), buf_[s].data<T>(), kIn, buf_[s].data<T>() + Cfg::kv_lora_rank,
                                      kIn, slot_mapping_[s].data<int64_t>(), tokens_, Cfg::kv_lora_rank,
                                      Cfg::qk_rope_head_dim, current_stream());
     FK_CHECK_LAUNCH();
@@ -165,10 +166,9 @@ template <class Module, class Cfg> class ConcatAndCacheMLAInstance final : publi
  private:
   using T = typename Cfg::scalar_t;
   static constexpr int64_t kRow = Cfg::kv_lora_rank + Cfg::qk_rope_head_dim;
-  static constexpr int64_t kPad = 0;            // kv_c_normed starts the row
-  static constexpr int64_t kIn = kRow + 64;     // row of the input buffer: [kv_c | k_pe | 64 unused]
-  Tensor kv_c(int s) const { return buf_[s].narrow_last(kPad, Cfg::kv_lora_rank); }
-  Tensor k_pe(int s) const { return buf_[s].narrow_last(kPad + Cfg::kv_lora_rank, Cfg::qk_rope_head_dim); }
+  static constexpr int64_t kIn = kRow + 64;  // row of the input buffer: [kv_c | k_pe | 64 unused]
+  Tensor kv_c(int s) const { return buf_[s].narrow_last(0, Cfg::kv_lora_rank); }
+  Tensor k_pe(int s) const { return buf_[s].narrow_last(Cfg::kv_lora_rank, Cfg::qk_rope_head_dim); }
   int64_t tokens_, slots_;
   Module module_;
   std::vector<Tensor> buf_, slot_mapping_;
@@ -233,12 +233,11 @@ template <class Module, class Cfg> class MLAPrefillInstance final : public TaskI
     constexpr int64_t H = Cfg::num_heads, Dqk = Cfg::qk_head_dim, Dv = Cfg::v_head_dim;
     const int64_t nrows = ref_rows_.numel();
     Tensor ref = empty({nrows, H * Dv}, DType::kF32);
-    fk::kernels::reference::mla_attention_ref<T>(ref.data<float>(), q_[s].data<T>(), k_[s].data<T>(), H * Dqk, Dqk,
-                                                 v_[s].data<T>(), H * Dv, Dv, ref_begin_.data<int32_t>(),
-                                                 ref_len_.data<int32_t>(), nrows, static_cast<int>(H),
-                                                 static_cast<int>(Dqk), static_cast<int>(Dv),
-                                                 static_cast<float>(Cfg::softmax_scale), current_stream(),
-                                                 ref_rows_.data<int32_t>());
+    fk::kernels::reference::mla_prefill_ref<T>(ref.data<float>(), q_[s].data<T>(), k_[s].data<T>(), v_[s].data<T>(),
+                                               ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), nrows,
+                                               static_cast<int>(H), static_cast<int>(Dqk), static_cast<int>(Dv),
+                                               static_cast<float>(Cfg::softmax_scale), current_stream(),
+                                               ref_rows_.data<int32_t>());
     FK_CHECK_LAUNCH();
     Tensor got = stride_ == 1 ? out_[s].view({total_, H * Dv}) : gather_rows(out_[s].view({total_, H * Dv}), ref_rows_);
     // As flash_attn_prefill: probabilities rounded to the model dtype before P·V, |v| ~ 1.
@@ -268,12 +267,9 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
  public:
   explicit MLADecodeInstance(const ShapeCase& c)
       : batch_(c.get("batch")), max_len_(c.get("kv_len")), module_(Cfg::num_heads, Cfg::kv_lora_rank, Cfg::qk_rope_head_dim) {
-    std::vector<int32_t> lens32, begin;
-    const std::vector<int64_t> lens = decode_seq_lens(batch_, max_len_);
-    for (int64_t b = 0; b < batch_; ++b) {
-      const int64_t l = lens[b];
+    std::vector<int32_t> lens32;
+    for (int64_t l : decode_seq_lens(batch_, max_len_)) {
       lens32.push_back(static_cast<int32_t>(l));
-      begin.push_back(static_cast<int32_t>(b * max_len_));
       keys_ += double(l);
     }
     const double cache_bytes = double(batch_) * max_len_ * kRow * sizeof(T);
@@ -282,7 +278,6 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
     require_device_memory(set_bytes * n, "MLA decode cache");
     FK_CHECK(batch_ * max_len_ < (int64_t(1) << 31), "decode case too large for i32 token indices");
     seqlens_ = to_device(lens32, {batch_});
-    ref_begin_ = to_device(begin, {batch_});
     for (int s = 0; s < n; ++s) {
       q_.push_back(empty({batch_, Cfg::num_heads, kRow}, dtype_of<T>));
       cache_.push_back(empty({batch_, max_len_, kRow}, dtype_of<T>));
@@ -302,11 +297,10 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
   std::vector<CheckedOutput> reference(int s) override {
     constexpr int64_t H = Cfg::num_heads, KV = Cfg::kv_lora_rank;
     Tensor ref = empty({batch_, H, KV}, DType::kF32);
-    fk::kernels::reference::mla_attention_ref<T>(ref.data<float>(), q_[s].data<T>(), cache_[s].data<T>(), kRow, 0,
-                                                 cache_[s].data<T>(), kRow, 0, ref_begin_.data<int32_t>(),
-                                                 seqlens_.data<int32_t>(), batch_, static_cast<int>(H),
-                                                 static_cast<int>(kRow), static_cast<int>(KV),
-                                                 static_cast<float>(Cfg::softmax_scale), current_stream());
+    fk::kernels::reference::mla_decode_ref<T>(ref.data<float>(), q_[s].data<T>(), cache_[s].data<T>(),
+                                              seqlens_.data<int32_t>(), batch_, max_len_, static_cast<int>(H),
+                                              static_cast<int>(KV), static_cast<int>(Cfg::qk_rope_head_dim),
+                                              static_cast<float>(Cfg::softmax_scale), current_stream());
     FK_CHECK_LAUNCH();
     // Outputs are probability-weighted means of N(0, 1) latents with peaked scores: an output
     // element is O(1) at worst; atol for |v| ~ 1, as the prefill tasks.
@@ -324,7 +318,7 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
   int64_t batch_, max_len_;
   Module module_;
   double keys_ = 0;
-  Tensor seqlens_, ref_begin_;
+  Tensor seqlens_;
   std::vector<Tensor> q_, cache_, out_;
 };
 
