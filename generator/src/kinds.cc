@@ -1048,6 +1048,142 @@ KindSpec gpt_oss_for_causal_lm_kind() {
   return k;
 }
 
+// --- DeepSeek-V2/V3 composites (docs/task-kinds.md "Multi-head latent attention") ----------
+
+// The MLA attention constants (rope as the other attention composites: rotary_dim is the rope
+// head dim). Spelled h{hidden}_hq{H}_q{q_lora}_kv{kv_lora}_nope{P}_rope{R}_v{V}_eps_{rope}[_scale]_{bias}.
+PS mla_params() {
+  return {{"hidden_size", ParamType::kInt},        {"num_heads", ParamType::kInt},
+          {"q_lora_rank", ParamType::kInt},        {"kv_lora_rank", ParamType::kInt},
+          {"qk_nope_head_dim", ParamType::kInt},   {"qk_rope_head_dim", ParamType::kInt},
+          {"v_head_dim", ParamType::kInt},         {"attention_bias", ParamType::kBool},
+          {"rms_norm_eps", ParamType::kFloat},     {"rotary_dim", ParamType::kInt},
+          {"max_position", ParamType::kInt},       {"rope_theta", ParamType::kFloat},
+          {"is_neox_style", ParamType::kBool},     {"scaling_type", ParamType::kString},
+          {"scaling_factor", ParamType::kFloat},   {"low_freq_factor", ParamType::kFloat},
+          {"high_freq_factor", ParamType::kFloat}, {"original_max_position", ParamType::kInt},
+          {"beta_fast", ParamType::kFloat},        {"beta_slow", ParamType::kFloat},
+          {"softmax_scale", ParamType::kFloat}};
+}
+std::string mla_spelling(const Params& p) {
+  if (I(p, "rotary_dim") != I(p, "qk_rope_head_dim"))
+    throw GenError{"MLA rotary_dim " + i2s(I(p, "rotary_dim")) + " must equal qk_rope_head_dim " + i2s(I(p, "qk_rope_head_dim"))};
+  if (!(F(p, "softmax_scale") > 0)) throw GenError{"softmax_scale must be > 0, got " + cf(F(p, "softmax_scale"))};
+  return "h" + i2s(I(p, "hidden_size")) + "_hq" + i2s(I(p, "num_heads")) + "_q" + i2s(I(p, "q_lora_rank")) + "_kv" +
+         i2s(I(p, "kv_lora_rank")) + "_nope" + i2s(I(p, "qk_nope_head_dim")) + "_rope" + i2s(I(p, "qk_rope_head_dim")) + "_v" +
+         i2s(I(p, "v_head_dim")) + "_eps" + nf(F(p, "rms_norm_eps")) + "_" + rope_spelling(p, "rope_theta") +
+         scale_spelling(F(p, "softmax_scale"), I(p, "qk_nope_head_dim") + I(p, "qk_rope_head_dim")) + "_" +
+         bias_word(B(p, "attention_bias"));
+}
+
+KindSpec deepseek_mla_attention_kind() {
+  KindSpec k = composite_kind("deepseek_mla_attention", 2, "DeepseekV2MLAAttention",
+                              "vllm.model_executor.models.deepseek_v2.DeepseekV2MLAAttention (MLACommonImpl: prefill through "
+                              "kv_b_proj, absorbed FlashMLA decode)",
+                              {{"fused_qkv_a_proj", "MergedColumnParallelLinear", ""},
+                               {"q_a_layernorm", "RMSNorm", ""},
+                               {"q_b_proj", "ColumnParallelLinear", ""},
+                               {"kv_a_layernorm", "RMSNorm", ""},
+                               {"kv_b_proj", "ColumnParallelLinear", ""},
+                               {"rotary_emb", "RotaryEmbedding", ""},
+                               {"kv_cache_write", "ConcatAndCacheMLA", ""},
+                               {"attn_prefill", "MLAPrefill", ""},
+                               {"attn_decode", "MLADecode", ""},
+                               {"o_proj", "RowParallelLinear", ""}},
+                              mla_params(), false);
+  k.name = [](const Params& p, const std::string& dt) { return "deepseek_mla_attention_" + mla_spelling(p) + "_" + dt; };
+  return k;
+}
+
+// DeepseekV2MoE: e{E}_top{K}_g{groups}_tg{topk_group}_{sigmoid|softmax}_{renorm}_rs{factor}[_bias]_h_i_shared{I_shared}.
+PS deepseek_moe_params() {
+  return {{"hidden_size", ParamType::kInt},       {"moe_intermediate_size", ParamType::kInt},
+          {"num_experts", ParamType::kInt},       {"top_k", ParamType::kInt},
+          {"num_expert_group", ParamType::kInt},  {"topk_group", ParamType::kInt},
+          {"sigmoid", ParamType::kBool},          {"renormalize", ParamType::kBool},
+          {"routed_scaling_factor", ParamType::kFloat}, {"correction_bias", ParamType::kBool},
+          {"shared_intermediate_size", ParamType::kInt}};
+}
+std::string deepseek_moe_spelling(const Params& p) {
+  if (I(p, "num_experts") == 0) return "dense";
+  return "e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_g" + i2s(I(p, "num_expert_group")) + "_tg" +
+         i2s(I(p, "topk_group")) + (B(p, "sigmoid") ? "_sigmoid_" : "_softmax_") + renorm_word(B(p, "renormalize")) + "_rs" +
+         nf(F(p, "routed_scaling_factor")) + (B(p, "correction_bias") ? "_bias" : "") + "_i" +
+         i2s(I(p, "moe_intermediate_size")) + "_shared" + i2s(I(p, "shared_intermediate_size"));
+}
+
+KindSpec deepseek_moe_kind() {
+  KindSpec k = composite_kind("deepseek_moe", 2, "DeepseekV2MoE",
+                              "vllm.model_executor.models.deepseek_v2.DeepseekV2MoE (ReplicatedLinear gate, grouped_topk "
+                              "FusedMoE, shared experts)",
+                              {{"gate", "ReplicatedLinear", ""},
+                               {"router", "GroupedTopK", ""},
+                               {"experts", "FusedExperts", ""},
+                               {"shared_experts", "LlamaMLP", ""}},
+                              deepseek_moe_params(), false);
+  k.name = [](const Params& p, const std::string& dt) {
+    if (I(p, "num_experts") < 1) throw GenError{"deepseek_moe: num_experts must be >= 1"};
+    return "deepseek_moe_h" + i2s(I(p, "hidden_size")) + "_" + deepseek_moe_spelling(p) + "_" + dt;
+  };
+  k.cases = [](const Params&) { return token_cases(false); };
+  return k;
+}
+
+// The decoder layer: MLA constants, the dense MLP's intermediate_size (0 in MoE layers) and the
+// MoE constants (num_experts 0 in dense layers); spelled _dense_i{I} or _moe_{moe spelling}.
+PS deepseek_layer_params() {
+  PS moe = deepseek_moe_params();
+  moe.erase(moe.begin());  // hidden_size: already an MLA constant
+  return concat(concat(mla_params(), {{"intermediate_size", ParamType::kInt}}), moe);
+}
+std::string deepseek_layer_spelling(const Params& p) {
+  const bool moe = I(p, "num_experts") > 0;
+  if (moe == (I(p, "intermediate_size") > 0))
+    throw GenError{"a deepseek decoder layer has either a dense MLP (intermediate_size > 0, num_experts 0) or experts "
+                   "(num_experts > 0, intermediate_size 0); got intermediate_size " + i2s(I(p, "intermediate_size")) +
+                   ", num_experts " + i2s(I(p, "num_experts"))};
+  return mla_spelling(p) + (moe ? "_moe_" + deepseek_moe_spelling(p) : "_dense_i" + i2s(I(p, "intermediate_size")));
+}
+
+KindSpec deepseek_decoder_layer_kind() {
+  KindSpec k = composite_kind("deepseek_decoder_layer", 3, "DeepseekV2DecoderLayer",
+                              "vllm.model_executor.models.deepseek_v2.DeepseekV2DecoderLayer",
+                              {{"input_layernorm", "RMSNorm", ""},
+                               {"self_attn", "DeepseekV2MLAAttention", ""},
+                               {"post_attention_layernorm", "RMSNorm", ""},
+                               {"mlp", "LlamaMLP|DeepseekV2MoE", ""}},
+                              deepseek_layer_params(), false);
+  k.name = [](const Params& p, const std::string& dt) { return "deepseek_decoder_layer_" + deepseek_layer_spelling(p) + "_" + dt; };
+  return k;
+}
+
+// The model: first_k_dense_replace dense layers (intermediate_size dense_intermediate_size), then
+// MoE layers; the layer constants are the MoE layers' (a config without MoE layers is not lowered).
+KindSpec deepseek_for_causal_lm_kind() {
+  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool},
+                  {"first_k_dense_replace", ParamType::kInt}, {"dense_intermediate_size", ParamType::kInt}},
+                 deepseek_layer_params());
+  KindSpec k = composite_kind("deepseek_for_causal_lm", 4, "DeepseekV3ForCausalLM",
+                              "vllm.model_executor.models.deepseek_v2.DeepseekV3ForCausalLM",
+                              {{"embed_tokens", "VocabParallelEmbedding", ""},
+                               {"dense_layers", "DeepseekV2DecoderLayer", ""},
+                               {"moe_layers", "DeepseekV2DecoderLayer", ""},
+                               {"norm", "RMSNorm", ""},
+                               {"lm_head", "ParallelLMHead", ""}},
+                              ps, false);
+  k.name = [](const Params& p, const std::string& dt) {
+    const int64_t layers = I(p, "num_hidden_layers"), dense = I(p, "first_k_dense_replace");
+    if (dense < 0 || dense >= layers)
+      throw GenError{"first_k_dense_replace " + i2s(dense) + " must be in [0, num_hidden_layers " + i2s(layers) +
+                     ") (the model kind needs MoE layers)"};
+    if (I(p, "num_experts") < 1) throw GenError{"deepseek_for_causal_lm: the layer constants must be the MoE layers' (num_experts >= 1)"};
+    return "deepseek_for_causal_lm_l" + i2s(layers) + "_v" + i2s(I(p, "vocab_size")) + "_" +
+           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_dense" + i2s(dense) + "_i" +
+           i2s(I(p, "dense_intermediate_size")) + "_" + deepseek_layer_spelling(p) + "_" + dt;
+  };
+  return k;
+}
+
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
@@ -1061,7 +1197,8 @@ const std::map<std::string, KindSpec>& kind_table() {
                        moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
                        gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind(),
                        column_kind(), grouped_topk_kind(), concat_and_cache_mla_kind(), mla_attn_kind(true),
-                       mla_attn_kind(false)})
+                       mla_attn_kind(false), deepseek_mla_attention_kind(), deepseek_moe_kind(),
+                       deepseek_decoder_layer_kind(), deepseek_for_causal_lm_kind()})
       t.emplace(k.kind, k);
     return t;
   }();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -167,6 +168,30 @@ void gemm_f32_out(float* c, int64_t ldc, const void* x, int64_t ldx, const void*
   FK_LT(cublasGemmEx(st.blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                      &alpha, w, t, static_cast<int>(k), x, t, static_cast<int>(ldx), &beta, c, CUDA_R_32F,
                      static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_strided_batched(void* c, int64_t ldc, int64_t stride_c, const void* a, int64_t lda, int64_t stride_a,
+                          const void* w, int64_t ldw, int64_t stride_w, bool trans_b, int64_t batch, int64_t m, int64_t n,
+                          int64_t k, GemmDType dtype, bool out_f32, cudaStream_t stream) {
+  if (m == 0 || batch == 0) return;
+  if (!c || !a || !w) fail("gemm_strided_batched: null pointer");
+  if (n <= 0 || k <= 0 || lda < k || ldc < n || ldw < (trans_b ? k : n))
+    fail("gemm_strided_batched: bad shape m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+         " lda=" + std::to_string(lda) + " ldw=" + std::to_string(ldw) + " ldc=" + std::to_string(ldc));
+  const int64_t kMax = std::numeric_limits<int>::max();
+  if (m > kMax || n > kMax || k > kMax || lda > kMax || ldw > kMax || ldc > kMax || batch > kMax)
+    fail("gemm_strided_batched: dimensions past the int range");
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceState& st = device_state();
+  FK_LT(cublasSetStream(st.blas, stream));
+  const cudaDataType_t t = cuda_type(dtype);
+  const float alpha = 1.f, beta = 0.f;
+  // Column-major view: c^T [N, M] = op(w)^T [N, K] . a^T [K, M].
+  FK_LT(cublasGemmStridedBatchedEx(st.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(n),
+                                   static_cast<int>(m), static_cast<int>(k), &alpha, w, t, static_cast<int>(ldw), stride_w, a,
+                                   t, static_cast<int>(lda), stride_a, &beta, c, out_f32 ? CUDA_R_32F : t,
+                                   static_cast<int>(ldc), stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
 }
 
 namespace {

@@ -10,6 +10,27 @@ template <class T> __global__ void gather_rows_kernel(T* out, const T* in, int64
 }
 }  // namespace
 
+namespace {
+template <class T> __global__ void add_kernel(T* x, const T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = static_cast<T>(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+}
+}  // namespace
+
+void add_(Tensor& x, const Tensor& y) {
+  FK_CHECK(x.sizes() == y.sizes() && x.dtype() == y.dtype() && x.is_contiguous() && y.is_contiguous(),
+           "add_: " + x.str() + " += " + y.str() + " (same shape and dtype, contiguous)");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
+  switch (x.dtype()) {
+    case DType::kBF16: add_kernel<bf16><<<blocks, 256, 0, current_stream()>>>(x.data<bf16>(), y.data<bf16>(), n); break;
+    case DType::kF16: add_kernel<f16><<<blocks, 256, 0, current_stream()>>>(x.data<f16>(), y.data<f16>(), n); break;
+    default: FK_CHECK(false, "add_: unsupported dtype " + x.str());
+  }
+  FK_CHECK_LAUNCH();
+}
+
 Tensor gather_rows(const Tensor& x, const Tensor& rows) {
   FK_CHECK(x.dim() == 2 && x.stride(1) == 1, "gather_rows: 2-D rows expected, got " + x.str());
   FK_CHECK(rows.dtype() == DType::kI32 && rows.dim() == 1, "gather_rows: i32 row indices expected, got " + rows.str());

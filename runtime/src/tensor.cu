@@ -326,6 +326,24 @@ Tensor Tensor::narrow_first(int64_t start, int64_t len) const {
   return t;
 }
 
+Tensor Tensor::as_strided(Shape shape, Shape strides, int64_t offset) const {
+  FK_CHECK(shape.size() == strides.size() && offset >= 0, "as_strided: sizes and strides differ in length, or offset < 0");
+  int64_t reach = 0, mine = 0;  // furthest element (relative to data_) of the new view / of this one
+  for (size_t i = 0; i < shape.size(); ++i) {
+    FK_CHECK(shape[i] >= 0 && strides[i] >= 0, "as_strided: negative size or stride for " + str());
+    if (shape[i] > 0) reach += (shape[i] - 1) * strides[i];
+  }
+  for (int i = 0; i < dim(); ++i)
+    if (size(i) > 0) mine += (size(i) - 1) * stride(i);
+  FK_CHECK(offset + reach <= mine, "as_strided: the view reaches element " + std::to_string(offset + reach) +
+                                       ", past the last element (" + std::to_string(mine) + ") of " + str());
+  Tensor t = *this;
+  t.data_ = static_cast<char*>(data_) + offset * static_cast<int64_t>(dtype_size(dtype_));
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
 std::string Tensor::str() const {
   std::ostringstream os;
   os << dtype_name(dtype_) << "[";
@@ -380,6 +398,52 @@ Tensor empty(Shape shape, DType dtype) {
     if (q) allocator().deallocate(q, bytes, s);
   });
   return Tensor(std::move(storage), p, dtype, std::move(shape), std::move(st));
+}
+
+namespace {
+struct Strided4 {
+  int64_t size[4], dst[4], src[4];
+};
+template <int kBytes> struct alignas(kBytes) Word {
+  unsigned char b[kBytes];
+};
+template <int kBytes> __global__ void copy_strided_kernel(char* dst, const char* src, Strided4 s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i, od = 0, os = 0;
+    for (int d = 3; d >= 0; --d) {
+      const int64_t c = r % s.size[d];
+      r /= s.size[d];
+      od += c * s.dst[d];
+      os += c * s.src[d];
+    }
+    *reinterpret_cast<Word<kBytes>*>(dst + od * kBytes) = *reinterpret_cast<const Word<kBytes>*>(src + os * kBytes);
+  }
+}
+}  // namespace
+
+void copy_strided_(const Tensor& dst, const Tensor& src) {
+  FK_CHECK(dst.sizes() == src.sizes() && dst.dtype() == src.dtype() && dst.dim() <= 4,
+           "copy_strided_: " + dst.str() + " <- " + src.str() + " (same sizes and dtype, at most 4 dims)");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  Strided4 s;
+  const int pad = 4 - dst.dim();
+  for (int d = 0; d < 4; ++d) {
+    s.size[d] = d < pad ? 1 : dst.size(d - pad);
+    s.dst[d] = d < pad ? 0 : dst.stride(d - pad);
+    s.src[d] = d < pad ? 0 : src.stride(d - pad);
+  }
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+  char* d = static_cast<char*>(dst.data_ptr());
+  const char* sp = static_cast<const char*>(src.data_ptr());
+  switch (dtype_size(dst.dtype())) {
+    case 1: copy_strided_kernel<1><<<blocks, 256, 0, current_stream()>>>(d, sp, s, n); break;
+    case 2: copy_strided_kernel<2><<<blocks, 256, 0, current_stream()>>>(d, sp, s, n); break;
+    case 4: copy_strided_kernel<4><<<blocks, 256, 0, current_stream()>>>(d, sp, s, n); break;
+    case 8: copy_strided_kernel<8><<<blocks, 256, 0, current_stream()>>>(d, sp, s, n); break;
+    default: FK_CHECK(false, "copy_strided_: unsupported dtype " + dst.str());
+  }
+  FK_CUDA_CHECK(cudaGetLastError());
 }
 
 void copy_(Tensor& dst, const Tensor& src) {

@@ -136,7 +136,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"llama_for_causal_lm", 4}, {"fused_experts", 2},      {"sparse_moe_block", 2},
                                        {"moe_decoder_layer", 3},   {"moe_for_causal_lm", 4},    {"gemma_mlp", 2},
                                        {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4},
-                                       {"gpt_oss_for_causal_lm", 4}};
+                                       {"gpt_oss_for_causal_lm", 4}, {"deepseek_mla_attention", 2}, {"deepseek_moe", 2},
+                                       {"deepseek_decoder_layer", 3}, {"deepseek_for_causal_lm", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -151,7 +152,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // Gemma: 10 modules per config (two layer variants); Gemma 2's variants share qkv_rope_cache
   // (one rope base, the window is not in it). gpt-oss: qkv_rope_cache, fused_experts,
   // sparse_moe_block, two variants of attention_o_proj, llama_attention and moe_decoder_layer, the model.
-  EXPECT_EQ(composites, 42 + 10 + 9 + 10);
+  // DeepSeek-V3: the MLA attention, the dense MLP and the shared experts (two llama_mlp), fused_experts,
+  // deepseek_moe, the dense and the MoE decoder layer, the model.
+  EXPECT_EQ(composites, 42 + 10 + 9 + 10 + 8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -443,6 +443,11 @@ TEST(TaskKinds, ClassNamesAndSlots) {
     }
   }
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
+      {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
+      {"deepseek_for_causal_lm", {"embed_tokens", "dense_layers", "moe_layers", "norm", "lm_head"}},
+      {"deepseek_mla_attention", {"fused_qkv_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj", "rotary_emb",
+                                  "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
+      {"deepseek_moe", {"gate", "router", "experts", "shared_experts"}},
                        {"attention_o_proj", {"attn_prefill", "attn_decode", "o_proj"}},
                        {"fused_experts", {"moe_align", "w13", "act_fn", "w2", "moe_sum"}},
                        {"gate_up_silu", {"gate_up_proj", "act_fn"}},

@@ -37,6 +37,16 @@ void gemm_cublas_default(void* y, int64_t ldy, const void* x, int64_t ldx, const
 void gemm_f32_out(float* c, int64_t ldc, const void* x, int64_t ldx, const void* w, int64_t m, int64_t n, int64_t k,
                   GemmDType dtype, cudaStream_t stream);
 
+/// Batched GEMM with torch.bmm's semantics, row-major: for b < batch,
+///   c[b] [M, N] = a[b] [M, K] @ (trans_b ? w[b]^T, w[b] [N, K] : w[b] [K, N]),
+/// fp32 accumulation (cublasGemmStridedBatchedEx, CUBLAS_GEMM_DEFAULT: what torch.bmm runs).
+/// Leading dimensions (row strides) and batch strides in elements; a, w and c may be strided
+/// views of larger tensors (MLA: per-head slices of q and of kv_b_proj's weight). out_f32: c is
+/// fp32 (the composite references), else the 16-bit dtype.
+void gemm_strided_batched(void* c, int64_t ldc, int64_t stride_c, const void* a, int64_t lda, int64_t stride_a,
+                          const void* w, int64_t ldw, int64_t stride_w, bool trans_b, int64_t batch, int64_t m, int64_t n,
+                          int64_t k, GemmDType dtype, bool out_f32, cudaStream_t stream);
+
 // Note [GEMM dispatch]
 // For small M the specialised GEMV (gemv.cuh) usually beats cuBLAS, but not at every shape.
 // The linear forward glue therefore asks, once per (key, M), which of two launchers is faster:

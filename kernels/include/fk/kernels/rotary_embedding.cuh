@@ -61,7 +61,8 @@ template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, in
 template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPTForce>
 __global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>::kThreads)
 rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ query, int64_t q_stride,
-                        T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache) {
+                        T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache,
+                        int64_t q_head_stride, int64_t k_head_stride) {
   using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>;
   constexpr int kN = S::kN, kC = S::kC, kHPT = S::kHeadsPerThread;
   constexpr int kVecs = kNeox ? 2 : 1;  // vectors per (lane, head)
@@ -78,7 +79,7 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
     const int h = group + j * S::kGroups;
     ptr[j] = nullptr;
     if (h < S::kH) {
-      ptr[j] = (h < kHq ? query + tok * q_stride + h * kHeadSize : key + tok * k_stride + (h - kHq) * kHeadSize) +
+      ptr[j] = (h < kHq ? query + tok * q_stride + h * q_head_stride : key + tok * k_stride + (h - kHq) * k_head_stride) +
                lane * kN;
       v[j][0] = load16_stream(ptr[j]);
       if constexpr (kNeox) v[j][1] = load16_stream(ptr[j] + kRotDim / 2);
@@ -117,15 +118,18 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
 
 /// In place: query [T, Hq*head_size] (row stride q_stride) and key [T, Hkv*head_size] (row
 /// stride k_stride) rotated by cos_sin_cache[positions[t]]. Strides in elements, 16-byte aligned.
+/// Heads are q_head_stride / k_head_stride elements apart (default head_size; MLA's q_pe heads
+/// sit nope + rope apart inside q). The rotated part of a head is its first rotary_dim elements.
 /// kHPT forces the heads per thread (0: default); for tuning only.
 template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPT = 0>
 void rotary_embedding(const int64_t* positions, T* query, int64_t q_stride, T* key, int64_t k_stride,
-                      const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream) {
+                      const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream,
+                      int64_t q_head_stride = kHeadSize, int64_t k_head_stride = kHeadSize) {
   if (num_tokens == 0) return;
   using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>;
   detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>
       <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
-                                                                      cos_sin_cache);
+                                                                      cos_sin_cache, q_head_stride, k_head_stride);
 }
 
 }  // namespace fk::kernels

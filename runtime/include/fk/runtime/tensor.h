@@ -64,6 +64,10 @@ class Tensor {
   Tensor narrow_last(int64_t start, int64_t len) const;
   /// Rows [start, start+len) of the first dimension (a contiguous tensor stays contiguous).
   Tensor narrow_first(int64_t start, int64_t len) const;
+  /// A view with the given sizes and strides (elements; 0 broadcasts) starting `offset` elements
+  /// past this view's first element, like torch.as_strided; it must stay inside the storage this
+  /// view spans (checked against the furthest element this view reaches).
+  Tensor as_strided(Shape shape, Shape strides, int64_t offset = 0) const;
 
   std::string str() const;  ///< e.g. "bf16[4096, 4096]"
 
@@ -102,6 +106,9 @@ inline Tensor empty_like(const Tensor& t) { return empty(t.sizes(), t.dtype()); 
 
 /// Copies (device to device, current stream); shapes and dtypes must match, both contiguous.
 void copy_(Tensor& dst, const Tensor& src);
+/// dst[i] = src[i] for views of up to 4 dimensions with any strides (src strides may be 0:
+/// broadcast), same sizes and dtype; one kernel on the current stream. dst must not overlap src.
+void copy_strided_(const Tensor& dst, const Tensor& src);
 
 /// Host <-> device helpers (synchronous with respect to the current stream).
 template <class T> Tensor to_device(const std::vector<T>& host, Shape shape);

@@ -96,10 +96,20 @@ template <class Cfg> void logit_softcap_(Tensor& logits, double cap) {
   FK_CHECK_LAUNCH();
 }
 
-/// Allocates a layer's KV cache (Note [KV cache layout]).
+/// Multi-head latent attention (DeepSeek; fk/tasks/deepseek.h): one latent cache per layer,
+/// `kv_cache`, with the module's own constants in M::Cfg.
+template <class M, class = void> struct is_mla_attention : std::false_type {};
+template <class M> struct is_mla_attention<M, std::void_t<decltype(std::declval<M&>().kv_b_proj)>> : std::true_type {};
+
+/// Allocates a layer's KV cache (Note [KV cache layout]; MLA: Note [MLA latent cache]).
 template <class Cfg, class M> void allocate_kv_cache(M& m, int64_t max_seqs, int64_t max_len) {
-  m.k_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
-  m.v_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
+  if constexpr (is_mla_attention<M>::value) {
+    using A = typename M::Cfg;
+    m.kv_cache = empty({max_seqs, max_len, A::kv_lora_rank + A::qk_rope_head_dim}, dtype_of<typename A::scalar_t>);
+  } else {
+    m.k_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
+    m.v_cache = empty({max_seqs, max_len, Cfg::num_kv_heads, Cfg::head_dim}, dtype_of<typename Cfg::scalar_t>);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -231,9 +241,16 @@ Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tens
 template <class M, class = void> struct is_moe_block : std::false_type {};
 template <class M> struct is_moe_block<M, std::void_t<decltype(std::declval<M&>().w13_weight)>> : std::true_type {};
 template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x);  // fk/tasks/moe.h
+/// DeepSeek's MoE (routed plus shared experts; fk/tasks/deepseek.h).
+template <class M, class = void> struct is_deepseek_moe : std::false_type {};
+template <class M> struct is_deepseek_moe<M, std::void_t<decltype(std::declval<M&>().shared_experts)>> : std::true_type {};
+template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x);  // fk/tasks/deepseek.h
+template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tensor& positions, const Tensor& h);  // ditto
 
 template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
-  if constexpr (is_moe_block<M>::value) {
+  if constexpr (is_deepseek_moe<M>::value) {
+    return ref_deepseek_moe(m, x);
+  } else if constexpr (is_moe_block<M>::value) {
     return ref_sparse_moe(m, x);
   } else {
     Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), IsGeluMlp<M>::value);
@@ -268,7 +285,9 @@ std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tenso
     res = h;
     x = ref::rms_norm(h, l.input_layernorm.weight, l.input_layernorm.variance_epsilon, off);
   }
-  Tensor attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
+  Tensor attn;
+  if constexpr (is_mla_attention<std::decay_t<decltype(l.self_attn)>>::value) attn = ref_mla_attention(l.self_attn, rm, positions, x);
+  else attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
   if constexpr (kGemma) {
     attn = ref::rms_norm(attn, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon, off);
     std::pair<Tensor, Tensor> n = ref::add_rms_norm(attn, res, l.pre_feedforward_layernorm.weight,

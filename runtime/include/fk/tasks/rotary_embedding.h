@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fk/kernels/reference/rotary_embedding_ref.cuh"
@@ -150,32 +151,38 @@ inline Tensor compute_cos_sin_cache(const RopeParams& p) {
 }
 
 namespace detail {
-/// Row stride of a [T, H*D] or [T, H, D] view whose per-token heads are contiguous.
-inline int64_t token_stride(const Tensor& t, int64_t row_elems, const char* what) {
+/// (row stride, head stride) of a [T, H*D] view or a [T, H, D] view whose heads may be strided
+/// (MLA rotates q_pe = q.view(T, H, nope + rope)[..., nope:], heads nope + rope apart).
+inline std::pair<int64_t, int64_t> token_strides(const Tensor& t, int64_t heads, int64_t d, const char* what) {
   FK_CHECK(t.dim() >= 2 && t.stride(-1) == 1, std::string(what) + " " + t.str());
-  if (t.dim() == 3) FK_CHECK(t.stride(1) == t.size(2), std::string(what) + ": heads must be contiguous, " + t.str());
-  FK_CHECK(t.numel() % row_elems == 0 && t.size(-1) * (t.dim() == 3 ? t.size(1) : 1) == row_elems,
-           std::string(what) + " has the wrong row size: " + t.str());
-  return t.stride(0);
+  if (t.dim() == 3) {
+    FK_CHECK(t.size(1) == heads && t.size(2) == d && (heads == 1 || t.stride(1) >= d),
+             std::string(what) + " has the wrong shape: " + t.str() + " (expected [T, " + std::to_string(heads) + ", " +
+                 std::to_string(d) + "])");
+    return {t.stride(0), heads == 1 ? d : t.stride(1)};
+  }
+  FK_CHECK(t.dim() == 2 && t.size(1) == heads * d, std::string(what) + " has the wrong row size: " + t.str());
+  return {t.stride(0), d};
 }
 }  // namespace detail
 
 /// RotaryEmbedding.forward(positions, query, key): rotates query [T, Hq*D] and key [T, Hkv*D]
-/// in place (one launch) and returns them.
+/// (or [T, H, D] views, heads possibly strided) in place (one launch) and returns them.
 template <class Cfg>
 std::tuple<Tensor, Tensor> rotary_embedding_forward(const Tensor& positions, Tensor& query, Tensor& key,
                                                    const Tensor& cos_sin_cache) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t D = Cfg::head_size;
-  const int64_t qs = detail::token_stride(query, Cfg::num_heads * D, "RotaryEmbedding query");
-  const int64_t ks = detail::token_stride(key, Cfg::num_kv_heads * D, "RotaryEmbedding key");
+  const auto qs = detail::token_strides(query, Cfg::num_heads, D, "RotaryEmbedding query");
+  const auto ks = detail::token_strides(key, Cfg::num_kv_heads, D, "RotaryEmbedding key");
   const int64_t tokens = positions.numel();
   FK_CHECK(query.size(0) == tokens && key.size(0) == tokens, "positions " + positions.str() + " vs query " + query.str());
   FK_CHECK(cos_sin_cache.dtype() == DType::kF32 && cos_sin_cache.size(-1) == Cfg::rotary_dim,
            "cos_sin_cache " + cos_sin_cache.str());
   fk::kernels::rotary_embedding<T, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style, Cfg::num_heads,
-                                Cfg::num_kv_heads>(positions.data<int64_t>(), query.data<T>(), qs, key.data<T>(), ks,
-                                                   cos_sin_cache.data<float>(), tokens, current_stream());
+                                Cfg::num_kv_heads>(positions.data<int64_t>(), query.data<T>(), qs.first, key.data<T>(),
+                                                   ks.first, cos_sin_cache.data<float>(), tokens, current_stream(),
+                                                   qs.second, ks.second);
   FK_CHECK_LAUNCH();
   return {query, key};
 }

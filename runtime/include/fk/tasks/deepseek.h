@@ -1,0 +1,555 @@
+// Glue, references and harnesses for DeepSeek-V2/V3's composite kinds (vLLM deepseek_v2.py):
+//   deepseek_mla_attention  (L2) DeepseekV2MLAAttention: q LoRA, latent KV, decoupled rope, the
+//                           latent cache write, then prefill through kv_b_proj or absorbed decode
+//   deepseek_moe            (L2) DeepseekV2MoE: gate -> grouped top-k (sigmoid, correction bias,
+//                           routed_scaling_factor) -> fused experts, plus the shared experts
+//   deepseek_decoder_layer  (L3) DeepseekV2DecoderLayer: dense MLP or DeepseekV2MoE
+//   deepseek_for_causal_lm  (L4) DeepseekV3ForCausalLM: first_k_dense_replace dense layers, then MoE
+//
+// Note [MLA attention forward]
+// As vLLM's MLA path (DeepseekV2MLAAttention + MLACommonImpl), per step of T tokens:
+//   fused_qkv_a_proj(h)            [T, q_lora + kv_lora + rope]   (q_a_proj | kv_a_proj_with_mqa)
+//   q = q_b_proj(q_a_layernorm(..)) [T, H, nope + rope];  kv_c_normed = kv_a_layernorm(..) [T, kv_lora]
+//   rotary_emb(positions, q[..., nope:], k_pe)                    (in place, strided views)
+//   concat_and_cache_mla(kv_c_normed, k_pe) -> the layer's latent cache (Note [MLA latent cache])
+//   prefill: kv_b_proj(kv_c_normed) -> k_nope, v [T, H, nope], [T, H, v]; k = [k_nope | k_pe]
+//            (k_pe broadcast over heads); mla_prefill(q, k, v) [T, H, v]
+//   decode:  q_abs[..., :kv_lora] = q_nope @ W_UK (one bmm over heads), q_abs[..., kv_lora:] = q_pe;
+//            mla_decode(q_abs, cache) [T, H, kv_lora]; @ W_UV (bmm) -> [T, H, v]
+//   o_proj [T, hidden].
+// W_UK [H, nope, kv_lora] and W_UV [H, v, kv_lora] are strided views of kv_b_proj.weight
+// ([H * (nope + v), kv_lora]); the batched GEMMs read them in place (vLLM copies them once after
+// loading, process_weights_after_loading; the arithmetic is the same). The absorption GEMMs are
+// part of this composite, not tasks of their own yet.
+//
+// The reference (Note [Composite references]) computes decode the way HF transformers does,
+// without absorption: every cached latent row of the sequence is expanded through kv_b_proj into
+// keys and values, so absorbed decode is checked against the unabsorbed algebra.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fk/kernels/gemm.h"
+#include "fk/kernels/reference/mla_ref.cuh"
+#include "fk/kernels/reference/moe_ref.cuh"
+#include "fk/tasks/llama.h"
+#include "fk/tasks/mla.h"
+#include "fk/tasks/moe.h"
+
+namespace fk::tasks {
+
+// ---------------------------------------------------------------------------------------------
+// Forward glue.
+
+namespace detail {
+/// W_UK / W_UV bmm over heads (Note [MLA attention forward]): c[:, h] = a[:, h] @ w_h, where
+/// w_h is rows [row0, row0 + rows) of head h's block of kv_b_proj.weight (trans: w_h^T).
+template <class Cfg>
+void mla_head_bmm(void* c, int64_t ldc, int64_t stride_c, const Tensor& a, int64_t lda, int64_t stride_a, const Tensor& w_kv_b,
+                  int64_t row0, bool trans, int64_t m, int64_t n, int64_t k, bool out_f32) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t KV = Cfg::kv_lora_rank, PV = Cfg::qk_nope_head_dim + Cfg::v_head_dim;
+  fk::kernels::gemm_strided_batched(c, ldc, stride_c, a.data_ptr(), lda, stride_a,
+                                    static_cast<const T*>(w_kv_b.data_ptr()) + row0 * KV, KV, PV * KV, trans, Cfg::num_heads,
+                                    m, n, k, detail::gemm_dtype<T>(), out_f32, current_stream());
+}
+}  // namespace detail
+
+/// DeepseekV2MLAAttention.forward(positions [T] i64, hidden_states [T, hidden]) -> [T, hidden]
+/// (Note [MLA attention forward]); the layer's latent cache is m.kv_cache.
+template <class Cfg, class M> Tensor mla_attention_forward(M& m, const Tensor& positions, const Tensor& hidden) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t H = Cfg::num_heads, QL = Cfg::q_lora_rank, KV = Cfg::kv_lora_rank, P = Cfg::qk_nope_head_dim,
+                    R = Cfg::qk_rope_head_dim, V = Cfg::v_head_dim, D = P + R;
+  const AttnMetadata& meta = forward_context();
+  const int64_t t = hidden.size(0);
+  FK_CHECK(m.kv_cache.defined(), "DeepseekV2MLAAttention: no latent cache allocated (allocate_kv_cache)");
+  Tensor qkv_lora = std::get<0>(m.fused_qkv_a_proj.forward(hidden));  // [T, QL + KV + R]
+  Tensor q_c = m.q_a_layernorm.forward(qkv_lora.narrow_last(0, QL));
+  Tensor q = std::get<0>(m.q_b_proj.forward(q_c)).view({t, H, D});
+  Tensor kv_c_normed = m.kv_a_layernorm.forward(qkv_lora.narrow_last(QL, KV));
+  Tensor k_pe = qkv_lora.narrow_last(QL + KV, R);  // [T, R], row stride QL + KV + R
+  Tensor q_pe = q.narrow_last(P, R);                // [T, H, R], heads D apart
+  m.rotary_emb.forward(positions, q_pe, k_pe);
+  m.kv_cache_write.forward(kv_c_normed, k_pe, m.kv_cache, meta.slot_mapping);
+  Tensor attn;  // [T, H, V]
+  if (meta.is_prefill) {
+    Tensor kv = std::get<0>(m.kv_b_proj.forward(kv_c_normed)).view({t, H, P + V});
+    Tensor k = empty({t, H, D}, dtype_of<T>), v = empty({t, H, V}, dtype_of<T>);
+    copy_strided_(k.narrow_last(0, P), kv.narrow_last(0, P));
+    copy_strided_(k.narrow_last(P, R), k_pe.as_strided({t, H, R}, {k_pe.stride(0), 0, 1}));
+    copy_strided_(v, kv.narrow_last(P, V));
+    attn = m.attn_prefill.forward(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
+  } else {
+    FK_CHECK(t == meta.num_seqs, "decode step with " + std::to_string(t) + " tokens for " + std::to_string(meta.num_seqs) +
+                                     " sequences");
+    Tensor q_abs = empty({t, H, KV + R}, dtype_of<T>);
+    detail::mla_head_bmm<Cfg>(q_abs.data_ptr(), H * (KV + R), KV + R, q, H * D, D, m.kv_b_proj.weight, 0, false, t, KV, P, false);
+    copy_strided_(q_abs.narrow_last(KV, R), q_pe);
+    Tensor o_lat = m.attn_decode.forward(q_abs, m.kv_cache, meta.cache_seqlens);  // [T, H, KV]
+    attn = empty({t, H, V}, dtype_of<T>);
+    detail::mla_head_bmm<Cfg>(attn.data_ptr(), H * V, V, o_lat, H * KV, KV, m.kv_b_proj.weight, P, true, t, V, KV, false);
+  }
+  FK_CHECK_LAUNCH();
+  return std::get<0>(m.o_proj.forward(attn.view({t, H * V})));
+}
+
+/// The layer's latent cache [max_seqs, max_len, kv_lora + rope] (Note [MLA latent cache]).
+template <class Cfg, class M> void allocate_mla_cache(M& m, int64_t max_seqs, int64_t max_len) {
+  m.kv_cache = empty({max_seqs, max_len, Cfg::kv_lora_rank + Cfg::qk_rope_head_dim}, dtype_of<typename Cfg::scalar_t>);
+}
+
+/// x += y elementwise in the model dtype (fp32 sum, one rounding), as torch's bf16 `+`.
+void add_(Tensor& x, const Tensor& y);
+
+/// DeepseekV2MoE.forward(hidden_states [T, H]) -> [T, H]: shared_experts(h) + experts(h, routing),
+/// routing = grouped_topk(gate(h), e_score_correction_bias) with routed_scaling_factor already in
+/// the weights (vLLM passes it to grouped_topk).
+template <class Cfg, class M> Tensor deepseek_moe_forward(M& m, const Tensor& hidden) {
+  Tensor shared = m.shared_experts.forward(hidden);
+  Tensor logits = std::get<0>(m.gate.forward(hidden));
+  std::tuple<Tensor, Tensor> r = m.router.forward(logits, m.e_score_correction_bias);
+  capture_routing(std::get<1>(r));  // Note [Routing capture]
+  Tensor out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
+  add_(out, shared);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters (HF transformers DeepseekV3 names).
+
+template <class Cfg, class M> void add_mla_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.fused_qkv_a_proj,
+             {Part(prefix + "q_a_proj", Cfg::q_lora_rank),
+              Part(prefix + "kv_a_proj_with_mqa", Cfg::kv_lora_rank + Cfg::qk_rope_head_dim)});
+  add_norm(out, m.q_a_layernorm, prefix + "q_a_layernorm");
+  add_linear(out, m.q_b_proj, {Part(prefix + "q_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::qk_rope_head_dim))});
+  add_norm(out, m.kv_a_layernorm, prefix + "kv_a_layernorm");
+  add_linear(out, m.kv_b_proj, {Part(prefix + "kv_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::v_head_dim))});
+  add_linear(out, m.o_proj, {Part(prefix + "o_proj", Cfg::hidden_size)});
+}
+
+/// mlp.gate.weight [E, H], mlp.gate.e_score_correction_bias f32 [E] (HF keeps it in fp32),
+/// mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I] (HF 5 fused experts, the
+/// layout of vLLM's w13/w2), mlp.shared_experts.{gate,up,down}_proj.
+template <class Cfg, class M> void add_deepseek_moe_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.gate, {Part(prefix + "gate", Cfg::num_experts)});
+  // Small, so that it reorders near choices only, as trained biases do (DeepSeek-V3's are O(1e-2)
+  // on sigmoid scores).
+  if (m.e_score_correction_bias.defined()) out.push_back({prefix + "gate.e_score_correction_bias", m.e_score_correction_bias, 0.f, 0.02f});
+  out.push_back({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))});
+  out.push_back({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(Cfg::moe_intermediate_size))});
+  m.shared_experts.named_parameters(prefix + "shared_experts.", out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// References (Note [Composite references]).
+
+/// DeepseekV2MLAAttention reference (the unabsorbed algebra, Note [MLA attention forward]). Writes
+/// its own latent rows into m.kv_cache (over the task's) and reads the cache for decode.
+template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tensor& positions, const Tensor& h) {
+  using Cfg = typename A::Cfg;
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t H = Cfg::num_heads, QL = Cfg::q_lora_rank, KV = Cfg::kv_lora_rank, P = Cfg::qk_nope_head_dim,
+                    R = Cfg::qk_rope_head_dim, V = Cfg::v_head_dim, D = P + R;
+  const int64_t t = h.size(0);
+  const float scale = static_cast<float>(Cfg::softmax_scale);
+  Tensor qkv = ref::linear(h, m.fused_qkv_a_proj.weight, m.fused_qkv_a_proj.bias);
+  Tensor q_c = ref::rms_norm(contiguous_rows(qkv.narrow_last(0, QL)), m.q_a_layernorm.weight, m.q_a_layernorm.variance_epsilon);
+  Tensor kv_c = ref::rms_norm(contiguous_rows(qkv.narrow_last(QL, KV)), m.kv_a_layernorm.weight, m.kv_a_layernorm.variance_epsilon);
+  Tensor q = ref::linear(q_c, m.q_b_proj.weight, m.q_b_proj.bias);  // [T, H * D]
+  Tensor q3 = q.view({t, H, D});
+  Tensor q_pe = empty({t, H, R}, dtype_of<T>);
+  copy_strided_(q_pe, q3.narrow_last(P, R));
+  const bool neox = m.rotary_emb.is_neox_style;
+  q_pe = ref::rope(q_pe.view({t, H * R}), positions, m.rotary_emb.cos_sin_cache, H, R, R, neox);
+  Tensor k_pe = ref::rope(contiguous_rows(qkv.narrow_last(QL + KV, R)), positions, m.rotary_emb.cos_sin_cache, 1, R, R, neox);
+  copy_strided_(q3.narrow_last(P, R), q_pe.view({t, H, R}));
+  // The step's latent rows into the cache.
+  Tensor latent = empty({t, KV + R}, dtype_of<T>);
+  copy_strided_(latent.narrow_last(0, KV), kv_c);
+  copy_strided_(latent.narrow_last(KV, R), k_pe);
+  Tensor cache_rows = m.kv_cache.view({-1, KV + R});
+  ref::store_rows(cache_rows, latent, forward_context().slot_mapping);
+  // Keys [n, H, D] and values [n, H, V] of latent rows [n, KV + R] through kv_b_proj.
+  auto expand = [&](const Tensor& rows, Tensor& k, Tensor& v) {
+    const int64_t n = rows.size(0);
+    Tensor kv = ref::linear(contiguous_rows(rows.narrow_last(0, KV)), m.kv_b_proj.weight, Tensor()).view({n, H, P + V});
+    k = empty({n, H, D}, dtype_of<T>);
+    v = empty({n, H, V}, dtype_of<T>);
+    Tensor kpe = rows.narrow_last(KV, R);
+    copy_strided_(k.narrow_last(0, P), kv.narrow_last(0, P));
+    copy_strided_(k.narrow_last(P, R), kpe.as_strided({n, H, R}, {kpe.stride(0), 0, 1}));
+    copy_strided_(v, kv.narrow_last(P, V));
+  };
+  Tensor out_f32 = empty({t, H, V}, DType::kF32);
+  if (rm.is_prefill) {
+    Tensor k, v;
+    expand(latent, k, v);
+    std::vector<int32_t> begin, len;
+    for (size_t b = 0; b + 1 < rm.cu.size(); ++b)
+      for (int32_t p = 0; p < rm.cu[b + 1] - rm.cu[b]; ++p) {
+        begin.push_back(rm.cu[b]);
+        len.push_back(p + 1);
+      }
+    Tensor db = to_device(begin, {t}), dl = to_device(len, {t});
+    Tensor qc = q3;
+    fk::kernels::reference::mla_prefill_ref<T>(out_f32.data<float>(), qc.data<T>(), k.data<T>(), v.data<T>(), db.data<int32_t>(),
+                                               dl.data<int32_t>(), t, static_cast<int>(H), static_cast<int>(D),
+                                               static_cast<int>(V), scale, current_stream());
+  } else {
+    const int64_t max_len = m.kv_cache.size(1);
+    for (int64_t b = 0; b < t; ++b) {
+      const int32_t l = rm.lens[b];
+      Tensor k, v;
+      expand(m.kv_cache.view({-1, KV + R}).narrow_first(b * max_len, l), k, v);
+      Tensor db = to_device(std::vector<int32_t>{0}, {1}), dl = to_device(std::vector<int32_t>{l}, {1});
+      fk::kernels::reference::mla_prefill_ref<T>(out_f32.data<float>() + b * H * V, q3.data<T>() + b * H * D, k.data<T>(),
+                                                 v.data<T>(), db.data<int32_t>(), dl.data<int32_t>(), 1, static_cast<int>(H),
+                                                 static_cast<int>(D), static_cast<int>(V), scale, current_stream());
+    }
+  }
+  FK_CHECK_LAUNCH();
+  Tensor attn = ref::round_to(out_f32, dtype_of<T>).view({t, H * V});
+  return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
+}
+
+/// DeepseekV2MoE reference: grouped top-k of the reference router logits (fp64 scores,
+/// fk::kernels::reference::grouped_topk_ref), adopting the task's recorded choice for a token
+/// where it is a near-tie (Note [Routing capture]): the same number of distinct experts whose
+/// summed biased score is within top_k * delta of the reference choice's, delta = 0.0125 *
+/// sqrt(block index + 1) (a sigmoid moves at most 1/4 of a logit error; the margin of
+/// ref_sparse_moe, 0.05 sqrt(i + 1) logits). Adopted tokens get weights from the reference's own
+/// scores (renormalised, times routed_scaling_factor).
+template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
+  using Cfg = typename M::Cfg;
+  using T = typename Cfg::scalar_t;
+  constexpr int E = Cfg::num_experts, K = Cfg::top_k;
+  const int64_t t = x.size(0);
+  Tensor shared = ref_mlp(m.shared_experts, x);
+  Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
+  Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
+  const float* bias = Cfg::correction_bias ? m.e_score_correction_bias.template data<float>() : nullptr;
+  fk::kernels::reference::grouped_topk_ref<T>(w.data<float>(), ids.data<int32_t>(), logits.data<T>(), E, bias,
+                                              static_cast<float>(Cfg::routed_scaling_factor), t, E, K,
+                                              Cfg::num_expert_group, Cfg::topk_group, Cfg::sigmoid, Cfg::renormalize,
+                                              current_stream());
+  FK_CHECK_LAUNCH();
+  std::pair<Tensor, int> task = next_task_routing();
+  if (task.first.defined()) {
+    const double delta = K * 0.0125 * std::sqrt(double(task.second + 1));
+    const std::vector<float> lg = to_host<float>(to_f32(logits));
+    const std::vector<float> bs = bias ? to_host<float>(m.e_score_correction_bias) : std::vector<float>(E, 0.f);
+    const std::vector<int32_t> theirs = to_host<int32_t>(contiguous_rows(task.first.view({t, K})));
+    std::vector<int32_t> mine = to_host<int32_t>(ids);
+    std::vector<float> wh = to_host<float>(w);
+    bool adopted = false;
+    auto score = [&](int64_t i, int32_t e) {
+      const double l = lg[i * E + e];
+      return Cfg::sigmoid ? 1.0 / (1.0 + std::exp(-l)) : l;  // softmax scoring: logits order the same way
+    };
+    for (int64_t i = 0; i < t; ++i) {
+      std::vector<int32_t> sa(theirs.begin() + i * K, theirs.begin() + (i + 1) * K), sm(mine.begin() + i * K, mine.begin() + (i + 1) * K);
+      std::sort(sa.begin(), sa.end());
+      std::sort(sm.begin(), sm.end());
+      if (sa == sm || std::adjacent_find(sa.begin(), sa.end()) != sa.end() || sa.front() < 0 || sa.back() >= E) continue;
+      double s_ref = 0, s_task = 0;
+      for (int k = 0; k < K; ++k) {
+        s_ref += score(i, sm[k]) + bs[sm[k]];
+        s_task += score(i, sa[k]) + bs[sa[k]];
+      }
+      if (s_task < s_ref - delta) continue;
+      double sum = 0;
+      for (int k = 0; k < K; ++k) sum += score(i, theirs[i * K + k]);
+      for (int k = 0; k < K; ++k) {
+        mine[i * K + k] = theirs[i * K + k];
+        const double s = score(i, theirs[i * K + k]);
+        wh[i * K + k] = static_cast<float>((Cfg::renormalize ? s / (sum + 1e-20) : s) * Cfg::routed_scaling_factor);
+      }
+      adopted = true;
+    }
+    if (adopted) {
+      w = to_device(wh, {t, K});
+      ids = to_device(mine, {t, K});
+    }
+  }
+  Tensor routed = ref_fused_experts(x, m.w13_weight, m.w2_weight, w, ids);
+  return ref::round_to(ref::add_f32(routed, shared), dtype_of<T>);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Costs.
+
+/// FLOPs and bytes of one MLA attention step (weights not included).
+template <class Cfg> std::pair<double, double> mla_step_cost(const StepInputs& step) {
+  constexpr double H = Cfg::num_heads, QL = Cfg::q_lora_rank, KV = Cfg::kv_lora_rank, P = Cfg::qk_nope_head_dim,
+                   R = Cfg::qk_rope_head_dim, V = Cfg::v_head_dim, Hd = Cfg::hidden_size;
+  constexpr double es = sizeof(typename Cfg::scalar_t);
+  const double t = double(step.tokens()), pairs = step.attended_pairs();
+  double flops = 2 * t * Hd * (QL + KV + R) + 2 * t * QL * H * (P + R) + 2 * t * H * V * Hd;
+  double bytes = t * 2 * Hd * es;
+  if (step.host.is_prefill) {
+    flops += 2 * t * KV * H * (P + V) + 2 * pairs * H * (P + R + V);
+  } else {
+    flops += 2 * t * H * P * KV + 2 * pairs * H * (2 * KV + R) + 2 * t * H * KV * V;
+    bytes += pairs * (KV + R) * es;
+  }
+  return {flops, bytes};
+}
+
+/// The MLP half of a DeepSeek layer: FLOPs per token (dense: 3 H I; MoE: top_k experts + shared
+/// experts + router) and the expert weight bytes a step of t tokens does not read.
+template <class Cfg> double deepseek_mlp_flops_per_token() {
+  if constexpr (Cfg::num_experts > 0)
+    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size + Cfg::shared_intermediate_size) +
+           2.0 * Cfg::hidden_size * Cfg::num_experts;
+  else
+    return 6.0 * Cfg::hidden_size * Cfg::intermediate_size;
+}
+template <class Cfg> double deepseek_unread_expert_bytes(double tokens) {
+  if constexpr (Cfg::num_experts > 0) {
+    const double e = Cfg::num_experts;
+    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
+           sizeof(typename Cfg::scalar_t);
+  } else {
+    return 0.0;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harnesses (Note [Task protocol]).
+
+enum class MlaKind { kAttention, kDecoderLayer };
+
+/// deepseek_mla_attention (L2) and deepseek_decoder_layer (L3) over one step of `batch`
+/// sequences (StepInputs). The latent cache is random for decode; the step writes its own rows
+/// (the reference overwrites them with its own before reading).
+template <class Module, class Cfg, MlaKind kKind> class MlaStepInstance final : public TaskInstance {
+ public:
+  explicit MlaStepInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+    constexpr int64_t Hd = Cfg::hidden_size, H = Cfg::num_heads, D = Cfg::qk_nope_head_dim + Cfg::qk_rope_head_dim;
+    const int64_t t = step_.tokens(), b = step_.meta.num_seqs;
+    const double cache_bytes = double(b) * step_.max_len * (Cfg::kv_lora_rank + Cfg::qk_rope_head_dim) * sizeof(T);
+    // Activations: prefill's expanded k/v/q dominate; the reference holds a copy of each.
+    const double act_bytes = double(t) * (4 * Hd + 3 * H * D + 2 * H * Cfg::v_head_dim) * sizeof(T) * 3;
+    if constexpr (kKind == MlaKind::kDecoderLayer) module_.named_parameters("model.layers.0.", params_);
+    else module_.named_parameters("model.layers.0.self_attn.", params_);
+    require_device_memory(cache_bytes + act_bytes + double(t) * 12 * Cfg::hidden_size * 4, "MLA step (latent cache and activations)");
+    allocate_mla_cache<Cfg>(attn(), b, step_.max_len);
+    x_ = empty({t, Hd}, dtype_of<T>);
+    if constexpr (kKind == MlaKind::kDecoderLayer) {
+      res_ = empty({t, Hd}, dtype_of<T>);
+      x0_ = empty({t, Hd}, dtype_of<T>);
+      res0_ = empty({t, Hd}, dtype_of<T>);
+    }
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    if (!step_.meta.is_prefill) fill_normal(attn().kv_cache, mix_seed(seed, 2001));
+    fill_normal(x_, mix_seed(seed, 2006));
+    if constexpr (kKind == MlaKind::kDecoderLayer) {
+      fill_normal(res_, mix_seed(seed, 2007));
+      copy_(x0_, x_);
+      copy_(res0_, res_);
+    }
+  }
+  void prepare(int) override {
+    out_.clear();
+    if constexpr (kKind == MlaKind::kDecoderLayer) {  // in place: restore both inputs
+      copy_(x_, x0_);
+      copy_(res_, res0_);
+    }
+  }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    RoutingCaptureGuard cap(&routing_);  // Note [Routing capture]
+    if constexpr (kKind == MlaKind::kAttention) {
+      out_ = {module_.forward(step_.positions, x_)};
+    } else {
+      std::tuple<Tensor, Tensor> hr = module_.forward(step_.positions, x_, res_);
+      out_ = {std::get<0>(hr), std::get<1>(hr)};
+    }
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(kKind == MlaKind::kAttention ? x_ : x0_);
+    if (res0_.defined()) v.push_back(res0_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    TaskRoutingGuard routing(&routing_);
+    const Tolerance tol = composite_tolerance(dtype_of<T>, 1.0, has_experts() ? kMoeLayerRelL2 : 0.01);
+    if constexpr (kKind == MlaKind::kAttention) {
+      return {{"out", out_[0], to_f32(ref_mla_attention(module_, step_.host, step_.positions, x_)), tol}};
+    } else {
+      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(module_, step_.host, step_.positions, x0_, res0_);
+      return {{"hidden_states", out_[0], to_f32(hr.first), tol}, {"residual", out_[1], to_f32(hr.second), tol}};
+    }
+  }
+  Cost cost() const override {
+    const double t = double(step_.tokens()), es = sizeof(T);
+    std::pair<double, double> a = mla_step_cost<Cfg>(step_);
+    double flops = a.first, bytes = a.second + param_bytes(params_);
+    if constexpr (kKind == MlaKind::kDecoderLayer) {
+      flops += t * deepseek_mlp_flops_per_token<Cfg>();
+      bytes += t * 2 * Cfg::hidden_size * es - deepseek_unread_expert_bytes<Cfg>(t);
+    }
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  static constexpr bool has_experts() {
+    if constexpr (MoeOf<Cfg>::value) return Cfg::num_experts > 0;
+    else return false;
+  }
+  auto& attn() {
+    if constexpr (kKind == MlaKind::kDecoderLayer) return (module_.self_attn);
+    else return (module_);
+  }
+  StepInputs step_;
+  Module module_;
+  ParamList params_;
+  Tensor x_, res_, x0_, res0_;
+  std::vector<Tensor> out_;
+  std::vector<Tensor> routing_;
+};
+
+/// deepseek_moe (L2). Case dims: num_tokens.
+template <class Module, class Cfg> class DeepseekMoeInstance final : public TaskInstance {
+ public:
+  explicit DeepseekMoeInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+    constexpr int64_t E = Cfg::num_experts, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k;
+    const double w_bytes = (double(E) * 3 * H * I + 3.0 * H * Cfg::shared_intermediate_size) * sizeof(T);
+    const double act = double(tokens_) * (H * 4 + K * (3 * I + 2 * H) + 3 * Cfg::shared_intermediate_size) * sizeof(T);
+    require_device_memory(w_bytes + 3 * act, "MoE expert weights and activations");
+    module_.named_parameters("model.layers.0.mlp.", params_);
+    x_ = empty({tokens_, H}, dtype_of<T>);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    fill_normal(x_, mix_seed(seed, 4001));
+    run(0);  // the routing this input gets, for the cost's expert count
+    experts_hit_ = routing_.empty() ? 0 : count_experts_hit(to_host<int32_t>(routing_[0]), Cfg::num_experts);
+    out_ = Tensor();
+  }
+  void prepare(int) override { out_ = Tensor(); }
+  void run(int) override {
+    RoutingCaptureGuard cap(&routing_);
+    out_ = module_.forward(x_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    std::vector<Tensor> v = param_tensors(params_);
+    v.push_back(x_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    TaskRoutingGuard routing(&routing_);
+    return {{"out", out_, to_f32(ref_deepseek_moe(module_, x_)), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double E = Cfg::num_experts, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k,
+                     S = Cfg::shared_intermediate_size;
+    const double t = double(tokens_);
+    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(t, E, K);
+    const double flops = 2 * t * K * 3 * H * I + 2 * t * 3 * H * S + 2 * t * H * E;
+    const double bytes = (hit * 3 * H * I + 3 * H * S + E * H + 2 * t * H) * sizeof(T) + E * 4;
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  ParamList params_;
+  Tensor x_, out_;
+  std::vector<Tensor> routing_;
+  int64_t experts_hit_ = 0;
+};
+
+/// deepseek_for_causal_lm (L4), as CausalLMInstance: forward over the step, compute_logits on each
+/// sequence's last token, checked against the composite reference over every layer.
+template <class Model, class Cfg> class DeepseekCausalLMInstance final : public TaskInstance {
+ public:
+  explicit DeepseekCausalLMInstance(const ShapeCase& c) : step_(c) {
+    constexpr double Hd = Cfg::hidden_size, H = Cfg::num_heads, QL = Cfg::q_lora_rank, KV = Cfg::kv_lora_rank,
+                     P = Cfg::qk_nope_head_dim, R = Cfg::qk_rope_head_dim, V = Cfg::v_head_dim;
+    const int64_t b = step_.meta.num_seqs, t = step_.tokens();
+    const double L = Cfg::num_hidden_layers, dense = std::min<double>(Cfg::first_k_dense_replace, L);
+    const double attn_w = Hd * (QL + KV + R) + QL * H * (P + R) + KV * H * (P + V) + H * V * Hd;
+    const double moe_w = double(Cfg::num_experts) * (3.0 * Hd * Cfg::moe_intermediate_size + Hd) + 3.0 * Hd * Cfg::shared_intermediate_size;
+    const double weights = L * attn_w + dense * 3.0 * Hd * Cfg::intermediate_size + (L - dense) * moe_w + 2.0 * Cfg::vocab_size * Hd;
+    const double cache = L * b * step_.max_len * (KV + R);
+    const double act = double(t) * (8 * Hd + 6 * H * (P + R)) + 2.0 * b * Cfg::vocab_size;
+    require_device_memory((weights + cache + 2 * act) * sizeof(T), "the whole model (weights, latent cache, activations)");
+    model_ = std::make_unique<Model>();
+    model_->named_parameters(params_);
+    model_->model.for_each_layer([&](auto& layer) { allocate_mla_cache<Cfg>(layer.self_attn, b, step_.max_len); });
+    ids_ = empty({t}, DType::kI64);
+    last_rows_ = to_device(step_.last_rows, {b});
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    fill_randint(ids_, mix_seed(seed, 3001), 0, Cfg::vocab_size);
+    if (!step_.meta.is_prefill)
+      model_->model.for_each_layer([&](auto& layer) { fill_normal(layer.self_attn.kv_cache, mix_seed(seed, 3002)); });
+  }
+  void prepare(int) override { logits_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    RoutingCaptureGuard cap(&routing_);  // Note [Routing capture]
+    Tensor hidden = model_->forward(ids_, step_.positions);
+    logits_ = model_->compute_logits(gather_rows(hidden, last_rows_));
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(ids_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    TaskRoutingGuard routing(&routing_);
+    auto& m = model_->model;
+    Tensor h = ref::embedding(ids_, m.embed_tokens.weight), res;
+    m.for_each_layer([&](auto& layer) {
+      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
+      h = hr.first;
+      res = hr.second;
+    });
+    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
+    Tensor logits = ref::linear(gather_rows(normed, last_rows_), model_->lm_head.weight, model_->lm_head.bias);
+    return {{"logits", logits_, to_f32(logits), depth_tolerance(static_cast<size_t>(m.num_layers()))}};
+  }
+  Cost cost() const override {
+    const double t = double(step_.tokens()), b = double(step_.meta.num_seqs);
+    double flops = 2 * b * Cfg::hidden_size * Cfg::vocab_size;
+    double bytes = param_bytes(params_) - double(Cfg::vocab_size) * Cfg::hidden_size * sizeof(T);
+    model_->model.for_each_layer([&](auto& layer) {
+      using L = std::decay_t<decltype(layer)>;
+      std::pair<double, double> a = mla_step_cost<typename L::Cfg>(step_);
+      flops += a.first + t * deepseek_mlp_flops_per_token<typename L::Cfg>();
+      bytes += a.second - deepseek_unread_expert_bytes<typename L::Cfg>(t);
+    });
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  StepInputs step_;
+  std::unique_ptr<Model> model_;
+  ParamList params_;
+  Tensor ids_, last_rows_, logits_;
+  std::vector<Tensor> routing_;
+};
+
+}  // namespace fk::tasks
