@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
-                         "gpt_oss")
+                         "gpt_oss", "deepseek_v3")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -105,8 +105,9 @@ FUSED_PARTS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "s
 # expert layout: gpt-oss's experts.gate_up_proj is [E, H, 2I] (ours [E, 2I, H], the same
 # interleaved gate/up columns as rows) and experts.down_proj [E, I, H] (ours [E, H, I]).
 TRANSPOSED_PARAMS = {"gpt_oss": ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")}
-# HF parameters the contract stores in fp32 (vLLM keeps attention sinks in fp32).
-FP32_PARAMS = ("self_attn.sinks",)
+# HF parameters the contract stores in fp32 (vLLM keeps attention sinks and DeepSeek's router
+# correction bias in fp32; HF keeps the latter in fp32 too, _keep_in_fp32_modules_strict).
+FP32_PARAMS = ("self_attn.sinks", "mlp.gate.e_score_correction_bias")
 
 
 def is_transposed(model_type, name):

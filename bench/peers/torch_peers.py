@@ -361,6 +361,14 @@ def sparse_moe_hf_loop(x, gate_w, w13, w2, top_k, renormalize):
     return hf_experts_loop(x, w13, w2, topk_weights.to(x.dtype), topk_ids)
 
 
+def deepseek_moe_grouped_mm(x, gate_w, bias, w13, w2, sw13, sw2, top_k, groups, topk_group, sigmoid, renorm, scale):
+    """vLLM DeepseekV2MoE: shared experts (a dense SiLU-gated MLP), the replicated gate, grouped
+    top-k (routed_scaling_factor in the weights), fused experts; routed + shared."""
+    shared = F.linear(silu_and_mul_native(F.linear(x, sw13)), sw2)
+    topk_weights, topk_ids = grouped_topk_native(F.linear(x, gate_w), bias, top_k, groups, topk_group, sigmoid, renorm, scale)
+    return fused_experts_grouped_mm(x, w13, w2, topk_weights, topk_ids) + shared
+
+
 # --- per-kind case builders: return {peer_name: callable(set)} and nsets -----------------------
 
 def g(pattern, name):
@@ -642,7 +650,7 @@ def build(kind, name, dims, use_compile):
 
 
 MOE_KINDS = ("topk_softmax", "grouped_topk", "moe_align_block_size", "moe_sum", "moe_grouped_gemm", "fused_experts",
-             "sparse_moe_block")
+             "sparse_moe_block", "deepseek_moe")
 MOE_SET_BUDGET = 24 << 30  # bytes of rotating sets at most, as the fk_bench grouped GEMM harness
 
 
@@ -773,6 +781,23 @@ def build_moe(kind, name, dims, use_compile):
             peers["torch_compile_grouped_mm"] = lambda i: cf(*sets[i], **extra)
         if gpt_oss["swiglu_limit"] == 0 and gpt_oss["b13"] is None:  # the HF loop peer is Mixtral's experts
             peers["torch_hf_loop"] = lambda i: hf_loop(*sets[i])
+        return peers, n
+    if kind == "deepseek_moe":
+        H, E, K, G, TG, sf, renorm, rs, bias, I, S = g(
+            r"deepseek_moe_h(\d+)_e(\d+)_top(\d+)_g(\d+)_tg(\d+)_(sigmoid|softmax)_(renorm|norenorm)_rs([0-9.e+-]+)(_bias)?"
+            r"_i(\d+)_shared(\d+)_", name)
+        H, E, K, G, TG, I, S = map(int, (H, E, K, G, TG, I, S))
+        b = torch.randn(E, device=dev, dtype=torch.float32) * 0.02 if bias else None
+        w = dict(gate_w=random_weight((E, H), H, dev, dtype), bias=b, w13=random_weight((E, 2 * I, H), H, dev, dtype),
+                 w2=random_weight((E, H, I), I, dev, dtype), sw13=random_weight((2 * S, H), H, dev, dtype),
+                 sw2=random_weight((H, S), S, dev, dtype))
+        n = nsets_for(T * H * 2)
+        xs = [torch.randn(T, H, device=dev, dtype=dtype) for _ in range(n)]
+        args = dict(top_k=K, groups=G, topk_group=TG, sigmoid=sf == "sigmoid", renorm=renorm == "renorm", scale=float(rs))
+        peers["torch_grouped_mm"] = lambda i: deepseek_moe_grouped_mm(xs[i], **w, **args)
+        if use_compile:
+            cf = torch.compile(deepseek_moe_grouped_mm, dynamic=False)
+            peers["torch_compile_grouped_mm"] = lambda i: cf(xs[i], **w, **args)
         return peers, n
     return {}, 1
 

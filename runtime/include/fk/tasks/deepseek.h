@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -222,55 +223,85 @@ template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tenso
 
 /// DeepseekV2MoE reference: grouped top-k of the reference router logits (fp64 scores,
 /// fk::kernels::reference::grouped_topk_ref), adopting the task's recorded choice for a token
-/// where it is a near-tie (Note [Routing capture]): the same number of distinct experts whose
-/// summed biased score is within top_k * delta of the reference choice's, delta = 0.0125 *
-/// sqrt(block index + 1) (a sigmoid moves at most 1/4 of a logit error; the margin of
-/// ref_sparse_moe, 0.05 sqrt(i + 1) logits). Adopted tokens get weights from the reference's own
-/// scores (renormalised, times routed_scaling_factor).
+/// where it is a near-tie (Note [Routing capture]) of grouped top-k itself, with margin delta
+/// on choice scores c_e (sigmoid + correction bias) and 2 delta on group scores (top-2 sums):
+/// every group holding a task expert scores within 2 delta of the topk_group-th best group, and
+/// every task expert's c_e is within delta of the top_k-th best c_e over those groups (topped up
+/// with the best other groups to topk_group). delta = 0.0125 sqrt(block index + 1): a sigmoid
+/// moves at most 1/4 of a logit error, and ref_sparse_moe's margin is 0.05 sqrt(i + 1) logits.
+/// Adopted tokens get weights from the reference's own scores (renormalised, times
+/// routed_scaling_factor); a far-from-optimal choice is never adopted, so a wrong router fails.
 template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
   using Cfg = typename M::Cfg;
   using T = typename Cfg::scalar_t;
-  constexpr int E = Cfg::num_experts, K = Cfg::top_k;
+  constexpr int E = Cfg::num_experts, K = Cfg::top_k, G = Cfg::num_expert_group, TG = Cfg::topk_group, EPG = E / G;
   const int64_t t = x.size(0);
   Tensor shared = ref_mlp(m.shared_experts, x);
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
   const float* bias = Cfg::correction_bias ? m.e_score_correction_bias.template data<float>() : nullptr;
   fk::kernels::reference::grouped_topk_ref<T>(w.data<float>(), ids.data<int32_t>(), logits.data<T>(), E, bias,
-                                              static_cast<float>(Cfg::routed_scaling_factor), t, E, K,
-                                              Cfg::num_expert_group, Cfg::topk_group, Cfg::sigmoid, Cfg::renormalize,
-                                              current_stream());
+                                              static_cast<float>(Cfg::routed_scaling_factor), t, E, K, G, TG, Cfg::sigmoid,
+                                              Cfg::renormalize, current_stream());
   FK_CHECK_LAUNCH();
   std::pair<Tensor, int> task = next_task_routing();
   if (task.first.defined()) {
-    const double delta = K * 0.0125 * std::sqrt(double(task.second + 1));
+    const double delta = 0.0125 * std::sqrt(double(task.second + 1));
     const std::vector<float> lg = to_host<float>(to_f32(logits));
     const std::vector<float> bs = bias ? to_host<float>(m.e_score_correction_bias) : std::vector<float>(E, 0.f);
     const std::vector<int32_t> theirs = to_host<int32_t>(contiguous_rows(task.first.view({t, K})));
     std::vector<int32_t> mine = to_host<int32_t>(ids);
     std::vector<float> wh = to_host<float>(w);
     bool adopted = false;
-    auto score = [&](int64_t i, int32_t e) {
-      const double l = lg[i * E + e];
-      return Cfg::sigmoid ? 1.0 / (1.0 + std::exp(-l)) : l;  // softmax scoring: logits order the same way
-    };
+    std::vector<double> score(E), choice(E), gscore(G);
     for (int64_t i = 0; i < t; ++i) {
       std::vector<int32_t> sa(theirs.begin() + i * K, theirs.begin() + (i + 1) * K), sm(mine.begin() + i * K, mine.begin() + (i + 1) * K);
       std::sort(sa.begin(), sa.end());
       std::sort(sm.begin(), sm.end());
       if (sa == sm || std::adjacent_find(sa.begin(), sa.end()) != sa.end() || sa.front() < 0 || sa.back() >= E) continue;
-      double s_ref = 0, s_task = 0;
-      for (int k = 0; k < K; ++k) {
-        s_ref += score(i, sm[k]) + bs[sm[k]];
-        s_task += score(i, sa[k]) + bs[sa[k]];
+      double mx = -1e300, z = 0;
+      for (int e = 0; e < E; ++e) mx = std::max(mx, double(lg[i * E + e]));
+      for (int e = 0; e < E; ++e) z += std::exp(double(lg[i * E + e]) - mx);
+      for (int e = 0; e < E; ++e) {
+        const double l = lg[i * E + e];
+        score[e] = Cfg::sigmoid ? 1.0 / (1.0 + std::exp(-l)) : std::exp(l - mx) / z;
+        choice[e] = score[e] + bs[e];
       }
-      if (s_task < s_ref - delta) continue;
+      for (int g = 0; g < G; ++g) {  // group score: the best two choice scores (vLLM with a bias; else the best)
+        std::vector<double> v(choice.begin() + g * EPG, choice.begin() + (g + 1) * EPG);
+        std::partial_sort(v.begin(), v.begin() + std::min(2, EPG), v.end(), std::greater<double>());
+        gscore[g] = bias ? v[0] + (EPG > 1 ? v[1] : 0.0) : v[0];
+      }
+      std::vector<double> gs_sorted = gscore;
+      std::sort(gs_sorted.begin(), gs_sorted.end(), std::greater<double>());
+      std::vector<bool> in_group(G, false);
+      bool near = true;
+      int groups = 0;
+      for (int32_t e : sa) {
+        if (!in_group[e / EPG]) ++groups;
+        in_group[e / EPG] = true;
+        near &= gscore[e / EPG] >= gs_sorted[TG - 1] - 2 * delta;
+      }
+      for (int g = 0; near && groups < TG; ++groups) {  // top up with the best other groups
+        int best = -1;
+        for (g = 0; g < G; ++g)
+          if (!in_group[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+        in_group[best] = true;
+      }
+      if (!near || groups > TG) continue;
+      std::vector<double> pool;
+      for (int e = 0; e < E; ++e)
+        if (in_group[e / EPG]) pool.push_back(choice[e]);
+      std::nth_element(pool.begin(), pool.begin() + (K - 1), pool.end(), std::greater<double>());
+      const double kth = pool[K - 1];
+      for (int32_t e : sa) near &= choice[e] >= kth - delta;
+      if (!near) continue;
       double sum = 0;
-      for (int k = 0; k < K; ++k) sum += score(i, theirs[i * K + k]);
+      for (int k = 0; k < K; ++k) sum += score[theirs[i * K + k]];
       for (int k = 0; k < K; ++k) {
         mine[i * K + k] = theirs[i * K + k];
-        const double s = score(i, theirs[i * K + k]);
-        wh[i * K + k] = static_cast<float>((Cfg::renormalize ? s / (sum + 1e-20) : s) * Cfg::routed_scaling_factor);
+        const double sc = score[theirs[i * K + k]];
+        wh[i * K + k] = static_cast<float>((Cfg::renormalize ? sc / (sum + 1e-20) : sc) * Cfg::routed_scaling_factor);
       }
       adopted = true;
     }
