@@ -49,7 +49,7 @@ void check_bmm(bool trans, bool out_f32) {
   constexpr int64_t T = 7, H = 4, K = 48, N = 40, ROWS = 100;  // w: per head a [ROWS, K or N] block
   const int64_t lda = H * (K + 8), stride_a = K + 8;              // a rows carry 8 extra columns per head
   Tensor a = empty({T, H, K + 8}, DType::kBF16);
-  const int64_t wcols = trans ? K : N, wrows_used = trans ? N : K, row0 = 3;
+  const int64_t wcols = trans ? K : N, row0 = 3;
   Tensor w = empty({H * ROWS, wcols}, DType::kBF16);
   fill_normal(a, 3);
   fill_normal(w, 4);
@@ -74,7 +74,6 @@ void check_bmm(bool trans, bool out_f32) {
         EXPECT_NEAR(got, s, (out_f32 ? 1e-3 : 2e-2) * (1 + std::fabs(s))) << t << "," << h << "," << n;
       }
   EXPECT_LT(std::sqrt(err / ref2), out_f32 ? 1e-5 : 4e-3);
-  (void)wrows_used;
 }
 TEST(MlaGlue, BatchedGemmPlain) { FK_REQUIRE_GPU(); check_bmm(false, false); }
 TEST(MlaGlue, BatchedGemmTransposedWeights) { FK_REQUIRE_GPU(); check_bmm(true, false); }

@@ -102,11 +102,6 @@ template <class Cfg, class M> Tensor mla_attention_forward(M& m, const Tensor& p
   return std::get<0>(m.o_proj.forward(attn.view({t, H * V})));
 }
 
-/// The layer's latent cache [max_seqs, max_len, kv_lora + rope] (Note [MLA latent cache]).
-template <class Cfg, class M> void allocate_mla_cache(M& m, int64_t max_seqs, int64_t max_len) {
-  m.kv_cache = empty({max_seqs, max_len, Cfg::kv_lora_rank + Cfg::qk_rope_head_dim}, dtype_of<typename Cfg::scalar_t>);
-}
-
 /// x += y elementwise in the model dtype (fp32 sum, one rounding), as torch's bf16 `+`.
 void add_(Tensor& x, const Tensor& y);
 
@@ -201,8 +196,7 @@ template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tenso
         len.push_back(p + 1);
       }
     Tensor db = to_device(begin, {t}), dl = to_device(len, {t});
-    Tensor qc = q3;
-    fk::kernels::reference::mla_prefill_ref<T>(out_f32.data<float>(), qc.data<T>(), k.data<T>(), v.data<T>(), db.data<int32_t>(),
+    fk::kernels::reference::mla_prefill_ref<T>(out_f32.data<float>(), q3.data<T>(), k.data<T>(), v.data<T>(), db.data<int32_t>(),
                                                dl.data<int32_t>(), t, static_cast<int>(H), static_cast<int>(D),
                                                static_cast<int>(V), scale, current_stream());
   } else {
@@ -387,7 +381,7 @@ template <class Module, class Cfg, MlaKind kKind> class MlaStepInstance final : 
     if constexpr (kKind == MlaKind::kDecoderLayer) module_.named_parameters("model.layers.0.", params_);
     else module_.named_parameters("model.layers.0.self_attn.", params_);
     require_device_memory(cache_bytes + act_bytes + double(t) * 12 * Cfg::hidden_size * 4, "MLA step (latent cache and activations)");
-    allocate_mla_cache<Cfg>(attn(), b, step_.max_len);
+    allocate_kv_cache<Cfg>(attn(), b, step_.max_len);  // the latent cache (is_mla_attention)
     x_ = empty({t, Hd}, dtype_of<T>);
     if constexpr (kKind == MlaKind::kDecoderLayer) {
       res_ = empty({t, Hd}, dtype_of<T>);
@@ -539,7 +533,7 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
     require_device_memory((weights + cache + 2 * act) * sizeof(T), "the whole model (weights, latent cache, activations)");
     model_ = std::make_unique<Model>();
     model_->named_parameters(params_);
-    model_->model.for_each_layer([&](auto& layer) { allocate_mla_cache<Cfg>(layer.self_attn, b, step_.max_len); });
+    model_->model.for_each_layer([&](auto& layer) { allocate_kv_cache<Cfg>(layer.self_attn, b, step_.max_len); });
     ids_ = empty({t}, DType::kI64);
     last_rows_ = to_device(step_.last_rows, {b});
   }
