@@ -221,8 +221,8 @@ template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tenso
 /// where it is a near-tie (Note [Routing capture]) of grouped top-k itself, with margin delta
 /// on choice scores c_e (sigmoid + correction bias) and 2 delta on group scores (top-2 sums):
 /// every group holding a task expert scores within 2 delta of the topk_group-th best group, and
-/// every task expert's c_e is within delta of the top_k-th best c_e over those groups (topped up
-/// with the best other groups to topk_group). delta = 0.0125 sqrt(block index + 1): a sigmoid
+/// every task expert's c_e is within delta of the top_k-th best c_e over a set of kept groups
+/// that near-tied routing could have kept (Note [Grouped top-k near-ties]). delta = 0.0125 sqrt(block index + 1): a sigmoid
 /// moves at most 1/4 of a logit error, and ref_sparse_moe's margin is 0.05 sqrt(i + 1) logits.
 /// Adopted tokens get weights from the reference's own scores (renormalised, times
 /// routed_scaling_factor); a far-from-optimal choice is never adopted, so a wrong router fails.
@@ -276,24 +276,42 @@ template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
       }
       std::vector<double> gs_sorted = gscore;
       std::sort(gs_sorted.begin(), gs_sorted.end(), std::greater<double>());
+      // Note [Grouped top-k near-ties]
+      // The kept groups are part of the choice: a task expert's group must be within 2 delta of
+      // the topk_group-th group score, every group that beats the best dropped group by more than
+      // 2 delta must be kept, and the remaining places go to near-cutoff groups (within 2 delta of
+      // the topk_group-th), the ones whose best choice is lowest first. That last rule is the
+      // routing most favourable to the task among those a 2 delta group-score error allows: the
+      // task may have kept a different near-tie group than the reference, with no chosen expert
+      // in it, which changes which experts compete for the last slots (DeepSeek-V3 L3 b8_s2048,
+      // token 8030: the reference kept group 2 and took its expert 91; the task kept another
+      // group and took expert 120, 0.026 lower, which is what the reference itself picks from the
+      // task's residual stream, 1 bf16 ulp away).
+      const double cutoff = gs_sorted[TG - 1], dropped = TG < G ? gs_sorted[TG] : -1e300;
       std::vector<bool> in_group(G, false);
       bool near = true;
       int groups = 0;
       for (int32_t e : sa) {
         if (!in_group[e / EPG]) ++groups;
         in_group[e / EPG] = true;
-        near &= gscore[e / EPG] >= gs_sorted[TG - 1] - 2 * delta;
+        near &= gscore[e / EPG] >= cutoff - 2 * delta;
       }
-      for (int g = 0; near && groups < TG; ++groups) {  // top up with the best other groups
-        int best = -1;
-        for (g = 0; g < G; ++g)
-          if (!in_group[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-        in_group[best] = true;
-      }
-      if (!near || groups > TG) {
+      if (!near) {
         report_unadopted(i, "a task expert's group scores below the topk_group-th group by more than 2 delta", delta);
         continue;
       }
+      for (int g = 0; g < G; ++g)
+        if (!in_group[g] && gscore[g] > dropped + 2 * delta) in_group[g] = true, ++groups;
+      if (groups > TG) {
+        report_unadopted(i, "the task's experts leave out a group that clearly ranks in the top topk_group", delta);
+        continue;
+      }
+      std::vector<std::pair<double, int>> spare;  // (best choice in the group, group) of near-cutoff groups
+      for (int g = 0; g < G; ++g)
+        if (!in_group[g] && gscore[g] >= cutoff - 2 * delta)
+          spare.push_back({*std::max_element(choice.begin() + g * EPG, choice.begin() + (g + 1) * EPG), g});
+      std::sort(spare.begin(), spare.end());
+      for (size_t j = 0; groups < TG && j < spare.size(); ++j) in_group[spare[j].second] = true, ++groups;
       std::vector<double> pool;
       for (int e = 0; e < E; ++e)
         if (in_group[e / EPG]) pool.push_back(choice[e]);
