@@ -1,4 +1,4 @@
-// `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check, compare).
+// `fastkernels`: the generator's command line (parse, list, add, generate, scaffold, check, compare, audit).
 // All work happens in fk_generator_lib; this file maps verbs to passes and results to exit codes.
 #include <algorithm>
 #include <cmath>
@@ -11,8 +11,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fk/gen/audit.h"
 #include "fk/gen/compare.h"
 #include "fk/gen/format.h"
+#include "fk/gen/hf_audit.h"
 #include "fk/gen/pipeline.h"
 #include "fk/gen/scaffold.h"
 #include "fk/gen/write.h"
@@ -35,6 +37,7 @@ const char* kExitCodes =
     "  3  `generate --check`: generated/ is out of date (stale, missing or extra files listed)\n"
     "  4  I/O error (a file could not be read, written or removed)\n"
     "`scaffold`: 1 also when a candidate exists (pass --force) or no task matches.\n"
+    "`audit --check`: 3 when docs/coverage.md is out of date (run `fastkernels audit --write-docs`).\n"
     "`check` (docs/candidates.md): 0 interface matches and nothing suspicious; 1 INTERFACE_MISMATCH;\n"
     "  2 usage error, task unknown, or built without Clang LibTooling; 3 COMPILE_ERROR (the candidate\n"
     "  does not parse); 4 I/O error; 5 SUSPECT (interface matches, static flags raised)\n"
@@ -160,6 +163,11 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
   if (!text) {
     std::cerr << path << ": cannot read\n";
     return kIo;
+  }
+  // A model type no descriptor claims: say what the transformers audit knows (docs/hf-audit.md).
+  if (auto unknown = hfaudit::unknown_model_type_report(root, display_path(root, path), *text)) {
+    std::cerr << *unknown;
+    return kInvalid;
   }
   Diagnostics diag;
   if (name.empty()) {
@@ -331,6 +339,116 @@ int cmd_compare(const std::string& root_opt, const CompareArgs& a) {
   return r.all_passed() ? kOk : kInvalid;
 }
 
+struct AuditArgs {
+  std::string markdown, csv, json;  ///< output files, relative to the current directory
+  bool write_docs = false, check = false;
+};
+
+// Operator coverage (fk/gen/audit.h). Every output path is checked before anything is written.
+int cmd_audit(const fs::path& root, const AuditArgs& a) {
+  namespace cov = fk::gen::coverage;
+  Diagnostics diag;
+  auto configs = discover_configs(root, diag);
+  Generation g = run_pipeline(root, configs, /*emit_outputs=*/false, diag);
+  if (!diag.ok()) return report(diag);
+  const cov::Audit audit = cov::build(g);
+  const std::string md = cov::render_markdown(audit);
+  if (a.check) {
+    auto have = read_text(root / cov::kDocsPath);
+    if (have && *have == md) {
+      std::cout << cov::kDocsPath << " is up to date\n";
+      return kOk;
+    }
+    std::cout << (have ? "stale:   " : "missing: ") << cov::kDocsPath << "\n"
+              << cov::kDocsPath << " is out of date; run `" << cov::kDocsCommand << "`\n";
+    return kStale;
+  }
+  struct Out {
+    fs::path base;
+    std::string path, option, bytes;
+  };
+  const fs::path cwd = fs::current_path();
+  std::vector<Out> outs;
+  if (a.write_docs) outs.push_back({root, cov::kDocsPath, "--write-docs", md});
+  if (!a.markdown.empty()) outs.push_back({cwd, a.markdown, "--markdown", md});
+  if (!a.csv.empty()) outs.push_back({cwd, a.csv, "--csv", cov::render_csv(audit)});
+  if (!a.json.empty()) outs.push_back({cwd, a.json, "--json", cov::render_json(audit)});
+  std::set<fs::path> seen;
+  int bad = 0;
+  for (const auto& o : outs) {
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(o.base / o.path, ec);
+    if (ec) p = (o.base / o.path).lexically_normal();
+    fs::path blocker;  // the nearest existing ancestor, when it is not a directory
+    for (fs::path d = p.parent_path(); !d.empty() && blocker.empty(); d = d.parent_path()) {
+      if (fs::exists(d, ec)) {
+        if (!fs::is_directory(d, ec)) blocker = d;
+        break;
+      }
+      if (d == d.parent_path()) break;
+    }
+    if (fs::is_directory(p, ec)) {
+      std::cerr << "fastkernels audit: " << o.option << " " << o.path << ": is a directory; expected a file path\n";
+      ++bad;
+    } else if (!blocker.empty()) {
+      std::cerr << "fastkernels audit: " << o.option << " " << o.path << ": " << blocker.string()
+                << " is not a directory\n";
+      ++bad;
+    } else if (!seen.insert(p).second) {
+      std::cerr << "fastkernels audit: " << o.option << " " << o.path << ": named by another output option too\n";
+      ++bad;
+    }
+  }
+  if (bad) return kUsage;
+  if (!a.write_docs) std::cout << cov::render_terminal(audit);
+  for (const auto& o : outs) {
+    bool wrote = write_if_changed(o.base, o.path, o.bytes, diag);
+    if (diag.ok()) std::cout << (wrote ? "wrote    " : "unchanged ") << o.path << "\n";
+  }
+  return diag.ok() ? kOk : report(diag);
+}
+
+struct HfAuditArgs {
+  std::string hf, explain, rules, json, markdown;
+};
+
+// The HF transformers audit (fk/gen/hf_audit.h, docs/audit-rules.md): operators per model folder.
+int cmd_hf_audit(const fs::path& root, const HfAuditArgs& a) {
+  namespace hfa = fk::gen::hfaudit;
+  Diagnostics diag;
+  const std::string rules_display = a.rules.empty() ? "generator/audit/hf_rules.json" : display_path(root, a.rules);
+  auto rules = hfa::load_rules_file(a.rules.empty() ? root / "generator" / "audit" / "hf_rules.json" : fs::path(a.rules),
+                                    rules_display, diag);
+  auto package = hfa::package_dir(a.hf, diag);
+  if (!diag.ok()) return report(diag);
+  auto audit = hfa::audit_package(*package, *rules, diag);
+  if (!diag.ok()) return report(diag);
+  if (!a.explain.empty()) {
+    std::string error;
+    auto text = hfa::explain(*audit, *rules, a.explain, &error);
+    if (!text) {
+      std::cerr << "fastkernels audit --explain: " << error << "\n";
+      return kInvalid;
+    }
+    std::cout << *text;
+    return kOk;
+  }
+  hfa::DescribedTypes described;
+  {
+    Diagnostics ignored;  // descriptor problems are `generate`'s to report
+    auto ds = load_descriptors(root, ignored);
+    for (const auto& t : ds.model_types()) described.insert(t);
+  }
+  const fs::path cwd = fs::current_path();
+  if (!a.json.empty()) write_if_changed(cwd, a.json, hfa::render_json(*audit, *rules), diag);
+  if (!a.markdown.empty())
+    write_if_changed(cwd, a.markdown,
+                     hfa::render_markdown(*audit, *rules, described, "scripts/audit_hf.sh " + audit->version + " --update"), diag);
+  if (!diag.ok()) return report(diag);
+  std::cout << hfa::render_terminal(*audit, *rules, described);
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -414,6 +532,26 @@ int main(int argc, char** argv) {
           "auto|NUMBER>=0"));
   compare_cmd->footer(kExitCodes);
 
+  auto* audit_cmd = app.add_subcommand("audit", "Operator coverage across architectures: kinds each config needs, the model x "
+                                                "operator matrix, sharing, op instances -> tasks -> kinds, a greedy set "
+                                                "cover (docs/coverage.md)");
+  AuditArgs aud;
+  audit_cmd->add_option("--markdown", aud.markdown, "Also write the report as markdown (what docs/coverage.md holds)");
+  audit_cmd->add_option("--csv", aud.csv, "Also write the model x operator matrix as CSV (cell: tasks of that kind)");
+  audit_cmd->add_option("--json", aud.json, "Also write everything as JSON");
+  auto* aud_docs = audit_cmd->add_flag("--write-docs", aud.write_docs, "Write <root>/docs/coverage.md (only when it changes)");
+  audit_cmd->add_flag("--check", aud.check, "Write nothing; exit 3 when docs/coverage.md is out of date")
+      ->excludes(aud_docs);
+  HfAuditArgs hfa;
+  audit_cmd->add_option("--hf", hfa.hf, "HF transformers audit instead: the transformers package directory (or a pip --target "
+                                        "folder holding it); operators per model folder and how our kinds cover them "
+                                        "(docs/audit-rules.md, docs/hf-audit.md)");
+  audit_cmd->add_option("--explain", hfa.explain, "With --hf: one model folder or model_type, every operator with its evidence");
+  audit_cmd->add_option("--rules", hfa.rules, "With --hf: the rules file (default: <root>/generator/audit/hf_rules.json)");
+  audit_cmd->add_option("--hf-json", hfa.json, "With --hf: also write the JSON summary (what generator/audit/hf_audit_summary.json holds)");
+  audit_cmd->add_option("--hf-markdown", hfa.markdown, "With --hf: also write the markdown report (what docs/hf-audit.md holds)");
+  audit_cmd->footer(kExitCodes);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -439,5 +577,24 @@ int main(int argc, char** argv) {
     return cmd_scaffold(*root, sc_task, sc_arch, sc_level, sc_out, sc_force);
   }
   if (*check_cmd) return cmd_check(*root, ck_file, ck_task, ck_verbose);
+  if (*audit_cmd && !hfa.hf.empty()) {
+    if (aud.check || aud.write_docs || !aud.markdown.empty() || !aud.csv.empty() || !aud.json.empty()) {
+      std::cerr << "fastkernels audit: --hf runs the transformers audit; --check, --write-docs, --markdown, --csv and --json belong "
+                   "to the descriptor audit (use --hf-markdown / --hf-json)\n";
+      return kUsage;
+    }
+    return cmd_hf_audit(*root, hfa);
+  }
+  if (*audit_cmd && !(hfa.explain.empty() && hfa.rules.empty() && hfa.json.empty() && hfa.markdown.empty())) {
+    std::cerr << "fastkernels audit: --explain, --rules, --hf-json and --hf-markdown need --hf <transformers dir>\n";
+    return kUsage;
+  }
+  if (*audit_cmd) {
+    if (aud.check && !(aud.markdown.empty() && aud.csv.empty() && aud.json.empty())) {
+      std::cerr << "fastkernels audit: --check writes nothing; drop --markdown, --csv and --json\n";
+      return kUsage;
+    }
+    return cmd_audit(*root, aud);
+  }
   return cmd_generate(*root, check);
 }
