@@ -3,7 +3,8 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90a --expt-relaxed-constexpr -I kernels/include \
 //        bench/micro/moe_gemm_micro.cu -o /tmp/moe_gemm_micro && /tmp/moe_gemm_micro [flags]
 //
-// Cases: {Mixtral-8x7B: E 8, top 2, H 4096, I 14336; Qwen3-30B-A3B: E 128, top 8, H 2048, I 768}
+// Cases: {Mixtral-8x7B: E 8, top 2, H 4096, I 14336; Qwen3-30B-A3B: E 128, top 8, H 2048, I 768;
+// gpt-oss-20b: E 32, top 4, H 2880, I 2880, per-expert bias on both GEMMs}
 // x tokens {1, 8, 32, 64, 256, 1024, 4096, 8192} x {GEMM1: A = hidden [T, H], N = 2I, K = H,
 // a_div_topk; GEMM2: A = activation [T*top, I], N = H, K = I, mul_routed_weight}. Routing: uniform
 // random distinct experts per token (fixed seed), weights in [0.1, 1); the alignment is done on the
@@ -22,9 +23,13 @@
 // tile width, padded lda/ldc (the pad columns must stay untouched), experts marked -1 in expert_ids
 // (their rows must stay untouched), K shorter than the pipeline, and a CUDA-graph capture+replay.
 //
-// Flags: --quick (tokens 1, 64, 1024, 4096), --tokens a,b,c, --model Mixtral|Qwen3, --gemm 1|2,
+// Flags: --quick (tokens 1, 64, 1024, 4096), --tokens a,b,c, --model Mixtral|Qwen3|gpt-oss, --gemm 1|2,
 //        --variants (also time the alternative mma.sync configs of the chosen block_m),
-//        --wgmma (also check+time the sm_90a wgmma configs), --sweep-bm (every block_m, not just
+//        --wgmma (also check+time the sm_90a wgmma configs), --ws (implies --wgmma; also the
+//        warp-specialised TMA configs Ws64 / Ws128), --ws-all (and their tuning alternatives),
+//        --only a,b (time only these variant names), --interleave [--rounds N] (check all variants,
+//        then time them round-robin, N rounds of iters / N calls: drifts in clock/temperature hit
+//        all variants alike; reported: median of round medians, min), --bms 64,128 (block_m list), --sweep-bm (every block_m, not just
 //        the heuristic's), --no-flush, --iters N, --skip-robust.
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage.
 #include <algorithm>
@@ -232,6 +237,7 @@ struct Problem {
   int top = 1;
   bool a_div = false, mul = false;
   int n = 0, k = 0;
+  const bf16* bias = nullptr;  // [E, n] or nullptr
 };
 
 using Launcher = std::function<void(const Problem&, const DevAligned&, int bm, cudaStream_t)>;
@@ -244,16 +250,22 @@ struct Variant {
 template <class Cfg> Launcher cfg_launcher() {
   return [](const Problem& p, const DevAligned& al, int bm, cudaStream_t s) {
     fkk::moe_grouped_gemm_cfg<Cfg, bf16>(p.c, p.ldc, p.a, p.lda, p.b, p.w, al.sorted, al.eids, al.ntpp, p.num_valid,
-                                         p.top, p.a_div, p.mul, p.n, p.k, al.max_blocks, bm, s);
+                                         p.top, p.a_div, p.mul, p.n, p.k, al.max_blocks, bm, s, p.bias);
   };
 }
 Launcher default_launcher() {
   return [](const Problem& p, const DevAligned& al, int bm, cudaStream_t s) {
     fkk::moe_grouped_gemm<bf16>(p.c, p.ldc, p.a, p.lda, p.b, p.w, al.sorted, al.eids, al.ntpp, p.num_valid, p.top,
-                                p.a_div, p.mul, p.n, p.k, al.max_blocks, bm, s);
+                                p.a_div, p.mul, p.n, p.k, al.max_blocks, bm, s, p.bias);
   };
 }
 const char* default_name(int bm) { return bm == 16 ? "Decode16" : bm == 64 ? "Mma64" : "Mma128"; }
+
+/// --ws: 0 off, 1 the warp-specialised configs, 2 also their tuning alternatives.
+static int g_ws = 0;
+static std::string g_only;  // --only a,b: time just these variant names
+static bool g_interleave = false;
+static int g_rounds = 4;
 
 /// The variants to run for block_m bm.
 std::vector<Variant> variants_for(int bm, bool alt, bool wgmma) {
@@ -272,6 +284,22 @@ std::vector<Variant> variants_for(int bm, bool alt, bool wgmma) {
     if (bm == 128) {
       v.push_back({"Wgmma128", bm, cfg_launcher<cfg::Wgmma128>()});
       v.push_back({"Wgmma128x128", bm, cfg_launcher<cfg::Wgmma128x128>()});
+    }
+  }
+  if (wgmma && g_ws) {
+    if (bm == 64) {
+      v.push_back({"Ws64", bm, cfg_launcher<cfg::Ws64>()});
+      if (g_ws > 1) {
+        v.push_back({"Ws64g32", bm, cfg_launcher<cfg::Ws64g32>()});
+        v.push_back({"Ws64s5", bm, cfg_launcher<cfg::Ws64s5>()});
+      }
+    }
+    if (bm == 128) {
+      v.push_back({"Ws128", bm, cfg_launcher<cfg::Ws128>()});
+      if (g_ws > 1) {
+        v.push_back({"Ws128g8", bm, cfg_launcher<cfg::Ws128g8>()});
+        v.push_back({"Ws128g32", bm, cfg_launcher<cfg::Ws128g32>()});
+      }
     }
   }
   return v;
@@ -385,14 +413,17 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
       bf16* b = rand_bf16(int64_t(sh.E) * sh.n * sh.k, 23 + idx * 7 + gemm, 3.f / std::sqrt(float(sh.k)));
       bf16* c = dalloc<bf16>(nv * ldc);
       float* ref = dalloc<float>(nv * sh.n);
+      // Shapes 2 and 4 carry a per-expert bias (gpt-oss epilogue).
+      bf16* bias = (idx % 2 == 0) ? rand_bf16(int64_t(sh.E) * sh.n, 41 + idx * 7 + gemm, 0.5f) : nullptr;
       if (idx == 1) {  // also exercise the overload that finds the expert count itself
         fkk::reference::moe_gemm_ref<bf16>(ref, a, lda, b, d_w, d_ids, nv, sh.top, a_div, !a_div, sh.n, sh.k, 0);
       } else {
-        fkk::reference::moe_gemm_ref<bf16>(ref, a, lda, b, d_w, d_ids, nv, sh.top, a_div, !a_div, sh.n, sh.k, sh.E, 0);
+        fkk::reference::moe_gemm_ref<bf16>(ref, a, lda, b, d_w, d_ids, nv, sh.top, a_div, !a_div, sh.n, sh.k, sh.E, 0,
+                                           bias);
       }
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
-      Problem p{c, ldc, a, lda, b, d_w, nv, sh.top, a_div, !a_div, sh.n, sh.k};
+      Problem p{c, ldc, a, lda, b, d_w, nv, sh.top, a_div, !a_div, sh.n, sh.k, bias};
       for (int bm : {16, 64, 128}) {
         const Aligned h = host_align(rt.ids, sh.E, bm, &local, 77 + bm);
         DevAligned al;
@@ -400,15 +431,17 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
         for (const Variant& v : variants_for(bm, true, wgmma)) {
           std::string msg;
           const bool ok = run_and_check(v, p, al, ref, d_mode, chk, tm.s, &msg);
-          if (!ok || idx == 1)
-            std::printf("robust E%d top%d T%lld n%d k%d gemm%d bm%-3d %-13s %s  %s\n", sh.E, sh.top, (long long)sh.T,
-                        sh.n, sh.k, gemm, bm, v.name.c_str(), msg.c_str(), ok ? "OK" : "FAIL");
+          if (!ok || idx == 1 || v.name.rfind("Ws", 0) == 0)
+            std::printf("robust E%d top%d T%lld n%d k%d gemm%d bm%-3d %-13s%s %s  %s\n", sh.E, sh.top, (long long)sh.T,
+                        sh.n, sh.k, gemm, bm, v.name.c_str(), bias ? " bias" : "", msg.c_str(), ok ? "OK" : "FAIL");
           all_ok &= ok;
         }
-        // CUDA graph: capture the default launcher (already used above, so its one-time setup is done),
-        // replay, and compare bitwise with a direct run.
-        {
-          const Variant v = variants_for(bm, false, false)[0];
+        // CUDA graph: capture the default launcher (and the warp-specialised configs; all already used
+        // above, so their one-time setup is done), replay, and compare bitwise with a direct run.
+        std::vector<Variant> graph_vs{variants_for(bm, false, false)[0]};
+        for (const Variant& v : variants_for(bm, false, wgmma))
+          if (v.name.rfind("Ws", 0) == 0) graph_vs.push_back(v);
+        for (const Variant& v : graph_vs) {
           bf16* c2 = dalloc<bf16>(nv * ldc);
           Problem p2 = p;
           p2.c = c2;
@@ -431,8 +464,9 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
           unsigned long long diff = 0;
           CK(cudaMemcpy(&diff, d_diff, sizeof diff, cudaMemcpyDeviceToHost));
           if (diff != 0 || idx == 1)
-            std::printf("robust E%d top%d T%lld n%d k%d gemm%d bm%-3d graph replay: %llu differing elements  %s\n",
-                        sh.E, sh.top, (long long)sh.T, sh.n, sh.k, gemm, bm, diff, diff == 0 ? "OK" : "FAIL");
+            std::printf("robust E%d top%d T%lld n%d k%d gemm%d bm%-3d %s graph replay: %llu differing elements  %s\n",
+                        sh.E, sh.top, (long long)sh.T, sh.n, sh.k, gemm, bm, v.name.c_str(), diff,
+                        diff == 0 ? "OK" : "FAIL");
           all_ok &= diff == 0;
           CK(cudaGraphExecDestroy(ge));
           CK(cudaGraphDestroy(g));
@@ -445,6 +479,7 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
       CK(cudaFree(b));
       CK(cudaFree(c));
       CK(cudaFree(ref));
+      if (bias) CK(cudaFree(bias));
     }
     CK(cudaFree(d_ids));
     CK(cudaFree(d_w));
@@ -488,6 +523,7 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
 struct Model {
   const char* name;
   int E, top, H, I;
+  bool bias;  // per-expert bias on both GEMMs (gpt-oss)
 };
 
 int main(int argc, char** argv) {
@@ -495,6 +531,7 @@ int main(int argc, char** argv) {
   std::string model_filter;
   int gemm_filter = 0;
   std::vector<int64_t> tokens = {1, 8, 32, 64, 256, 1024, 4096, 8192};
+  std::vector<int> bms_flag;  // --bms: these block_m values instead of the heuristic's
   Timer tm;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -515,6 +552,27 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (a == "--no-flush") {
       tm.do_flush = false;
+    } else if (a == "--ws") {
+      g_ws = std::max(g_ws, 1);
+      wgmma = true;
+    } else if (a == "--ws-all") {
+      g_ws = 2;
+      wgmma = true;
+    } else if (a == "--only") {
+      g_only = next();
+    } else if (a == "--interleave") {
+      g_interleave = true;
+    } else if (a == "--rounds") {
+      g_rounds = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--bms") {
+      bms_flag.clear();
+      std::string s = next();
+      for (size_t q0 = 0; q0 < s.size();) {
+        size_t q = s.find(',', q0);
+        if (q == std::string::npos) q = s.size();
+        bms_flag.push_back(std::atoi(s.substr(q0, q - q0).c_str()));
+        q0 = q + 1;
+      }
     } else if (a == "--skip-robust") {
       robust = false;
     } else if (a == "--iters") {
@@ -535,7 +593,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--tokens a,b] [--model Mixtral|Qwen3] [--gemm 1|2] [--variants] [--wgmma] "
-                   "[--sweep-bm] [--no-flush] [--iters N] [--skip-robust]\n",
+                   "[--ws] [--ws-all] [--only a,b] [--interleave] [--rounds N] [--bms 64,128] [--sweep-bm] [--no-flush] [--iters N] [--skip-robust]\n",
                    argv[0]);
       return 2;
     }
@@ -559,7 +617,9 @@ int main(int argc, char** argv) {
     if (!ok) ++g_failures;
   }
 
-  const Model models[] = {{"Mixtral", 8, 2, 4096, 14336}, {"Qwen3", 128, 8, 2048, 768}};
+  const Model models[] = {{"Mixtral", 8, 2, 4096, 14336, false},
+                          {"Qwen3", 128, 8, 2048, 768, false},
+                          {"gpt-oss", 32, 4, 2880, 2880, true}};
   for (const Model& m : models) {
     if (!model_filter.empty() && model_filter != m.name) continue;
     // Weights: w13 [E, 2I, H] and w2 [E, H, I]; scale 3 / sqrt(K) -> outputs ~N(0, 1).
@@ -572,7 +632,7 @@ int main(int argc, char** argv) {
       float* d_w = upload(rt.w);
       uint8_t* d_mode = upload(std::vector<uint8_t>(nv, 1));
       const int bm0 = fkk::moe_gemm_block_m(T, m.top, m.E);
-      std::vector<int> bms = sweep ? std::vector<int>{16, 64, 128} : std::vector<int>{bm0};
+      std::vector<int> bms = !bms_flag.empty() ? bms_flag : sweep ? std::vector<int>{16, 64, 128} : std::vector<int>{bm0};
       for (int gemm = 1; gemm <= 2; ++gemm) {
         if (gemm_filter && gemm != gemm_filter) continue;
         const bool g1 = gemm == 1;
@@ -581,24 +641,52 @@ int main(int argc, char** argv) {
         bf16* a = rand_bf16(a_rows * k, 303 + gemm + 16 * T, 1.f);
         bf16* c = dalloc<bf16>(nv * n);
         float* ref = dalloc<float>(nv * n);
-        fkk::reference::moe_gemm_ref<bf16>(ref, a, k, g1 ? w13 : w2, d_w, d_ids, nv, m.top, g1, !g1, n, k, m.E, 0);
+        bf16* bias = m.bias ? rand_bf16(int64_t(m.E) * n, 404 + gemm, 0.5f) : nullptr;
+        fkk::reference::moe_gemm_ref<bf16>(ref, a, k, g1 ? w13 : w2, d_w, d_ids, nv, m.top, g1, !g1, n, k, m.E, 0,
+                                           bias);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
-        Problem p{c, n, a, k, g1 ? w13 : w2, d_w, nv, m.top, g1, !g1, n, k};
+        Problem p{c, n, a, k, g1 ? w13 : w2, d_w, nv, m.top, g1, !g1, n, k, bias};
         const double flops = 2.0 * nv * n * k;
         const double bytes = (double(rt.active) * n * k + double(a_rows) * k + double(nv) * n) * sizeof(bf16);
         for (int bm : bms) {
           const Aligned h = host_align(rt.ids, m.E, bm, nullptr, 5 + bm);
           DevAligned al;
           al.upload_from(h);
-          for (const Variant& v : variants_for(bm, alt, wgmma)) {
-            std::string msg;
-            const bool ok = run_and_check(v, p, al, ref, d_mode, chk, tm.s, &msg);
+          std::vector<Variant> vs;
+          for (const Variant& v : variants_for(bm, alt, wgmma))
+            if (g_only.empty() || ("," + g_only + ",").find("," + v.name + ",") != std::string::npos) vs.push_back(v);
+          // Check all first; then time. --interleave: g_rounds rounds over all variants (each round a
+          // median of iters / rounds calls), so slow drifts (clocks, temperature) hit every variant alike.
+          std::vector<std::string> msgs(vs.size());
+          std::vector<char> oks(vs.size());
+          std::vector<std::vector<double>> meds(vs.size()), mins(vs.size());
+          for (size_t i = 0; i < vs.size(); ++i) {
+            oks[i] = run_and_check(vs[i], p, al, ref, d_mode, chk, tm.s, &msgs[i]);
+            if (!oks[i]) ++g_failures;
+          }
+          const int rounds = g_interleave ? g_rounds : 1;
+          const int iters0 = tm.iters;
+          if (g_interleave) tm.iters = std::max(3, iters0 / rounds);
+          for (int r = 0; r < rounds; ++r)
+            for (size_t i = 0; i < vs.size(); ++i) {
+              if (!oks[i]) continue;
+              const Variant& v = vs[i];
+              const auto t = tm.time([&](cudaStream_t s) { v.run(p, al, v.bm, s); });
+              meds[i].push_back(t.first);
+              mins[i].push_back(t.second);
+            }
+          tm.iters = iters0;
+          for (size_t i = 0; i < vs.size(); ++i) {
+            const Variant& v = vs[i];
+            const bool ok = oks[i];
+            const std::string& msg = msgs[i];
             double med = 0, mn = 0;
             if (ok) {
-              std::tie(med, mn) = tm.time([&](cudaStream_t s) { v.run(p, al, v.bm, s); });
-            } else {
-              ++g_failures;
+              std::vector<double> mm = meds[i];
+              std::sort(mm.begin(), mm.end());
+              med = mm[mm.size() / 2];
+              mn = *std::min_element(mins[i].begin(), mins[i].end());
             }
             std::printf("%-7s gemm%d T=%-5lld n%-5d k%-5d experts %3d/%-3d bm=%-3d %-13s %10.2f us (min %9.2f) %7.1f TFLOP/s "
                         "%7.1f GB/s  %s  %s\n",
@@ -611,6 +699,7 @@ int main(int argc, char** argv) {
         CK(cudaFree(a));
         CK(cudaFree(c));
         CK(cudaFree(ref));
+        if (bias) CK(cudaFree(bias));
       }
       CK(cudaFree(d_ids));
       CK(cudaFree(d_w));

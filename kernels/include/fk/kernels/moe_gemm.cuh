@@ -44,7 +44,8 @@
 // Multi-stage pipeline: kStages - 1 k-steps are in flight; one __syncthreads per k-step both
 // publishes the landed stage and frees the one read in the previous step.
 //
-// wgmma path (sm_90a; the default for block_m 64/128 when built for sm_90a, see the last moe_grouped_gemm): 64-row warpgroups; warpgroup w owns rows
+// wgmma path (sm_90a; the default for block_m 64/128 of the second GEMM when built for sm_90a, see
+// the last moe_grouped_gemm; the first GEMM takes the warp-specialised kernel): 64-row warpgroups; warpgroup w owns rows
 // 64 (w / kWGN) .. +63 and columns (w % kWGN) * BN / kWGN .. of the tile and issues
 // wgmma.m64nNk16 with both operands from shared memory (K-major, 128B swizzle descriptors; the
 // k16 slices are addressed by advancing the descriptor start address by 32 bytes). The loads are
@@ -74,7 +75,10 @@
 //   wgmma (MoeGemmImpl::kWgmma; bench --wgmma): Wgmma64 (64 x 128, 1 warpgroup m64n128, 4 stages,
 //   98 KB, 2/SM; the kWgmma choice for block_m 64), Wgmma64x256 (2 warpgroups m64n128 side by side,
 //   162 KB), Wgmma64n256 (1 warpgroup m64n256, 162 KB), Wgmma128 (128 x 256, 2 warpgroups m64n256,
-//   4 stages, 195 KB, 1/SM; the kWgmma choice for block_m 128), Wgmma128x128 (131 KB).
+//   4 stages, 195 KB, 1/SM; the kWgmma choice for block_m 128 of the second GEMM), Wgmma128x128 (131 KB).
+//   warp-specialised wgmma (Note [MoE grouped GEMM, warp-specialised]; bench --ws): Ws64 (64 x 256,
+//   2 consumer warpgroups m64n128 + 1 producer, 4 stages, 161 KB) and Ws128 (128 x 256, 2 consumers
+//   m64n256, 4 stages, 193 KB), 1/SM: the kWgmma choice for the first GEMM (a_div_topk).
 // Which block_m to align with: moe_gemm_block_m (expected rows per expert; see there).
 //
 // Not yet measured on H100: the configurations and the block_m thresholds are reasoned, not
@@ -83,6 +87,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda.h>  // CUtensorMap (types only; the encoder is fetched through cudart)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -115,7 +120,7 @@ enum class MoeGemmImpl {
 /// kMinBlocks for __launch_bounds__, kGroupM m-blocks per raster group, kL2B: L2 prefetch hint of
 /// the weight loads (0 none, 1 128 B, 2 256 B).
 template <int BM, int BN, int WM, int WN, int Stages, int MinBlocks, int GroupM, int L2B = 1> struct MoeMmaCfg {
-  static constexpr bool kWgmma = false;
+  static constexpr bool kWgmma = false, kWs = false;
   static constexpr int kBM = BM, kBN = BN, kWM = WM, kWN = WN, kStages = Stages, kMinBlocks = MinBlocks;
   static constexpr int kGroupM = GroupM, kL2B = L2B;
   static constexpr int kThreads = WM * WN * 32;
@@ -136,7 +141,7 @@ template <int BM, int BN, int WM, int WN, int Stages, int MinBlocks, int GroupM,
 /// (1: overlap the next k-step's issue, kStages - 2 loads in flight; 0: kStages - 1 loads in flight).
 template <int BM, int BN, int WGN, int Stages, int Inflight, int MinBlocks, int GroupM, int L2B = 1>
 struct MoeWgmmaCfg {
-  static constexpr bool kWgmma = true;
+  static constexpr bool kWgmma = true, kWs = false;
   static constexpr int kBM = BM, kBN = BN, kWGN = WGN, kWGM = BM / 64, kStages = Stages, kInflight = Inflight;
   static constexpr int kMinBlocks = MinBlocks, kGroupM = GroupM, kL2B = L2B;
   static constexpr int kThreads = 128 * kWGM * WGN;
@@ -153,6 +158,30 @@ struct MoeWgmmaCfg {
   static_assert(kPrefetch >= 1, "need at least one k-step loaded ahead");
 };
 
+/// Warp-specialised wgmma configuration (sm_90a; Note [MoE grouped GEMM, warp-specialised]):
+/// BM x BN tile, kWGN consumer warpgroups along N per 64 rows (2 consumer warpgroups in all), one
+/// producer warpgroup (B by TMA, gathered A rows by cp.async), kStages stages, 1 block per SM;
+/// the producer drops to ProdRegs registers per thread and the consumers rise to ConsRegs.
+template <int BM, int BN, int WGN, int Stages, int GroupM, int ProdRegs = 40, int ConsRegs = 232>
+struct MoeWsCfg {
+  static constexpr bool kWgmma = true, kWs = true;
+  static constexpr int kBM = BM, kBN = BN, kWGN = WGN, kWGM = BM / 64, kStages = Stages, kGroupM = GroupM;
+  static constexpr int kMinBlocks = 1, kProdRegs = ProdRegs, kConsRegs = ConsRegs;
+  static constexpr int kConsumers = kWGM * WGN;  // consumer warpgroups
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kInstN = BN / WGN;
+  static constexpr int kStageBytes = (BM + BN) * 128;
+  static constexpr int kPipeBytes = Stages * kStageBytes;
+  static constexpr int kMainBytes = kPipeBytes;
+  /// + full/empty mbarriers, + 1 KB to align the stages to 1024 bytes.
+  static constexpr int kSmemBytes = kPipeBytes + 2 * Stages * 8 + 1024;
+  static_assert(BM == 64 || BM == 128, "tiles are 64 or 128 rows");
+  static_assert(kInstN == 128 || kInstN == 256, "wgmma n per warpgroup must be 128 or 256");
+  static_assert(BN <= 256, "one TMA box of B per stage (box dims <= 256)");
+  static_assert(kConsumers == 2, "two consumer warpgroups");
+  static_assert(kProdRegs + 2 * kConsRegs <= 512 && kProdRegs % 8 == 0 && kConsRegs % 8 == 0, "register split");
+};
+
 /// The configurations moe_grouped_gemm uses (and the alternatives the micro-benchmark times).
 namespace moe_gemm_cfg {
 using Decode16 = MoeMmaCfg<16, 64, 1, 4, 6, 3, 1 << 30, 2>;
@@ -166,6 +195,12 @@ using Wgmma64x256 = MoeWgmmaCfg<64, 256, 2, 4, 1, 1, 16>;
 using Wgmma64n256 = MoeWgmmaCfg<64, 256, 1, 4, 1, 1, 16>;
 using Wgmma128 = MoeWgmmaCfg<128, 256, 1, 4, 1, 1, 16>;
 using Wgmma128x128 = MoeWgmmaCfg<128, 128, 1, 4, 1, 1, 16>;
+using Ws128 = MoeWsCfg<128, 256, 1, 4, 16>;      // 2 consumers m64n256, 192 KB of stages
+using Ws64 = MoeWsCfg<64, 256, 2, 4, 16>;        // 2 consumers m64n128 side by side, 160 KB
+using Ws128g8 = MoeWsCfg<128, 256, 1, 4, 8>;     // (bench) raster groups of 8 m-blocks
+using Ws128g32 = MoeWsCfg<128, 256, 1, 4, 32>;   // (bench) raster groups of 32 m-blocks
+using Ws64g32 = MoeWsCfg<64, 256, 2, 4, 32>;     // (bench) raster groups of 32 m-blocks
+using Ws64s5 = MoeWsCfg<64, 256, 2, 5, 16>;      // (bench) 5 stages, 200 KB
 }  // namespace moe_gemm_cfg
 
 namespace moe_gemm_detail {
@@ -730,13 +765,258 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
 }
 
 // ---------------------------------------------------------------------------------------------
+// Warp-specialised wgmma kernel (sm_90a).
+//
+// Note [MoE grouped GEMM, warp-specialised]
+// One producer warpgroup and two consumer warpgroups per block, one block per SM, persistent over
+// the same tile sequence as the other kernels (both roles walk it independently and skip the
+// expert -1 tiles alike). Stage = [BM rows of A | BN rows of B], 128 bytes per row, 128B swizzle.
+// Producer: its first thread posts the stage's B byte count on the stage's "full" mbarrier
+// (arrive.expect_tx) and loads the BN x 64 slice of B with one TMA (3-d tensor map {K, N, experts}:
+// rows past N are out of bounds in the N dimension and zero-filled, never read from the next
+// expert or past the end of B); all 128 threads gather their A rows with cp.async (row pointers
+// computed once per tile from sorted_token_ids; padding rows zero-filled with src-size 0) and
+// then cp.async.mbarrier.arrive.noinc the same barrier, which fires when the thread's copies have
+// landed. full[s] expects 129 arrivals (128 noinc + the expect_tx one) and the B bytes. Before
+// filling a stage the producer waits on its "empty" mbarrier (one arrival per consumer warp).
+// Consumers: wait full[s], fence.proxy.async (the cp.async writes are generic-proxy writes that
+// wgmma reads through the async proxy), issue 4 wgmma k16 steps, commit, wait until one group is
+// pending, and release the previous stage (its wgmmas have retired). The epilogue goes straight
+// from the accumulators to C (bias, routing weight, one rounding) while the producer already
+// fills the next tile's stages: a 4 x 4 shuffle transpose inside each quad turns the fragments
+// into 16-byte row chunks, so a warp store writes 8 rows x 64 contiguous bytes (whole sectors;
+// the plain 4-byte fragment stores, half sectors, were up to 20% slower at Mixtral T=16384, where
+// C is 1.9 GB). No shared memory is used for it (all of it holds the 4 stages). Register split
+// by setmaxnreg: producer ProdRegs (40), consumers ConsRegs (232); no spills under CUDA 13.0.
+// ---------------------------------------------------------------------------------------------
+
+#if FK_MOE_GEMM_HAS_WGMMA
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nFK_MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@!P1 bra FK_MBAR_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+/// Arrive on `bar` once all of this thread's prior cp.async copies have landed (no pending-count
+/// increment: the barrier's expected count includes this arrival).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+#endif  // FK_MOE_GEMM_HAS_WGMMA
+
+template <class Cfg, class T, bool kBias = false>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    moe_gemm_ws_kernel(const Params p, const __grid_constant__ CUtensorMap tmap_b) {
+#if FK_MOE_GEMM_HAS_WGMMA
+  constexpr int BM = Cfg::kBM, BN = Cfg::kBN, S = Cfg::kStages, NI = Cfg::kInstN, NC = Cfg::kConsumers;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  const uint32_t smem_base = smem_u32(smem);
+  const uint32_t full0 = smem_base + Cfg::kPipeBytes, empty0 = full0 + S * 8;
+  const int tid = threadIdx.x, wg = tid >> 7;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full0 + s * 8, 129);
+      mbar_init(empty0 + s * 8, NC * 4);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const TileSpace ts = TileSpace::make<BM, BN>(p);
+  const int kt_count = p.k / 64;
+
+  if (wg == NC) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<Cfg::kProdRegs>();
+    const int pt = tid - NC * 128, c = pt & 7, r0 = pt >> 3;
+    const uint32_t dst = static_cast<uint32_t>(r0 * 128 + ((c ^ (r0 & 7)) << 4));
+    const T* a = static_cast<const T*>(p.a);
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < ts.tiles; tile += gridDim.x) {
+      int mb, nb;
+      ts.coords(tile, Cfg::kGroupM, mb, nb);
+      const int e = __ldg(p.expert_ids + mb);
+      if (e < 0) continue;
+      int arow[BM / 16];  // row of A of tile rows r0 + 16 i, -1: padding (32-bit: few registers here)
+#pragma unroll
+      for (int i = 0; i < BM / 16; ++i) {
+        const int pos = mb * BM + r0 + 16 * i;
+        const int s = pos < ts.ntpp ? __ldg(p.sorted_token_ids + pos) : -1;
+        const bool ok = s >= 0 && s < p.num_valid;
+        arow[i] = ok ? (p.a_div_topk ? s / p.top_k : s) : -1;
+      }
+      const T* a_k = a + c * 8;
+#pragma unroll 1
+      for (int kt = 0; kt < kt_count; ++kt) {
+        mbar_wait(empty0 + slot * 8, phase ^ 1u);
+        const uint32_t st = smem_base + slot * Cfg::kStageBytes;
+        const uint32_t full = full0 + slot * 8;
+        if (pt == 0) {
+          mbar_arrive_expect_tx(full, BN * 128);
+          tma_load_3d(st + BM * 128, &tmap_b, kt * 64, nb * BN, e, full);
+        }
+#pragma unroll
+        for (int i = 0; i < BM / 16; ++i) {
+          const bool ok = arow[i] >= 0;
+          cp_async16<1>(st + dst + i * 16 * 128, a_k + static_cast<int64_t>(ok ? arow[i] : 0) * p.lda, ok ? 16u : 0u);
+        }
+        a_k += 64;
+        cp_async_mbar_arrive_noinc(full);
+        if (++slot == S) {
+          slot = 0;
+          phase ^= 1u;
+        }
+      }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+  } else {
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<Cfg::kConsRegs>();
+    const int lane = tid & 31, wq = (tid >> 5) & 3;
+    const int wg_m = wg / Cfg::kWGN, wg_n = wg % Cfg::kWGN;
+    const uint32_t a_off = static_cast<uint32_t>(wg_m * 64 * 128);
+    const uint32_t b_off = static_cast<uint32_t>(BM * 128 + wg_n * NI * 128);
+    const int rl = wg_m * 64 + wq * 16 + (lane >> 2);  // tile row of acc[4j], acc[4j + 1]; + 8 for the others
+    T* cmat = static_cast<T*>(p.c);
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < ts.tiles; tile += gridDim.x) {
+      int mb, nb;
+      ts.coords(tile, Cfg::kGroupM, mb, nb);
+      const int e = __ldg(p.expert_ids + mb);
+      if (e < 0) continue;
+      // Row bookkeeping for the epilogue (loads consumed only after the main loop).
+      int s0 = -1, s1 = -1;
+      {
+        const int pos0 = mb * BM + rl, pos1 = pos0 + 8;
+        if (pos0 < ts.ntpp) s0 = __ldg(p.sorted_token_ids + pos0);
+        if (pos1 < ts.ntpp) s1 = __ldg(p.sorted_token_ids + pos1);
+        if (!(s0 >= 0 && s0 < p.num_valid)) s0 = -1;
+        if (!(s1 >= 0 && s1 < p.num_valid)) s1 = -1;
+      }
+      float w0 = 1.f, w1 = 1.f;
+      if (p.mul_routed_weight) {
+        if (s0 >= 0) w0 = __ldg(p.topk_weights + s0);
+        if (s1 >= 0) w1 = __ldg(p.topk_weights + s1);
+      }
+
+      float acc[NI / 2];
+#pragma unroll
+      for (int i = 0; i < NI / 2; ++i) acc[i] = 0.f;
+      int prev = -1;
+#pragma unroll 1
+      for (int kt = 0; kt < kt_count; ++kt) {
+        mbar_wait(full0 + slot * 8, phase);
+        fence_proxy_async_smem();  // the gathered A rows were written by cp.async (generic proxy)
+        const uint32_t st = smem_base + slot * Cfg::kStageBytes;
+        fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64k16<T, NI>(acc, wgmma_desc_sw128(st + a_off + kk * 32), wgmma_desc_sw128(st + b_off + kk * 32));
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_operands(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(empty0 + prev * 8);  // k-step kt - 1 has retired
+        prev = slot;
+        if (++slot == S) {
+          slot = 0;
+          phase ^= 1u;
+        }
+      }
+      wgmma_wait<0>();
+      fence_operands(acc);
+      if (prev >= 0 && lane == 0) mbar_arrive(empty0 + prev * 8);
+
+      // Epilogue: (acc (+ bias)) * w, rounded once, straight to C. For each pair of 8-column
+      // slices (j, j + 1) the 4 lanes of a quad hold 2 rows x 16 columns as 4 x 4 packed pairs;
+      // a 4 x 4 transpose across the quad (3 shuffles) gives lane q the 8 contiguous columns of
+      // slice j + (q & 1) of row r (q < 2) or r + 8, stored as one 16-byte chunk: a warp store
+      // covers 8 rows x 64 contiguous bytes (whole 32-byte sectors).
+      const int n0 = nb * BN;
+      const int q = lane & 3;
+      const int cl = wg_n * NI + q * 2;  // tile column of acc[4j] for j = 0
+      const T* bias = kBias ? static_cast<const T*>(p.bias) + static_cast<int64_t>(e) * p.n + n0 : nullptr;
+      const int s_mine = (q >> 1) ? s1 : s0;  // the row this lane stores
+      T* cp_mine = cmat + static_cast<int64_t>(s_mine < 0 ? 0 : s_mine) * p.ldc + n0 + wg_n * NI + (q & 1) * 8;
+#pragma unroll
+      for (int j = 0; j < NI / 8; j += 2) {
+        uint32_t v[4];  // v[(row_sel << 1) | j_sel]: cols 2q, 2q + 1 of slice j + j_sel, row r + 8 row_sel
+#pragma unroll
+        for (int js = 0; js < 2; ++js) {
+          float bx = 0.f, by = 0.f;
+          if constexpr (kBias) {
+            const float2 bv = bias_pair<T>(bias, cl + (j + js) * 8, p.n - n0);
+            bx = bv.x;
+            by = bv.y;
+          }
+          v[js] = pack2<T>((acc[4 * (j + js)] + bx) * w0, (acc[4 * (j + js) + 1] + by) * w0);
+          v[2 + js] = pack2<T>((acc[4 * (j + js) + 2] + bx) * w1, (acc[4 * (j + js) + 3] + by) * w1);
+        }
+        uint32_t o[4];  // o[i]: cols 2i, 2i + 1 of this lane's chunk (from lane i)
+        o[0] = o[1] = o[2] = o[3] = 0u;
+#pragma unroll
+        for (int sft = 0; sft < 4; ++sft) {
+          // Round sft: lane q reads lane i = (q + sft) & 3, which sends its v[(i - sft) & 3], i.e.
+          // exactly the reader's chunk; it lands in o[i].
+          const int send = (q - sft) & 3;
+          const uint32_t x = send == 0 ? v[0] : send == 1 ? v[1] : send == 2 ? v[2] : v[3];
+          const uint32_t y = sft == 0 ? x : __shfl_sync(0xffffffffu, x, (lane & ~3) | ((q + sft) & 3));
+          const int dst_i = (q + sft) & 3;
+#pragma unroll
+          for (int t = 0; t < 4; ++t) o[t] = dst_i == t ? y : o[t];
+        }
+        if (s_mine >= 0 && wg_n * NI + (j + (q & 1)) * 8 < p.n - n0)
+          *reinterpret_cast<uint4*>(cp_mine + j * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+    }
+  }
+#else
+  __trap();  // needs the sm_90a target
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 // ---------------------------------------------------------------------------------------------
 
 /// kBias: the variant with the bias epilogue (a separate instance, so the bias-free kernel's
 /// registers are those of the kernel before the bias existed).
 template <class Cfg, class T, bool kBias> constexpr auto kernel_of() {
-  if constexpr (Cfg::kWgmma) {
+  if constexpr (Cfg::kWs) {
+    return &moe_gemm_ws_kernel<Cfg, T, kBias>;
+  } else if constexpr (Cfg::kWgmma) {
     return &moe_gemm_wgmma_kernel<Cfg, T, kBias>;
   } else {
     return &moe_gemm_mma_kernel<Cfg, T, kBias>;
@@ -772,6 +1052,55 @@ inline bool device_is_sm90() {
   }();
   return v;
 }
+
+/// cuTensorMapEncodeTiled (driver API) through cudart's entry-point query: no libcuda link.
+using TensorMapEncodeFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                       const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+inline TensorMapEncodeFn tensor_map_encoder() {
+  static const TensorMapEncodeFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q);
+#endif
+    if (err != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<TensorMapEncodeFn>(f);
+  }();
+  return fn;
+}
+
+/// TMA descriptor of B [E, N, K] as a 3-d tensor {K, N, kMaxExperts} (row-major, K fastest), box
+/// {64, BN, 1}, 128B swizzle. E is not known here; the expert dimension is given a generous bound
+/// (only experts named in expert_ids are addressed) while N is exact, so the rows of a partial last
+/// n-block are zero-filled instead of read from the next expert or past the end of B.
+template <class T, int BN> bool make_b_tensor_map(CUtensorMap* map, const T* B, int N, int K) {
+  const TensorMapEncodeFn enc = tensor_map_encoder();
+  if (enc == nullptr) return false;
+  constexpr cuuint64_t kMaxExperts = 1u << 16;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(N), kMaxExperts};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(K) * sizeof(T),
+                                 static_cast<cuuint64_t>(N) * static_cast<cuuint64_t>(K) * sizeof(T)};
+  const cuuint32_t box[3] = {64, BN, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType dt =
+      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return enc(map, dt, 3, const_cast<T*>(B), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) ==
+         CUDA_SUCCESS;
+}
+
+/// Whether the wgmma dispatch takes the warp-specialised configs (Ws64 / Ws128): for the first
+/// GEMM (rows gathered as s / top_k), where they were measured faster at every measured shape (see
+/// the last moe_grouped_gemm), and only when the TMA descriptor encoder is available (else the
+/// Wgmma configs). The second GEMM keeps Wgmma64x256 / Wgmma128: not re-measured with the final
+/// epilogue of the warp-specialised kernel (with its first epilogue it lost at Qwen3-30B-A3B).
+inline bool use_ws(bool a_div_topk) { return a_div_topk && tensor_map_encoder() != nullptr; }
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument("moe_grouped_gemm: " + what); }
 
@@ -834,10 +1163,23 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
   p.n = N;
   p.k = K;
   p.max_blocks = static_cast<int>(max_blocks);
-  if (bias != nullptr) {
-    d::kernel_of<Cfg, T, true>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  if constexpr (Cfg::kWs) {
+    if (static_cast<int64_t>(N) * K * static_cast<int64_t>(sizeof(T)) >= (int64_t{1} << 40))
+      d::fail("B expert too large for a tensor map (N x K x 2 bytes >= 2^40)");
+    CUtensorMap tmap;
+    if (!d::make_b_tensor_map<T, Cfg::kBN>(&tmap, B, N, K))
+      d::fail("cannot encode the tensor map of B (cuTensorMapEncodeTiled unavailable or rejected the shape)");
+    if (bias != nullptr) {
+      d::kernel_of<Cfg, T, true>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tmap);
+    } else {
+      d::kernel_of<Cfg, T, false>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p, tmap);
+    }
   } else {
-    d::kernel_of<Cfg, T, false>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+    if (bias != nullptr) {
+      d::kernel_of<Cfg, T, true>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+    } else {
+      d::kernel_of<Cfg, T, false>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+    }
   }
 }
 
@@ -862,6 +1204,12 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
       return;
     case 64:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
+        if (moe_gemm_detail::use_ws(a_div_topk)) {
+          moe_grouped_gemm_cfg<c::Ws64, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
+                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
+                                           K, max_blocks, block_m, stream, bias);
+          return;
+        }
         moe_grouped_gemm_cfg<c::Wgmma64x256, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                                 num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
                                                 N, K, max_blocks, block_m, stream, bias);
@@ -873,6 +1221,12 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
       return;
     case 128:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
+        if (moe_gemm_detail::use_ws(a_div_topk)) {
+          moe_grouped_gemm_cfg<c::Ws128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
+                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
+                                            K, max_blocks, block_m, stream, bias);
+          return;
+        }
         moe_grouped_gemm_cfg<c::Wgmma128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                              num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
                                              N, K, max_blocks, block_m, stream, bias);
@@ -891,7 +1245,12 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 /// The default: wgmma tiles for block_m 64 and 128 on an sm_90 device when this translation unit
 /// is compiled for sm_90a (H100, 2026-11-22, bench/micro/moe_gemm_micro --wgmma --variants:
 /// Mixtral T=4096 w13 494 vs 347 TFLOP/s, Qwen3-30B-A3B T=4096 w13 325 vs 265 TFLOP/s), else
-/// the mma.sync tiles; block_m 16 (decode) is always mma.sync.
+/// the mma.sync tiles; block_m 16 (decode) is always mma.sync. The first GEMM (a_div_topk) takes
+/// the warp-specialised Ws64 / Ws128 (H100, power-capped clocks, L2 flushed, interleaved rounds,
+/// moe_gemm_micro --ws-all --interleave --gemm 1; us, Wgmma -> Ws at the heuristic's block_m):
+/// Mixtral T=1024 1343 -> 1132, T=4096 4285 -> 3164, T=16384 15245 -> 14941; Qwen3-30B-A3B
+/// T=4096 627 -> 561, T=16384 1763 -> 1473; gpt-oss-20b (bias) T=4096 1501 -> 1248, T=16384
+/// 4673 -> 3923.
 template <class T>
 void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                       const int32_t* sorted_token_ids, const int32_t* expert_ids, const int32_t* num_tokens_post_padded,
