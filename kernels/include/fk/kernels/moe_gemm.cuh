@@ -1274,15 +1274,17 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 /// R = num_tokens * top_k / num_experts:
 ///   R < 24    -> 16  decode: weight-bandwidth bound; little padding, B is read once per live
 ///                    16-row block (further blocks of the same expert hit L2, m-block-fastest raster);
-///   R < 768   -> 64  e.g. Qwen3-30B-A3B prefill (R = 256 at 4096 tokens): padding to 128 would
-///                    cost ~25% extra rows, to 64 ~12%;
-///   otherwise -> 128 e.g. Mixtral prefill (R = 1024 at 4096 tokens): the biggest tile.
-/// Reasoned, not yet tuned on H100 (moe_gemm_micro --sweep-bm times all three per case).
+///   R < 256   -> 64  e.g. Qwen3-30B-A3B at 1024 tokens (R = 64): padding to 128 would waste
+///                    about half the rows;
+///   otherwise -> 128 from R = 256 (Qwen3-30B-A3B at 4096 tokens, Mixtral at 1024): the 128 x 256
+///                    warp-specialised tile beats the 64-row one there on H100 despite ~25% padding
+///                    (moe_gemm_micro --ws-all --bms 64,128, w13: Qwen3 t4096 478 vs 561 us, Mixtral
+///                    t1024 1001 vs 1132, gpt-oss t4096 1120 vs 1248; bench/results/2026-11-23-h100-moe-gemm-ws).
 inline int moe_gemm_block_m(int64_t num_tokens, int top_k, int num_experts) {
   const double rows = static_cast<double>(std::max<int64_t>(num_tokens, 0)) * std::max(top_k, 1) /
                       static_cast<double>(std::max(num_experts, 1));
   if (rows < 24.0) return 16;
-  if (rows < 768.0) return 64;
+  if (rows < 256.0) return 64;
   return 128;
 }
 
