@@ -158,6 +158,13 @@ int cmd_generate(const fs::path& root, bool check) {
   return kOk;
 }
 
+struct AuditArgs {
+  std::string markdown, csv, json;  ///< output files, relative to the current directory
+  bool write_docs = false, check = false;
+};
+
+int cmd_audit(const fs::path& root, const AuditArgs& a);
+
 int cmd_add(const fs::path& root, const std::string& path, std::string name) {
   auto text = read_text(path);
   if (!text) {
@@ -204,7 +211,11 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
   } else {
     std::cout << rel << " is already present (identical)\n";
   }
-  return cmd_generate(root, /*check=*/false);
+  if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) return rc;
+  // The new architecture changes the coverage audit; keep docs/coverage.md current (CI checks it).
+  AuditArgs docs;
+  docs.write_docs = true;
+  return cmd_audit(root, docs);
 }
 
 int cmd_scaffold(const fs::path& root, const std::string& task, const std::string& arch, int level,
@@ -339,11 +350,6 @@ int cmd_compare(const std::string& root_opt, const CompareArgs& a) {
   return r.all_passed() ? kOk : kInvalid;
 }
 
-struct AuditArgs {
-  std::string markdown, csv, json;  ///< output files, relative to the current directory
-  bool write_docs = false, check = false;
-};
-
 // Operator coverage (fk/gen/audit.h). Every output path is checked before anything is written.
 int cmd_audit(const fs::path& root, const AuditArgs& a) {
   namespace cov = fk::gen::coverage;
@@ -473,7 +479,7 @@ int main(int argc, char** argv) {
   list->add_flag("--tasks", list_tasks, "List the distinct tasks of every level instead (name, kind, level, architectures)");
   list->footer(kExitCodes);
 
-  auto* add = app.add_subcommand("add", "Validate a config, store it verbatim as hf_configs/<org>/<model>/config.json, then generate");
+  auto* add = app.add_subcommand("add", "Validate a config, store it verbatim as hf_configs/<org>/<model>/config.json, then generate and refresh docs/coverage.md");
   std::string add_path, add_name;
   add->add_option("config", add_path, "Path to the config.json to add")->required();
   add->add_option("--name", add_name, "<org>/<model> (default: the config's `_name_or_path`)");

@@ -71,6 +71,9 @@ TEST(Cli, AddStoresVerbatimGeneratesAndRefusesOverwrite) {
   EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "llama-mini" / "config.json"), cfg);
   EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "parallel_lm_head_v300_h64_bf16.cu"));
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+  // add also refreshes the coverage audit's docs/coverage.md, which then names the new config.
+  EXPECT_EQ(run(bin() + " audit --check --root " + q(tmp.path()), &out), 0) << out;
+  EXPECT_NE(slurp(tmp.path() / "docs" / "coverage.md").find("acme/llama-mini"), std::string::npos);
 
   // --name wins; the same bytes again are fine; different bytes under an existing name are refused.
   ASSERT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/other " + q(tmp.path() / "in" / "config.json"), &out), 0) << out;
