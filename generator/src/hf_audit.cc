@@ -959,14 +959,6 @@ void merge_submodels(Audit& a, const Rules& rules) {
   }
 }
 
-std::vector<fs::path> sorted_entries(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) out.push_back(it->path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // transformers' version: __init__.py's __version__, else the dist-info METADATA beside the package.
 std::pair<std::string, std::string> read_version(const fs::path& package) {
   static const std::regex v("__version__\\s*=\\s*[\"']([^\"']+)[\"']");

@@ -29,8 +29,6 @@ std::optional<std::string> read_text(const fs::path& p) {
   return ss.str();
 }
 
-namespace {
-
 std::vector<fs::path> sorted_entries(const fs::path& dir) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -38,8 +36,6 @@ std::vector<fs::path> sorted_entries(const fs::path& dir) {
   std::sort(out.begin(), out.end());
   return out;
 }
-
-}  // namespace
 
 std::vector<ConfigFile> discover_configs(const fs::path& root, Diagnostics& diag) {
   std::vector<ConfigFile> out;

@@ -18,8 +18,6 @@ namespace {
 using namespace fk::gen::testing;
 namespace cov = fk::gen::coverage;
 
-std::string bin() { return FK_FASTKERNELS_BIN; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 struct Run {
   size_t configs = 0;

@@ -10,8 +10,6 @@ namespace {
 
 using namespace fk::gen::testing;
 
-std::string bin() { return FK_FASTKERNELS_BIN; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 const char* kTask = "rms_norm_h4096_eps1e-05_bf16";
 
 bool has_libtooling() {

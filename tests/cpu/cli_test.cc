@@ -9,8 +9,6 @@ namespace {
 
 using namespace fk::gen::testing;
 
-std::string bin() { return FK_FASTKERNELS_BIN; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 TEST(Cli, CommittedTreeIsUpToDate) {
   std::string out;

@@ -17,8 +17,6 @@ using namespace fk::gen::testing;
 namespace cmp = fk::gen::compare;
 
 fs::path dir(const std::string& scenario = "") { return fixtures() / "compare" / scenario; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
-std::string bin() { return FK_FASTKERNELS_BIN; }
 std::string compare_cmd(const std::string& scenario) {
   return bin() + " compare " + q(dir(scenario)) + " --manifest " + q(dir("manifest.json"));
 }

@@ -14,8 +14,6 @@ namespace {
 using namespace fk::gen::testing;
 namespace hfa = fk::gen::hfaudit;
 
-std::string bin() { return FK_FASTKERNELS_BIN; }
-std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 fs::path fixture_pkg() { return fixtures() / "hf_audit" / "transformers"; }
 std::string audit_cmd() { return bin() + " audit --root " + q(source_dir()) + " --hf " + q(fixtures() / "hf_audit"); }
 

@@ -17,6 +17,9 @@ namespace fs = std::filesystem;
 
 inline fs::path source_dir() { return fs::path(FK_SOURCE_DIR); }
 inline fs::path fixtures() { return source_dir() / "tests" / "fixtures"; }
+/// The fastkernels binary under test, and a path quoted for the shell.
+inline std::string bin() { return FK_FASTKERNELS_BIN; }
+inline std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 /// FK_UPDATE_GOLDEN=1 rewrites expected files instead of comparing (then review the diff!).
 inline bool update_golden() {

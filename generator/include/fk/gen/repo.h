@@ -18,6 +18,9 @@ std::optional<std::filesystem::path> find_root(const std::filesystem::path& star
 /// The bytes of a file; nullopt when it cannot be read.
 std::optional<std::string> read_text(const std::filesystem::path& p);
 
+/// The entries of a directory, sorted by path (deterministic order); empty when it cannot be read.
+std::vector<std::filesystem::path> sorted_entries(const std::filesystem::path& dir);
+
 /// One config file of the repository.
 struct ConfigFile {
   std::string id;    ///< org/model
