@@ -81,8 +81,8 @@
 //   m64n256, 4 stages, 193 KB), 1/SM: the kWgmma choice for the first GEMM (a_div_topk).
 // Which block_m to align with: moe_gemm_block_m (expected rows per expert; see there).
 //
-// Not yet measured on H100: the configurations and the block_m thresholds are reasoned, not
-// tuned; bench/micro/moe_gemm_micro.cu checks and times all of them (--variants, --wgmma).
+// The configurations were chosen with bench/micro/moe_gemm_micro.cu, which checks and times all
+// of them (--variants, --wgmma, --ws-all); the block_m thresholds with fk_bench (moe_gemm_block_m).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -1246,11 +1246,9 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 /// is compiled for sm_90a (H100, 2026-11-22, bench/micro/moe_gemm_micro --wgmma --variants:
 /// Mixtral T=4096 w13 494 vs 347 TFLOP/s, Qwen3-30B-A3B T=4096 w13 325 vs 265 TFLOP/s), else
 /// the mma.sync tiles; block_m 16 (decode) is always mma.sync. The first GEMM (a_div_topk) takes
-/// the warp-specialised Ws64 / Ws128 (H100, power-capped clocks, L2 flushed, interleaved rounds,
-/// moe_gemm_micro --ws-all --interleave --gemm 1; us, Wgmma -> Ws at the heuristic's block_m):
-/// Mixtral T=1024 1343 -> 1132, T=4096 4285 -> 3164, T=16384 15245 -> 14941; Qwen3-30B-A3B
-/// T=4096 627 -> 561, T=16384 1763 -> 1473; gpt-oss-20b (bias) T=4096 1501 -> 1248, T=16384
-/// 4673 -> 3923.
+/// the warp-specialised Ws64 / Ws128: fk_bench on the H100, w13 at 1024-16384 tokens, 0.86-1.21x
+/// torch grouped_mm against 0.74-0.87x before on Mixtral, Qwen3-30B-A3B, gpt-oss-20b and
+/// DeepSeek-V3 (bench/results/2026-11-23-h100-moe-gemm-ws/README.md, tables and commands).
 template <class T>
 void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                       const int32_t* sorted_token_ids, const int32_t* expert_ids, const int32_t* num_tokens_post_padded,
@@ -1278,8 +1276,9 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 ///                    about half the rows;
 ///   otherwise -> 128 from R = 256 (Qwen3-30B-A3B at 4096 tokens, Mixtral at 1024): the 128 x 256
 ///                    warp-specialised tile beats the 64-row one there on H100 despite ~25% padding
-///                    (moe_gemm_micro --ws-all --bms 64,128, w13: Qwen3 t4096 478 vs 561 us, Mixtral
-///                    t1024 1001 vs 1132, gpt-oss t4096 1120 vs 1248; bench/results/2026-11-23-h100-moe-gemm-ws).
+///                    (fk_bench, the shapes this threshold moved from 64 to 128, 1.13-1.24x: Qwen3
+///                    w13 t4096 544 -> 465 us, Mixtral w13 t1024 1110 -> 946, gpt-oss w13 t4096
+///                    1206 -> 995; bench/results/2026-11-23-h100-moe-gemm-ws/README.md, "Second run").
 inline int moe_gemm_block_m(int64_t num_tokens, int top_k, int num_experts) {
   const double rows = static_cast<double>(std::max<int64_t>(num_tokens, 0)) * std::max(top_k, 1) /
                       static_cast<double>(std::max(num_experts, 1));
