@@ -1099,7 +1099,8 @@ template <class T, int BN> bool make_b_tensor_map(CUtensorMap* map, const T* B, 
 /// GEMM (rows gathered as s / top_k), where they were measured faster at every measured shape (see
 /// the last moe_grouped_gemm), and only when the TMA descriptor encoder is available (else the
 /// Wgmma configs). The second GEMM keeps Wgmma64x256 / Wgmma128: not re-measured with the final
-/// epilogue of the warp-specialised kernel (with its first epilogue it lost at Qwen3-30B-A3B).
+/// epilogue of the warp-specialised kernel (with its first epilogue it lost at Qwen3-30B-A3B in the
+/// kernel author's micro-benchmark run, whose output is not committed).
 inline bool use_ws(bool a_div_topk) { return a_div_topk && tensor_map_encoder() != nullptr; }
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument("moe_grouped_gemm: " + what); }
