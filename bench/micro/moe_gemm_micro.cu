@@ -4,7 +4,8 @@
 //        bench/micro/moe_gemm_micro.cu -o /tmp/moe_gemm_micro && /tmp/moe_gemm_micro [flags]
 //
 // Cases: {Mixtral-8x7B: E 8, top 2, H 4096, I 14336; Qwen3-30B-A3B: E 128, top 8, H 2048, I 768;
-// gpt-oss-20b: E 32, top 4, H 2880, I 2880, per-expert bias on both GEMMs}
+// gpt-oss-20b: E 32, top 4, H 2880, I 2880, per-expert bias on both GEMMs; DeepSeek-V3: E 256,
+// top 8, H 7168, I 2048 (22.5 GB of expert weights)}
 // x tokens {1, 8, 32, 64, 256, 1024, 4096, 8192} x {GEMM1: A = hidden [T, H], N = 2I, K = H,
 // a_div_topk; GEMM2: A = activation [T*top, I], N = H, K = I, mul_routed_weight}. Routing: uniform
 // random distinct experts per token (fixed seed), weights in [0.1, 1); the alignment is done on the
@@ -23,7 +24,7 @@
 // tile width, padded lda/ldc (the pad columns must stay untouched), experts marked -1 in expert_ids
 // (their rows must stay untouched), K shorter than the pipeline, and a CUDA-graph capture+replay.
 //
-// Flags: --quick (tokens 1, 64, 1024, 4096), --tokens a,b,c, --model Mixtral|Qwen3|gpt-oss, --gemm 1|2,
+// Flags: --quick (tokens 1, 64, 1024, 4096), --tokens a,b,c, --model Mixtral|Qwen3|gpt-oss|DeepSeek, --gemm 1|2,
 //        --variants (also time the alternative mma.sync configs of the chosen block_m),
 //        --wgmma (also check+time the sm_90a wgmma configs), --ws (implies --wgmma; also the
 //        warp-specialised TMA configs Ws64 / Ws128), --ws-all (and their tuning alternatives),
@@ -31,6 +32,9 @@
 //        then time them round-robin, N rounds of iters / N calls: drifts in clock/temperature hit
 //        all variants alike; reported: median of round medians, min), --bms 64,128 (block_m list), --sweep-bm (every block_m, not just
 //        the heuristic's), --no-flush, --iters N, --skip-robust.
+// Environment: FK_MICRO_SORTED=1 keeps the slots of a segment ascending (fk_bench's canonical
+// alignment) instead of shuffled; FK_MICRO_NORMAL=1 fills A and B with N(0, (scale / 3)^2) instead
+// of U(-scale, scale) (B then has fk_bench's 1 / sqrt(K) deviation).
 // Exit status: 0 all checks passed, 1 a check failed, 2 usage.
 #include <algorithm>
 #include <cmath>
@@ -73,6 +77,15 @@ __device__ __forceinline__ uint32_t mix32(uint64_t x) {
 __global__ void fill_uniform_bf16(bf16* p, int64_t n, uint64_t seed, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16(scale * (mix32(seed * 0x2545F4914F6CDD1Dull + i) * (2.f / 4294967296.f) - 1.f));
+}
+
+/// N(0, (scale / 3)^2) by Box-Muller (FK_MICRO_NORMAL=1: the distribution fk_bench fills with).
+__global__ void fill_normal_bf16(bf16* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float u1 = (mix32(seed * 0x2545F4914F6CDD1Dull + 2 * i) + 0.5f) * (1.f / 4294967296.f);
+    const float u2 = mix32(seed * 0x2545F4914F6CDD1Dull + 2 * i + 1) * (1.f / 4294967296.f);
+    p[i] = __float2bfloat16(scale / 3.f * sqrtf(-2.f * logf(u1)) * cospif(2.f * u2));
+  }
 }
 
 struct CmpStats {
@@ -150,7 +163,12 @@ template <class T> T* upload(const std::vector<T>& v) {
 }
 bf16* rand_bf16(int64_t n, uint64_t seed, float scale) {
   bf16* p = dalloc<bf16>(n);
-  fill_uniform_bf16<<<2048, 256>>>(p, n, seed, scale);
+  static const bool normal = std::getenv("FK_MICRO_NORMAL") && std::string(std::getenv("FK_MICRO_NORMAL")) == "1";
+  if (normal) {
+    fill_normal_bf16<<<2048, 256>>>(p, n, seed, scale);
+  } else {
+    fill_uniform_bf16<<<2048, 256>>>(p, n, seed, scale);
+  }
   CK(cudaGetLastError());
   return p;
 }
@@ -204,8 +222,12 @@ Aligned host_align(const std::vector<int32_t>& ids, int E, int bm, const std::ve
     for (int64_t b = off[e] / bm; b < off[e + 1] / bm; ++b) a.eids[b] = (local && !(*local)[e]) ? -1 : e;
   std::vector<int64_t> pos(off.begin(), off.end() - 1);
   for (int64_t s = 0; s < numel; ++s) a.sorted[pos[ids[s]]++] = static_cast<int32_t>(s);
-  std::mt19937_64 rng(seed);  // the order inside a segment is unspecified (vLLM uses atomics)
-  for (int e = 0; e < E; ++e) std::shuffle(a.sorted.begin() + off[e], a.sorted.begin() + off[e] + cnt[e], rng);
+  // The order inside a segment is unspecified (vLLM uses atomics): shuffled, or ascending (fk_bench's
+  // canonical alignment) with FK_MICRO_SORTED=1.
+  static const bool sorted = std::getenv("FK_MICRO_SORTED") && std::string(std::getenv("FK_MICRO_SORTED")) == "1";
+  std::mt19937_64 rng(seed);
+  if (!sorted)
+    for (int e = 0; e < E; ++e) std::shuffle(a.sorted.begin() + off[e], a.sorted.begin() + off[e] + cnt[e], rng);
   return a;
 }
 
@@ -619,7 +641,8 @@ int main(int argc, char** argv) {
 
   const Model models[] = {{"Mixtral", 8, 2, 4096, 14336, false},
                           {"Qwen3", 128, 8, 2048, 768, false},
-                          {"gpt-oss", 32, 4, 2880, 2880, true}};
+                          {"gpt-oss", 32, 4, 2880, 2880, true},
+                          {"DeepSeek", 256, 8, 7168, 2048, false}};
   for (const Model& m : models) {
     if (!model_filter.empty() && model_filter != m.name) continue;
     // Weights: w13 [E, 2I, H] and w2 [E, H, I]; scale 3 / sqrt(K) -> outputs ~N(0, 1).

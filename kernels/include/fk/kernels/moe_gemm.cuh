@@ -44,8 +44,8 @@
 // Multi-stage pipeline: kStages - 1 k-steps are in flight; one __syncthreads per k-step both
 // publishes the landed stage and frees the one read in the previous step.
 //
-// wgmma path (sm_90a; the default for block_m 64/128 of the second GEMM when built for sm_90a, see
-// the last moe_grouped_gemm; the first GEMM takes the warp-specialised kernel): 64-row warpgroups; warpgroup w owns rows
+// wgmma path (sm_90a; taken for block_m 64/128 only where the TMA descriptor encoder is missing:
+// both GEMMs take the warp-specialised kernel otherwise): 64-row warpgroups; warpgroup w owns rows
 // 64 (w / kWGN) .. +63 and columns (w % kWGN) * BN / kWGN .. of the tile and issues
 // wgmma.m64nNk16 with both operands from shared memory (K-major, 128B swizzle descriptors; the
 // k16 slices are addressed by advancing the descriptor start address by 32 bytes). The loads are
@@ -73,12 +73,13 @@
 //   alternatives (bench --variants): Decode16x128 (16 x 128, 5 stages, 91 KB, 2/SM), Mma64x8w
 //   (8 warps of 32 x 32), Mma128x256 (8 warps of 64 x 64, 3 stages, 147 KB, 1/SM).
 //   wgmma (MoeGemmImpl::kWgmma; bench --wgmma): Wgmma64 (64 x 128, 1 warpgroup m64n128, 4 stages,
-//   98 KB, 2/SM; the kWgmma choice for block_m 64), Wgmma64x256 (2 warpgroups m64n128 side by side,
+//   98 KB, 2/SM), Wgmma64x256 (2 warpgroups m64n128 side by side,
 //   162 KB), Wgmma64n256 (1 warpgroup m64n256, 162 KB), Wgmma128 (128 x 256, 2 warpgroups m64n256,
-//   4 stages, 195 KB, 1/SM; the kWgmma choice for block_m 128 of the second GEMM), Wgmma128x128 (131 KB).
+//   4 stages, 195 KB, 1/SM), Wgmma128x128 (131 KB); Wgmma64x256 / Wgmma128 are the kWgmma choice
+//   when the TMA descriptor encoder is unavailable.
 //   warp-specialised wgmma (Note [MoE grouped GEMM, warp-specialised]; bench --ws): Ws64 (64 x 256,
 //   2 consumer warpgroups m64n128 + 1 producer, 4 stages, 161 KB) and Ws128 (128 x 256, 2 consumers
-//   m64n256, 4 stages, 193 KB), 1/SM: the kWgmma choice for the first GEMM (a_div_topk).
+//   m64n256, 4 stages, 193 KB), 1/SM: the kWgmma choice for both GEMMs.
 // Which block_m to align with: moe_gemm_block_m (expected rows per expert; see there).
 //
 // The configurations were chosen with bench/micro/moe_gemm_micro.cu, which checks and times all
@@ -179,7 +180,10 @@ struct MoeWsCfg {
   static_assert(kInstN == 128 || kInstN == 256, "wgmma n per warpgroup must be 128 or 256");
   static_assert(BN <= 256, "one TMA box of B per stage (box dims <= 256)");
   static_assert(kConsumers == 2, "two consumer warpgroups");
-  static_assert(kProdRegs + 2 * kConsRegs <= 512 && kProdRegs % 8 == 0 && kConsRegs % 8 == 0, "register split");
+  // setmaxnreg only moves registers within what the block was launched with: 384 threads under
+  // __launch_bounds__(384, 1) get 168 each (65536 / 384 in steps of 8), so the split must fit in
+  // 3 x 168 = 504; with more, the consumers' setmaxnreg.inc waits forever (a hang, seen on the H100).
+  static_assert(kProdRegs + 2 * kConsRegs <= 504 && kProdRegs % 8 == 0 && kConsRegs % 8 == 0, "register split");
 };
 
 /// The configurations moe_grouped_gemm uses (and the alternatives the micro-benchmark times).
@@ -788,6 +792,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
 // the plain 4-byte fragment stores, half sectors, were up to 20% slower at Mixtral T=16384, where
 // C is 1.9 GB). No shared memory is used for it (all of it holds the 4 stages). Register split
 // by setmaxnreg: producer ProdRegs (40), consumers ConsRegs (232); no spills under CUDA 13.0.
+//
+// DRAM traffic of B (H100, ncu; bench/results/2026-11-23-h100-moe-gemm-ws-w2/README.md). When an
+// expert has several m-blocks, each reads the same B slices; only L2 makes that one DRAM read,
+// and only while the partner tiles (adjacent tile ids, so neighbouring blocks) run close
+// together. At DeepSeek-V3 w13, 4096 tokens (2-3 m-blocks of 64 per expert, 15 GB of weights),
+// launches read 18.8-30 GB from DRAM and took 6.7-10.3 ms in proportion. A dynamic schedule
+// (atomic tile counter) was tried and read more. A 2-CTA cluster multicasting B to partner
+// m-blocks of one expert would make it one read by construction; not done yet.
 // ---------------------------------------------------------------------------------------------
 
 #if FK_MOE_GEMM_HAS_WGMMA
@@ -1095,13 +1107,15 @@ template <class T, int BN> bool make_b_tensor_map(CUtensorMap* map, const T* B, 
          CUDA_SUCCESS;
 }
 
-/// Whether the wgmma dispatch takes the warp-specialised configs (Ws64 / Ws128): for the first
-/// GEMM (rows gathered as s / top_k), where they were measured faster at every measured shape (see
-/// the last moe_grouped_gemm), and only when the TMA descriptor encoder is available (else the
-/// Wgmma configs). The second GEMM keeps Wgmma64x256 / Wgmma128: not re-measured with the final
-/// epilogue of the warp-specialised kernel (with its first epilogue it lost at Qwen3-30B-A3B in the
-/// kernel author's micro-benchmark run, whose output is not committed).
-inline bool use_ws(bool a_div_topk) { return a_div_topk && tensor_map_encoder() != nullptr; }
+/// Whether the wgmma dispatch takes the warp-specialised configs (Ws64 / Ws128): for both GEMMs
+/// whenever the TMA descriptor encoder is available (else the Wgmma configs). The second GEMM
+/// (rows gathered as s, routing weight in the epilogue) moved to them on 2026-11-23:
+/// bench/micro/moe_gemm_micro --ws --gemm 2 on the H100, at the block_m moe_gemm_block_m picks, was
+/// 1.01-1.47x faster than Wgmma64x256 / Wgmma128 over Mixtral, Qwen3-30B-A3B, gpt-oss-20b and
+/// DeepSeek-V3 at 1024-16384 tokens (its one loss, 0.85x, is DeepSeek at 4096 tokens with block_m
+/// 128, which the heuristic does not pick); fk_bench then measured Mixtral's w2 at 1.10-1.27x torch
+/// grouped_mm (0.89-0.97x before). bench/results/2026-11-23-h100-moe-gemm-ws-w2/README.md.
+inline bool use_ws() { return tensor_map_encoder() != nullptr; }
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::invalid_argument("moe_grouped_gemm: " + what); }
 
@@ -1205,7 +1219,7 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
       return;
     case 64:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
-        if (moe_gemm_detail::use_ws(a_div_topk)) {
+        if (moe_gemm_detail::use_ws()) {
           moe_grouped_gemm_cfg<c::Ws64, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
                                            K, max_blocks, block_m, stream, bias);
@@ -1222,7 +1236,7 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
       return;
     case 128:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
-        if (moe_gemm_detail::use_ws(a_div_topk)) {
+        if (moe_gemm_detail::use_ws()) {
           moe_grouped_gemm_cfg<c::Ws128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
                                             num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
                                             K, max_blocks, block_m, stream, bias);
@@ -1246,10 +1260,11 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 /// The default: wgmma tiles for block_m 64 and 128 on an sm_90 device when this translation unit
 /// is compiled for sm_90a (H100, 2026-11-22, bench/micro/moe_gemm_micro --wgmma --variants:
 /// Mixtral T=4096 w13 494 vs 347 TFLOP/s, Qwen3-30B-A3B T=4096 w13 325 vs 265 TFLOP/s), else
-/// the mma.sync tiles; block_m 16 (decode) is always mma.sync. The first GEMM (a_div_topk) takes
-/// the warp-specialised Ws64 / Ws128: fk_bench on the H100, w13 at 1024-16384 tokens, 0.86-1.21x
+/// the mma.sync tiles; block_m 16 (decode) is always mma.sync. Both GEMMs take the
+/// warp-specialised Ws64 / Ws128: fk_bench on the H100, w13 at 1024-16384 tokens, 0.86-1.21x
 /// torch grouped_mm against 0.74-0.87x before on Mixtral, Qwen3-30B-A3B, gpt-oss-20b and
-/// DeepSeek-V3 (bench/results/2026-11-23-h100-moe-gemm-ws/README.md, tables and commands).
+/// DeepSeek-V3 (bench/results/2026-11-23-h100-moe-gemm-ws/README.md, tables and commands); w2:
+/// use_ws above.
 template <class T>
 void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, const float* topk_weights,
                       const int32_t* sorted_token_ids, const int32_t* expert_ids, const int32_t* num_tokens_post_padded,
