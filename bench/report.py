@@ -11,7 +11,7 @@ bandwidth (the copy bandwidth of the run); MLA prefill and decode beside their p
 case is listed). MoE (issue #5): routing (topk_softmax) and alignment
 (moe_align_block_size, grouped_topk) at least as fast as the torch reference (eager) at every token count; the
 grouped expert GEMM >= 0.9x torch grouped_mm at prefill sizes (>= 1024 tokens); decode sizes as %
-of HBM bandwidth; fused_experts / sparse_moe_block beside the torch grouped_mm pipeline and the HF
+of HBM bandwidth; fused_experts / sparse_moe_block / deepseek_moe beside the torch grouped_mm pipeline and the HF
 transformers expert loop.
 """
 import argparse
@@ -24,7 +24,7 @@ MEMORY_KINDS = {"rms_norm", "fused_add_rms_norm", "qk_norm", "rotary_embedding",
 GEMM_KINDS = {"qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "parallel_lm_head",
               "replicated_linear", "column_parallel_linear"}
 MOE_ROUTING_KINDS = {"topk_softmax", "grouped_topk", "moe_align_block_size", "moe_sum"}
-MOE_BLOCK_KINDS = {"fused_experts", "sparse_moe_block"}
+MOE_BLOCK_KINDS = {"fused_experts", "sparse_moe_block", "deepseek_moe"}
 
 
 def fmt(x, spec=".2f", suffix=""):

@@ -27,7 +27,7 @@
 // Flags: --quick (tokens 1, 64, 1024, 4096), --tokens a,b,c, --model Mixtral|Qwen3|gpt-oss|DeepSeek, --gemm 1|2,
 //        --variants (also time the alternative mma.sync configs of the chosen block_m),
 //        --wgmma (also check+time the sm_90a wgmma configs), --ws (implies --wgmma; also the
-//        warp-specialised TMA configs Ws64 / Ws128), --ws-all (and their tuning alternatives),
+//        warp-specialised TMA configs Ws64 / Ws128 / Ws192), --ws-all (and their tuning alternatives),
 //        --only a,b (time only these variant names), --interleave [--rounds N] (check all variants,
 //        then time them round-robin, N rounds of iters / N calls: drifts in clock/temperature hit
 //        all variants alike; reported: median of round medians, min), --bms 64,128 (block_m list), --sweep-bm (every block_m, not just
@@ -281,7 +281,11 @@ Launcher default_launcher() {
                                 p.a_div, p.mul, p.n, p.k, al.max_blocks, bm, s, p.bias);
   };
 }
-const char* default_name(int bm) { return bm == 16 ? "Decode16" : bm == 64 ? "Mma64" : "Mma128"; }
+/// The default dispatch (moe_grouped_gemm<bf16>), named after its mma.sync config (on an sm_90
+/// device built for sm_90a it runs the Ws* config of the same block_m).
+const char* default_name(int bm) {
+  return bm == 16 ? "Decode16" : bm == 64 ? "Mma64" : bm == 128 ? "Mma128" : "Mma192";
+}
 
 /// --ws: 0 off, 1 the warp-specialised configs, 2 also their tuning alternatives.
 static int g_ws = 0;
@@ -321,6 +325,13 @@ std::vector<Variant> variants_for(int bm, bool alt, bool wgmma) {
       if (g_ws > 1) {
         v.push_back({"Ws128g8", bm, cfg_launcher<cfg::Ws128g8>()});
         v.push_back({"Ws128g32", bm, cfg_launcher<cfg::Ws128g32>()});
+      }
+    }
+    if (bm == 192) {
+      v.push_back({"Ws192", bm, cfg_launcher<cfg::Ws192>()});
+      if (g_ws > 1) {
+        v.push_back({"Ws192s4", bm, cfg_launcher<cfg::Ws192s4>()});
+        v.push_back({"Ws192g1", bm, cfg_launcher<cfg::Ws192g1>()});
       }
     }
   }
@@ -446,7 +457,7 @@ bool robustness(bool wgmma, Checker& chk, Timer& tm) {
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       Problem p{c, ldc, a, lda, b, d_w, nv, sh.top, a_div, !a_div, sh.n, sh.k, bias};
-      for (int bm : {16, 64, 128}) {
+      for (int bm : {16, 64, 128, 192}) {
         const Aligned h = host_align(rt.ids, sh.E, bm, &local, 77 + bm);
         DevAligned al;
         al.upload_from(h);
@@ -655,7 +666,7 @@ int main(int argc, char** argv) {
       float* d_w = upload(rt.w);
       uint8_t* d_mode = upload(std::vector<uint8_t>(nv, 1));
       const int bm0 = fkk::moe_gemm_block_m(T, m.top, m.E);
-      std::vector<int> bms = !bms_flag.empty() ? bms_flag : sweep ? std::vector<int>{16, 64, 128} : std::vector<int>{bm0};
+      std::vector<int> bms = !bms_flag.empty() ? bms_flag : sweep ? std::vector<int>{16, 64, 128, 192} : std::vector<int>{bm0};
       for (int gemm = 1; gemm <= 2; ++gemm) {
         if (gemm_filter && gemm != gemm_filter) continue;
         const bool g1 = gemm == 1;

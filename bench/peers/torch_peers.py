@@ -237,9 +237,14 @@ def grouped_mm(a, b_t, offs):
 def moe_block_m(tokens, top_k, num_experts):
     # Must match kernels/include/fk/kernels/moe_gemm.cuh moe_gemm_block_m: the block the
     # moe_align_block_size task (and both grouped GEMMs) use for a token count. By the expected
-    # rows per expert R = T * K / E in floating point: R < 24 -> 16, R < 256 -> 64, else 128.
+    # rows per expert R = T * K / E in floating point: R < 24 -> 16, 96 <= R < 192 -> 192,
+    # R < 256 -> 64, else 128.
     rows = max(tokens, 0) * max(top_k, 1) / max(num_experts, 1)
-    return 16 if rows < 24.0 else (64 if rows < 256.0 else 128)
+    if rows < 24.0:
+        return 16
+    if 96.0 <= rows < 192.0:
+        return 192
+    return 64 if rows < 256.0 else 128
 
 
 def moe_align_capacity(numel, num_experts, block):

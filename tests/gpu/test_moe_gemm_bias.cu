@@ -1,7 +1,7 @@
 // moe_grouped_gemm (fk/kernels/moe_gemm.cuh) with and without the per-expert bias (gpt-oss
 // experts: C = (A W_e^T + b_e) x routing weight, vLLM fused_moe_kernel HAS_BIAS) against
-// reference::moe_gemm_ref, for block_m 16 (mma.sync), 64 and 128 (the default: wgmma on an sm_90
-// device built for sm_90a; and mma.sync forced), routed weights on and off, at gpt-oss-20b's
+// reference::moe_gemm_ref, for block_m 16 (mma.sync), 64, 128 and 192 (the default: wgmma on an
+// sm_90 device built for sm_90a; and mma.sync forced), routed weights on and off, at gpt-oss-20b's
 // shapes: E 32, top 4, hidden 2880, w13 N 5760 (2 x 2880, K 2880), w2 N 2880 (K 2880).
 // N 2880 is not a multiple of the 128- and 256-column tiles, so the last n-block is partial.
 #include <algorithm>
@@ -173,6 +173,9 @@ TEST(Kernels, MoeGemm_bf16_e32_top4_bm16_w2_n2880_k2880_nobias_weighted) { FK_RE
 FK_MOE_BIAS_TESTS(64, 512)
 // block_m 128: 2048 tokens (256 rows per expert on average).
 FK_MOE_BIAS_TESTS(128, 2048)
+// block_m 192: 1024 tokens (128 rows per expert on average: a 192-row tile holds all of an
+// expert's rows plus padding, some of its 64-row warpgroups on padding only).
+FK_MOE_BIAS_TESTS(192, 1024)
 #undef FK_MOE_BIAS_TESTS
 
 // The other wgmma tile shapes (moe_grouped_gemm_cfg), with the bias: 1 warpgroup x 128 columns

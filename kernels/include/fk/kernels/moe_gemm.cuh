@@ -78,8 +78,10 @@
 //   4 stages, 195 KB, 1/SM), Wgmma128x128 (131 KB); Wgmma64x256 / Wgmma128 are the kWgmma choice
 //   when the TMA descriptor encoder is unavailable.
 //   warp-specialised wgmma (Note [MoE grouped GEMM, warp-specialised]; bench --ws): Ws64 (64 x 256,
-//   2 consumer warpgroups m64n128 + 1 producer, 4 stages, 161 KB) and Ws128 (128 x 256, 2 consumers
-//   m64n256, 4 stages, 193 KB), 1/SM: the kWgmma choice for both GEMMs.
+//   2 consumer warpgroups m64n128 + 1 producer, 4 stages, 161 KB), Ws128 (128 x 256, 2 consumers
+//   m64n256, 4 stages, 193 KB) and Ws192 (192 x 128, 3 consumers m64n128 stacked along M, 5
+//   stages, 201 KB), 1/SM: the kWgmma choice for both GEMMs.
+//   block_m 192 without them: Mma192 (192 x 128, 8 warps of 96 x 32, 3 stages, 1/SM).
 // Which block_m to align with: moe_gemm_block_m (expected rows per expert; see there).
 //
 // The configurations were chosen with bench/micro/moe_gemm_micro.cu, which checks and times all
@@ -160,8 +162,8 @@ struct MoeWgmmaCfg {
 };
 
 /// Warp-specialised wgmma configuration (sm_90a; Note [MoE grouped GEMM, warp-specialised]):
-/// BM x BN tile, kWGN consumer warpgroups along N per 64 rows (2 consumer warpgroups in all), one
-/// producer warpgroup (B by TMA, gathered A rows by cp.async), kStages stages, 1 block per SM;
+/// BM x BN tile, kWGN consumer warpgroups along N per 64 rows (2 or 3 consumer warpgroups in all),
+/// one producer warpgroup (B by TMA, gathered A rows by cp.async), kStages stages, 1 block per SM;
 /// the producer drops to ProdRegs registers per thread and the consumers rise to ConsRegs.
 template <int BM, int BN, int WGN, int Stages, int GroupM, int ProdRegs = 40, int ConsRegs = 232>
 struct MoeWsCfg {
@@ -176,14 +178,19 @@ struct MoeWsCfg {
   static constexpr int kMainBytes = kPipeBytes;
   /// + full/empty mbarriers, + 1 KB to align the stages to 1024 bytes.
   static constexpr int kSmemBytes = kPipeBytes + 2 * Stages * 8 + 1024;
-  static_assert(BM == 64 || BM == 128, "tiles are 64 or 128 rows");
+  /// Registers per thread the block is launched with under __launch_bounds__(kThreads, 1): 65536 /
+  /// kThreads in steps of 8 (168 at 384 threads, 128 at 512).
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+  static_assert(BM == 64 || BM == 128 || BM == 192, "tiles are 64, 128 or 192 rows");
   static_assert(kInstN == 128 || kInstN == 256, "wgmma n per warpgroup must be 128 or 256");
   static_assert(BN <= 256, "one TMA box of B per stage (box dims <= 256)");
-  static_assert(kConsumers == 2, "two consumer warpgroups");
-  // setmaxnreg only moves registers within what the block was launched with: 384 threads under
-  // __launch_bounds__(384, 1) get 168 each (65536 / 384 in steps of 8), so the split must fit in
-  // 3 x 168 = 504; with more, the consumers' setmaxnreg.inc waits forever (a hang, seen on the H100).
-  static_assert(kProdRegs + 2 * kConsRegs <= 504 && kProdRegs % 8 == 0 && kConsRegs % 8 == 0, "register split");
+  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
+  // setmaxnreg only moves registers within what the block was launched with: the split must fit in
+  // (kConsumers + 1) x kLaunchRegs; with more, the consumers' setmaxnreg.inc waits forever (a hang,
+  // seen on the H100 with 48 + 2 x 232 at 384 threads).
+  static_assert(kProdRegs + kConsumers * kConsRegs <= (kConsumers + 1) * kLaunchRegs && kProdRegs % 8 == 0 &&
+                    kConsRegs % 8 == 0 && kProdRegs <= kLaunchRegs && kConsRegs >= kLaunchRegs,
+                "register split");
 };
 
 /// The configurations moe_grouped_gemm uses (and the alternatives the micro-benchmark times).
@@ -205,6 +212,13 @@ using Ws128g8 = MoeWsCfg<128, 256, 1, 4, 8>;     // (bench) raster groups of 8 m
 using Ws128g32 = MoeWsCfg<128, 256, 1, 4, 32>;   // (bench) raster groups of 32 m-blocks
 using Ws64g32 = MoeWsCfg<64, 256, 2, 4, 32>;     // (bench) raster groups of 32 m-blocks
 using Ws64s5 = MoeWsCfg<64, 256, 2, 5, 16>;      // (bench) 5 stages, 200 KB
+// 192 x 128: three consumers m64n128 stacked along M, so one B slice serves up to three 64-row
+// blocks of an expert (Note [MoE grouped GEMM, warp-specialised], "192-row tiles"); 5 stages,
+// 200 KB; raster groups of 4 m-blocks (about one wave of 132 blocks at N / 128 = 32 n-blocks).
+using Ws192 = MoeWsCfg<192, 128, 1, 5, 4, 56, 152>;
+using Ws192s4 = MoeWsCfg<192, 128, 1, 4, 4, 56, 152>;   // (bench) 4 stages, 160 KB
+using Ws192g1 = MoeWsCfg<192, 128, 1, 5, 1, 56, 152>;   // (bench) the n-blocks of one m-block in a row
+using Mma192 = MoeMmaCfg<192, 128, 2, 4, 3, 1, 4>;       // block_m 192 without the warp-specialised kernel
 }  // namespace moe_gemm_cfg
 
 namespace moe_gemm_detail {
@@ -798,8 +812,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
 // and only while the partner tiles (adjacent tile ids, so neighbouring blocks) run close
 // together. At DeepSeek-V3 w13, 4096 tokens (2-3 m-blocks of 64 per expert, 15 GB of weights),
 // launches read 18.8-30 GB from DRAM and took 6.7-10.3 ms in proportion. A dynamic schedule
-// (atomic tile counter) was tried and read more. A 2-CTA cluster multicasting B to partner
-// m-blocks of one expert would make it one read by construction; not done yet.
+// (atomic tile counter) was tried and read more.
+//
+// 192-row tiles (Ws192, block_m 192). What makes B one read by construction is one block holding
+// all of an expert's rows: with 96-192 expected rows per expert (moe_gemm_block_m) the routing is
+// aligned to 192, and three consumer warpgroups, each m64n128 on its own 64 rows, share every B
+// slice. The padding rows are computed like the others: in that band the kernel is bound by the
+// weight stream, and skipping the wgmmas of an all-padding warpgroup measured the same there
+// (H100, DeepSeek-V3 T=4096, gpt-oss-20b T=1024, within 2%), while the same skip in Ws128 cost
+// 15-25% on most shapes and 1.2-2x at DeepSeek-V3 w13 T=16384 (28.6 ms against 23.1, min 12.1;
+// the branch around the consumer's k-loop alone did it; bench/results/2026-11-23-h100-moe-gemm-
+// ws192/README.md), so neither kernel has it. 512 threads launch with 128
+// registers each; the split is producer 56, consumers 152 (no spills under CUDA 13.0). The
+// alternative, a 2-CTA cluster multicasting B to two 64-row blocks, needs cross-CTA empty barriers
+// and still re-reads B for an expert's third block.
 // ---------------------------------------------------------------------------------------------
 
 #if FK_MOE_GEMM_HAS_WGMMA
@@ -941,7 +967,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (s0 >= 0) w0 = __ldg(p.topk_weights + s0);
         if (s1 >= 0) w1 = __ldg(p.topk_weights + s1);
       }
-
       float acc[NI / 2];
 #pragma unroll
       for (int i = 0; i < NI / 2; ++i) acc[i] = 0.f;
@@ -1200,7 +1225,7 @@ void moe_grouped_gemm_cfg(T* C, int64_t ldc, const T* A, int64_t lda, const T* B
 
 /// C[s, :] = (A[a_row(s), :] · B[e]^T + bias[e, :]) (× topk_weights[s]) for the slots of the
 /// aligned routing (see the top of this file); bias: nullptr (none) or [E, N] contiguous in T,
-/// 4-byte aligned (gpt-oss experts). block_m must be a value moe_gemm_block_m returns (16, 64 or 128)
+/// 4-byte aligned (gpt-oss experts). block_m must be a value moe_gemm_block_m returns (16, 64, 128 or 192)
 /// and the one the routing was aligned with; max_blocks = ceil(max_padded / block_m), the size of
 /// expert_ids. K and N multiples of 64; C, A, B 16-byte aligned; lda, ldc multiples of 8.
 /// No host synchronisation, no allocation (CUDA-graph capturable once the configuration has been
@@ -1251,9 +1276,22 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
                                            K, max_blocks, block_m, stream, bias);
       }
       return;
+    case 192:
+      if constexpr (kImpl == MoeGemmImpl::kWgmma) {
+        if (moe_gemm_detail::use_ws()) {
+          moe_grouped_gemm_cfg<c::Ws192, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
+                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
+                                            K, max_blocks, block_m, stream, bias);
+          return;
+        }
+      }
+      moe_grouped_gemm_cfg<c::Mma192, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
+                                         num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N, K,
+                                         max_blocks, block_m, stream, bias);
+      return;
     default:
       moe_gemm_detail::fail("block_m (=" + std::to_string(block_m) +
-                            ") is not supported: use moe_gemm_block_m() (one of 16, 64, 128)");
+                            ") is not supported: use moe_gemm_block_m() (one of 16, 64, 128, 192)");
   }
 }
 
@@ -1284,21 +1322,32 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 }
 
 /// The block_m to align the routing with for `num_tokens` tokens of top_k over num_experts
-/// experts (and to pass to moe_grouped_gemm); one of 16, 64, 128. By the expected rows per expert
-/// R = num_tokens * top_k / num_experts:
-///   R < 24    -> 16  decode: weight-bandwidth bound; little padding, B is read once per live
-///                    16-row block (further blocks of the same expert hit L2, m-block-fastest raster);
-///   R < 256   -> 64  e.g. Qwen3-30B-A3B at 1024 tokens (R = 64): padding to 128 would waste
-///                    about half the rows;
-///   otherwise -> 128 from R = 256 (Qwen3-30B-A3B at 4096 tokens, Mixtral at 1024): the 128 x 256
-///                    warp-specialised tile beats the 64-row one there on H100 despite ~25% padding
-///                    (fk_bench, the shapes this threshold moved from 64 to 128, 1.13-1.24x: Qwen3
-///                    w13 t4096 544 -> 465 us, Mixtral w13 t1024 1110 -> 946, gpt-oss w13 t4096
-///                    1206 -> 995; bench/results/2026-11-23-h100-moe-gemm-ws/README.md, "Second run").
+/// experts (and to pass to moe_grouped_gemm); one of 16, 64, 128, 192. By the expected rows per
+/// expert R = num_tokens * top_k / num_experts:
+///   R < 24        -> 16   decode: weight-bandwidth bound; little padding, B is read once per live
+///                         16-row block (further blocks of the same expert hit L2, m-block-fastest
+///                         raster);
+///   96 <= R < 192 -> 192  an expert's rows in one 192 x 128 tile, so B is read once by
+///                         construction instead of once per 64-row block unless L2 catches it.
+///                         bench/micro/moe_gemm_micro on the H100 at R = 128 it beat both other
+///                         tiles: DeepSeek-V3 T=4096 w13 and w2 1.30-1.48x, gpt-oss-20b T=1024
+///                         1.07-1.15x; at R = 64 (Qwen3-30B-A3B T=1024) and R = 256 (Mixtral
+///                         T=1024, Qwen3 T=4096) it lost, the three n128 warpgroups being the
+///                         weaker tile where B re-reads matter less
+///                         (bench/results/2026-11-23-h100-moe-gemm-ws192/README.md);
+///   R < 256       -> 64   e.g. Qwen3-30B-A3B at 1024 tokens (R = 64): padding to 128 would waste
+///                         about half the rows;
+///   otherwise     -> 128  from R = 256 (Qwen3-30B-A3B at 4096 tokens, Mixtral at 1024): the
+///                         128 x 256 warp-specialised tile beats the 64-row one there on H100
+///                         despite ~25% padding (fk_bench, the shapes this threshold moved from 64
+///                         to 128, 1.13-1.24x: Qwen3 w13 t4096 544 -> 465 us, Mixtral w13 t1024
+///                         1110 -> 946, gpt-oss w13 t4096 1206 -> 995;
+///                         bench/results/2026-11-23-h100-moe-gemm-ws/README.md, "Second run").
 inline int moe_gemm_block_m(int64_t num_tokens, int top_k, int num_experts) {
   const double rows = static_cast<double>(std::max<int64_t>(num_tokens, 0)) * std::max(top_k, 1) /
                       static_cast<double>(std::max(num_experts, 1));
   if (rows < 24.0) return 16;
+  if (rows >= 96.0 && rows < 192.0) return 192;
   if (rows < 256.0) return 64;
   return 128;
 }
