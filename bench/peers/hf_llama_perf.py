@@ -7,7 +7,8 @@ Times a Llama-family model in transformers (bf16, CUDA) with the same weights fk
             eager   = manual loop, DynamicCache.
             compile = StaticCache + torch.compile(step, mode="reduce-overhead", fullgraph=True) on
                       the one-token step (CUDA graphs), prefill run eagerly into the static cache,
-                      warm-up steps before timing (HF's documented recipe).
+                      two warm-up loops over the timed positions before timing (HF's documented
+                      recipe); a recompile inside the timed loops is an error, not a figure.
   prefill : one forward of B x S random tokens (use_cache=False, logits_to_keep=1: last-token
             logits only, as a serving engine computes them); tokens/s = B*S / median time
             (CUDA events, --prefill-iters after warm-up). compile = torch.compile(fullgraph=True,
@@ -47,6 +48,14 @@ EXIT_SETUP = 2
 
 def log(msg):
     print(f"[hf_llama_perf {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def compiled_frames(torch):
+    """Frames dynamo has compiled so far (its "frames"/"ok" counter; 0 where the counter is missing)."""
+    try:
+        return int(torch._dynamo.utils.counters["frames"]["ok"])
+    except Exception:  # noqa: BLE001 - an internal counter; absent in some torch versions
+        return 0
 
 
 class CompileTimeout(Exception):
@@ -232,10 +241,18 @@ class Bench:
         with torch.inference_mode():
             t0 = time.time()
             with time_limit(a.compile_timeout_s):
-                run(a.warmup_steps, False)  # compile + CUDA graph capture
-                run(a.warmup_steps, False)
+                # Compile + CUDA-graph capture over every position the timed loops visit (a model
+                # may specialise on the position: gpt-oss recompiled inside 16-step timed loops
+                # after a 4-step warm-up, bench/results/2026-11-23-h100-moe-gemm-ws192/README.md).
+                run(max(a.warmup_steps, N), False)
+                run(max(a.warmup_steps, N), False)
             compile_s = time.time() - t0
+            frames0 = compiled_frames(torch)
             times = [run(N, True) for _ in range(a.repeats)]
+            recompiled = compiled_frames(torch) - frames0
+        if recompiled > 0:
+            raise RuntimeError(f"torch.compile compiled {recompiled} more frame(s) inside the timed decode loops: "
+                               f"not a steady state (times {[round(t, 1) for t in times]} ms)")
         return times, compile_s
 
     def decode(self, mode, B):
