@@ -819,13 +819,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_gemm_wgmma
 // aligned to 192, and three consumer warpgroups, each m64n128 on its own 64 rows, share every B
 // slice. The padding rows are computed like the others: in that band the kernel is bound by the
 // weight stream, and skipping the wgmmas of an all-padding warpgroup measured the same there
-// (H100, DeepSeek-V3 T=4096, gpt-oss-20b T=1024, within 2%), while the same skip in Ws128 cost
-// 15-25% on most shapes and 1.2-2x at DeepSeek-V3 w13 T=16384 (28.6 ms against 23.1, min 12.1;
-// the branch around the consumer's k-loop alone did it; bench/results/2026-11-23-h100-moe-gemm-
-// ws192/README.md), so neither kernel has it. 512 threads launch with 128
-// registers each; the split is producer 56, consumers 152 (no spills under CUDA 13.0). The
-// alternative, a 2-CTA cluster multicasting B to two 64-row blocks, needs cross-CTA empty barriers
-// and still re-reads B for an expert's third block.
+// (H100, DeepSeek-V3 T=4096, gpt-oss-20b T=1024, within 2%), while the same skip in Ws128 cost up
+// to 23% (Mixtral; 0-7% on DeepSeek-V3, gpt-oss-20b and Qwen3-30B-A3B at 1024-4096 tokens) and
+// more at DeepSeek-V3 w13 T=16384 (28.6 ms median against 23.1, min 12.1). The branch around the
+// consumer's k-loop alone did it (bench/results/2026-11-23-h100-moe-gemm-ws192/README.md), so
+// neither kernel has it. 512 threads launch with 128 registers each; the split is producer 56,
+// consumers 152 (no spills under CUDA 13.0). The alternative, a 2-CTA cluster multicasting B to
+// two 64-row blocks, needs cross-CTA empty barriers and still re-reads B for an expert's third
+// block.
 // ---------------------------------------------------------------------------------------------
 
 #if FK_MOE_GEMM_HAS_WGMMA
