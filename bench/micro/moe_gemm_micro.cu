@@ -161,9 +161,14 @@ template <class T> T* upload(const std::vector<T>& v) {
   if (!v.empty()) CK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
   return p;
 }
+/// Whether environment variable `name` is set to "1".
+bool env_is_1(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "1";
+}
 bf16* rand_bf16(int64_t n, uint64_t seed, float scale) {
   bf16* p = dalloc<bf16>(n);
-  static const bool normal = std::getenv("FK_MICRO_NORMAL") && std::string(std::getenv("FK_MICRO_NORMAL")) == "1";
+  static const bool normal = env_is_1("FK_MICRO_NORMAL");
   if (normal) {
     fill_normal_bf16<<<2048, 256>>>(p, n, seed, scale);
   } else {
@@ -224,7 +229,7 @@ Aligned host_align(const std::vector<int32_t>& ids, int E, int bm, const std::ve
   for (int64_t s = 0; s < numel; ++s) a.sorted[pos[ids[s]]++] = static_cast<int32_t>(s);
   // The order inside a segment is unspecified (vLLM uses atomics): shuffled, or ascending (fk_bench's
   // canonical alignment) with FK_MICRO_SORTED=1.
-  static const bool sorted = std::getenv("FK_MICRO_SORTED") && std::string(std::getenv("FK_MICRO_SORTED")) == "1";
+  static const bool sorted = env_is_1("FK_MICRO_SORTED");
   std::mt19937_64 rng(seed);
   if (!sorted)
     for (int e = 0; e < E; ++e) std::shuffle(a.sorted.begin() + off[e], a.sorted.begin() + off[e] + cnt[e], rng);

@@ -1237,59 +1237,33 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
                       int64_t num_valid, int top_k, bool a_div_topk, bool mul_routed_weight, int N, int K,
                       int64_t max_blocks, int block_m, cudaStream_t stream, const T* bias = nullptr) {
   namespace c = moe_gemm_cfg;
+  const auto run = [&](auto cfg) {
+    moe_grouped_gemm_cfg<decltype(cfg), T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
+                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
+                                           K, max_blocks, block_m, stream, bias);
+  };
+  // if constexpr / else: each instance instantiates only the kernels it can launch (the mma.sync
+  // one none of the sm_90a kernels).
   switch (block_m) {
     case 16:
-      moe_grouped_gemm_cfg<c::Decode16, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                           K, max_blocks, block_m, stream, bias);
-      return;
+      return run(c::Decode16{});
     case 64:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
-        if (moe_gemm_detail::use_ws()) {
-          moe_grouped_gemm_cfg<c::Ws64, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                           K, max_blocks, block_m, stream, bias);
-          return;
-        }
-        moe_grouped_gemm_cfg<c::Wgmma64x256, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                                num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                                N, K, max_blocks, block_m, stream, bias);
+        return moe_gemm_detail::use_ws() ? run(c::Ws64{}) : run(c::Wgmma64x256{});
       } else {
-        moe_grouped_gemm_cfg<c::Mma64, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                          num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                          K, max_blocks, block_m, stream, bias);
+        return run(c::Mma64{});
       }
-      return;
     case 128:
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
-        if (moe_gemm_detail::use_ws()) {
-          moe_grouped_gemm_cfg<c::Ws128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                            K, max_blocks, block_m, stream, bias);
-          return;
-        }
-        moe_grouped_gemm_cfg<c::Wgmma128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                             num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight,
-                                             N, K, max_blocks, block_m, stream, bias);
+        return moe_gemm_detail::use_ws() ? run(c::Ws128{}) : run(c::Wgmma128{});
       } else {
-        moe_grouped_gemm_cfg<c::Mma128, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                           num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                           K, max_blocks, block_m, stream, bias);
+        return run(c::Mma128{});
       }
-      return;
-    case 192:
+    case 192:  // no plain wgmma config: mma.sync when the TMA encoder is unavailable
       if constexpr (kImpl == MoeGemmImpl::kWgmma) {
-        if (moe_gemm_detail::use_ws()) {
-          moe_grouped_gemm_cfg<c::Ws192, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                            num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N,
-                                            K, max_blocks, block_m, stream, bias);
-          return;
-        }
+        if (moe_gemm_detail::use_ws()) return run(c::Ws192{});
       }
-      moe_grouped_gemm_cfg<c::Mma192, T>(C, ldc, A, lda, B, topk_weights, sorted_token_ids, expert_ids,
-                                         num_tokens_post_padded, num_valid, top_k, a_div_topk, mul_routed_weight, N, K,
-                                         max_blocks, block_m, stream, bias);
-      return;
+      return run(c::Mma192{});
     default:
       moe_gemm_detail::fail("block_m (=" + std::to_string(block_m) +
                             ") is not supported: use moe_gemm_block_m() (one of 16, 64, 128, 192)");
