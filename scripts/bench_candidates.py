@@ -72,7 +72,7 @@ def run_checker(checker, cand):
         diags = text.strip().splitlines()[-5:]
     return {"task": cand["task"], "file": cand["file"], "exit": p.returncode,
             "verdict": verdicts.get(p.returncode, "UNCHECKED"),
-            "flags": sorted(set(re.findall(r"\[SUSPECT:([a-z-]+)\]", text))),
+            "flags": sorted(set(re.findall(r"\[SUSPECT:([a-z0-9-]+)\]", text))),
             "diagnostics": "\n".join(diags[:20])}
 
 
@@ -158,6 +158,9 @@ def main():
     ap.add_argument("--static-only", action="store_true", help="run the checker over the sets, write --static-results, stop")
     ap.add_argument("--compare", help="fastkernels binary to run `compare` with at the end")
     ap.add_argument("--bench-arg", action="append", default=[], help="passed to every fk_bench (e.g. --bench-arg=--case=^t1$)")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of every fk_bench run (inputs and off-registry shapes; default: a new one, printed, "
+                         "the same for the baseline and every set)")
     ap.add_argument("--cmake-arg", action="append", default=[], help="passed to the CMake configure")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
@@ -242,7 +245,12 @@ def main():
     with open(build_log, errors="replace") as f:
         build_text = f.read().splitlines()
 
-    # 3. fk_bench: baseline, then every set that built.
+    # 3. fk_bench: baseline, then every set that built; one seed for all of them, so they run the
+    #    same inputs and the same off-registry cases (Note [Off-registry shapes] in runner.cc).
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(6), "little")
+    log(f"seed {seed} (pass --seed {seed} to rerun the same cases)")
+    if not any(x.startswith("--seed") for x in a.bench_arg):
+        a.bench_arg = a.bench_arg + [f"--seed={seed}"]
     base_dir = os.path.join(a.out, "baseline")
     os.makedirs(base_dir, exist_ok=True)
     for stale in [os.path.join(a.out, x["name"]) for x in sets] + [base_dir]:

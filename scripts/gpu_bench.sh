@@ -44,7 +44,7 @@ tail -3 "$OUT/bench.log"
 grep -E "INCORRECT|RUNTIME_ERROR" "$OUT/bench.log" | head -20
 echo "[gpu] bench rc=$rc_bench $(( $(date +%s) - t0 ))s"
 if [ "$skip_peers" = 0 ]; then
-  "$b/fk_bench" "$@" --export-cases "$OUT/cases.json" >/dev/null
+  "$b/fk_bench" "$@" --off-registry 0 --export-cases "$OUT/cases.json" >/dev/null  # peers: registry cases
   python3 bench/peers/torch_peers.py "$OUT/cases.json" --out "$OUT/peers.jsonl" "${peer_flags[@]}" 2>"$OUT/peers.log"
   echo "[gpu] peers rc=$? $(( $(date +%s) - t0 ))s"
   python3 bench/report.py "$OUT/results.jsonl" "$OUT/peers.jsonl" --out "$OUT/report.md"

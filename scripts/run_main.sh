@@ -62,7 +62,7 @@ rc=$?
 set -e
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   log "torch peers (eager, torch.compile, cuBLAS via F.linear, SDPA backends) on the same cases"
-  "$bin/fk_bench" "$@" --export-cases "$out/cases.json" >/dev/null
+  "$bin/fk_bench" "$@" --off-registry 0 --export-cases "$out/cases.json" >/dev/null  # peers: registry cases
   python3 bench/peers/torch_peers.py "$out/cases.json" --out "$out/peers.jsonl" || log "torch peers failed"
   python3 bench/report.py "$out/results.jsonl" "$out/peers.jsonl" --out "$out/report.md" || true
 else

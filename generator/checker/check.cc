@@ -519,6 +519,10 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
       flag(loc, "vendor-library", "calls `" + q + "` (cuBLAS/cuBLASLt/cuDNN); a candidate must implement the operator itself");
     else if (starts_with(q, "cudaStreamCreate"))
       flag(loc, "stream-create", "creates a stream (`" + q + "`); run on fk::current_stream()");
+    else if (q == "cudaDeviceSetLimit" || q == "cudaStreamSetAttribute" || q == "cudaCtxResetPersistingL2Cache" ||
+             q == "cudaGraphKernelNodeSetAttribute" || q == "cudaLaunchKernelEx")
+      flag(loc, "persisting-l2", "`" + q + "`: device limits and stream/launch attributes (persisting-L2 windows among them) "
+                                 "are the runner's to set, not a task's (Note [Persisting L2] in runtime/src/timing.cu)");
     else if (q == "cudaDeviceSynchronize" || q == "cudaStreamSynchronize" || q == "cudaEventSynchronize" ||
              q == "cudaEventRecord" || q == "cudaEventElapsedTime" || q == "cudaStreamWaitEvent")
       flag(loc, "host-sync-timing", "`" + q + "`: host-side synchronisation/timing inside a candidate distorts the measurement");

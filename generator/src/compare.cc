@@ -32,11 +32,14 @@ using nlohmann::json;
 
 namespace {
 
-const std::vector<std::string> kCaseStatuses = {"PASSED", "INCORRECT", "RUNTIME_ERROR", "TIMEOUT", "SUSPECT", "SKIPPED"};
+const std::vector<std::string> kCaseStatuses = {"PASSED", "INCORRECT", "RUNTIME_ERROR", "TIMEOUT", "SUSPECT", "SKIPPED", "INFRA_ERROR"};
 const std::vector<std::string> kVerdicts = {"PASSED", "INTERFACE_MISMATCH", "COMPILE_ERROR", "SUSPECT", "UNCHECKED"};
 /// Final statuses, most severe first (docs/candidates.md).
+// INFRA_ERROR (the runner, a reference or a peer failed: no result) ranks below every finding
+// about the candidate itself and above PASSED: it is never a speedup (Note [Infrastructure
+// failures] in runtime/src/runner.cc).
 const std::vector<std::string> kPrecedence = {"INTERFACE_MISMATCH", "COMPILE_ERROR", "TIMEOUT", "RUNTIME_ERROR",
-                                              "INCORRECT",          "SUSPECT",       "PASSED"};
+                                              "INCORRECT",          "SUSPECT",       "INFRA_ERROR", "PASSED"};
 
 int severity(const std::string& status) {
   return static_cast<int>(std::find(kPrecedence.begin(), kPrecedence.end(), status) - kPrecedence.begin());
@@ -1026,7 +1029,9 @@ class Evaluator {
       } else {
         c.status = k->status, c.reason = k->reason, c.message = k->message;
         c.candidate_us = k->median_us;
-        if (c.baseline_us && c.candidate_us) {
+        // A speedup only where both runs passed every check of the case (a timed but failed or
+        // INFRA_ERROR case is no result).
+        if (c.baseline_us && c.candidate_us && k->status == "PASSED" && b->status == "PASSED") {
           c.speedup = *c.baseline_us / *c.candidate_us;
           ratios.push_back(*c.speedup);
         }
@@ -1035,6 +1040,8 @@ class Evaluator {
                                                    (k->message.empty() ? "" : ": " + k->message)});
         else if (k->status != "PASSED" && k->status != "SKIPPED")
           findings.push_back({k->status, "case " + k->name + ": " + case_outcome(*k)});
+        if (b->status == "INFRA_ERROR" && k->status != "INFRA_ERROR")
+          findings.push_back({"INFRA_ERROR", "case " + b->name + ": the baseline's run of it ended in INFRA_ERROR, so it has no result to compare"});
       }
       r.cases.push_back(c);
     }
@@ -1056,10 +1063,12 @@ class Evaluator {
             not_run.push_back(t + "/" + b->name);
             continue;
           }
-          if (b->median_us && k->median_us) level_ratios.push_back(*b->median_us / *k->median_us);
+          if (b->median_us && k->median_us && b->status == "PASSED" && k->status == "PASSED")
+            level_ratios.push_back(*b->median_us / *k->median_us);
           std::string status;  // what this case says about the candidate
           if ((k->status == "INCORRECT" || k->status == "RUNTIME_ERROR") && b->status == "PASSED") status = "INCORRECT";
           else if ((k->status == "TIMEOUT" || k->status == "SUSPECT") && b->status != k->status) status = k->status;
+          else if ((k->status == "INFRA_ERROR" || b->status == "INFRA_ERROR") && k->status != b->status) status = "INFRA_ERROR";
           if (!status.empty())
             affected.push_back({status, "L" + std::to_string(level) + " task " + t + ", case " + k->name + ": " + case_outcome(*k) +
                                             " (the baseline " + b->status + ")" + shared_note(set, v, t)});

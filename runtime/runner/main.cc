@@ -10,6 +10,7 @@
 // 4 a case ran past --case-timeout; 5 the CUDA context was lost (4 and 5 end the run after
 // writing that case's record: continue with --resume).
 #include <fstream>
+#include <random>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -33,7 +34,13 @@ int main(int argc, char** argv) {
   app.add_option("--regime", opt.regime, "decode or prefill")->check(CLI::IsMember({"decode", "prefill"}));
   app.add_option("--level", opt.level, "task level 1..4 (0 = all)")->check(CLI::Range(0, 4));
   app.add_option("--rounds", opt.rounds, "correctness rounds with fresh inputs")->check(CLI::Range(1, 100));
-  app.add_option("--seed", opt.seed, "base seed for inputs and weights");
+  auto* seed_opt = app.add_option("--seed", opt.seed,
+                                  "base seed for inputs, weights and the off-registry shapes (default: a new one every run, "
+                                  "printed and recorded; give it to reproduce a run)");
+  app.add_option("--off-registry", opt.off_registry,
+                 "off-registry cases added per task and regime (odd/prime token counts, ragged batches, off-grid "
+                 "lengths; Note [Off-registry shapes]); 0 = registry shapes only")
+      ->check(CLI::Range(0, 16));
   app.add_option("--jsonl", opt.jsonl_path, "write results as JSON lines here");
   app.add_option("--markdown", opt.markdown_path, "write a markdown table here");
   app.add_option("--max-iters", opt.timing.max_iters, "timed calls per case at most")->check(CLI::Range(1, 100000));
@@ -57,6 +64,25 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : fk::kExitUsage;
   }
   opt.time = !no_time;
+  if (seed_opt->count() == 0) {
+    // --resume continues the recorded run: same seed, so the same off-registry cases.
+    bool from_file = false;
+    if (opt.resume && !opt.jsonl_path.empty()) {
+      std::ifstream in(opt.jsonl_path);
+      std::string line;
+      while (!from_file && std::getline(in, line)) {
+        try {
+          const nlohmann::json r = nlohmann::json::parse(line);
+          if (r.value("type", "") == "env" && r.contains("method") && r["method"].contains("seed")) {
+            opt.seed = r["method"]["seed"].get<uint64_t>();
+            from_file = true;
+          }
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    if (!from_file) opt.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
   opt.stream_check = !no_stream_check;
   if (opt.resume && opt.jsonl_path.empty()) {
     std::cerr << "fk_bench: --resume needs --jsonl (the file to continue)\n";
@@ -115,7 +141,10 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : s.shape->dims) std::cout << " " << k << "=" << v;
       std::cout << ")\n";
     }
-    std::cout << sel.size() << " cases selected (dry run: nothing executed)\n";
+    int off = 0;
+    for (const auto& x : sel) off += x.off_registry;
+    std::cout << sel.size() << " cases selected, " << off << " of them off-registry (seed " << opt.seed
+              << "; dry run: nothing executed)\n";
     return fk::kExitOk;
   }
   try {

@@ -75,7 +75,38 @@ __global__ void compare_int_kernel(const I* a, const I* e, int64_t n, Stats* st)
   atomicMin(&st->first_bad, first);
 }
 
+template <class W> __global__ void unlike_first_kernel(const W* p, int64_t n, unsigned long long* out) {
+  unsigned long long c = 0;
+  const W first = p[0];
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    c += p[i] != first;
+  if (c) atomicAdd(out, c);
+}
+
 }  // namespace
+
+int64_t count_unlike_first(const Tensor& t) {
+  FK_CHECK(t.is_contiguous(), "count_unlike_first needs a contiguous tensor, got " + t.str());
+  const int64_t n = t.numel();
+  if (n <= 1) return 0;
+  cudaStream_t s = current_stream();
+  unsigned long long* d = nullptr;
+  FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(*d), s));
+  FK_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 2048));
+  switch (dtype_size(t.dtype())) {
+    case 1: unlike_first_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(t.data_ptr()), n, d); break;
+    case 2: unlike_first_kernel<<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(t.data_ptr()), n, d); break;
+    case 4: unlike_first_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(t.data_ptr()), n, d); break;
+    default: unlike_first_kernel<<<grid, 256, 0, s>>>(static_cast<const unsigned long long*>(t.data_ptr()), n, d); break;
+  }
+  FK_CHECK_LAUNCH();
+  unsigned long long h = 0;
+  FK_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s));
+  FK_CUDA_CHECK(cudaFreeAsync(d, s));
+  FK_CUDA_CHECK(cudaStreamSynchronize(s));
+  return static_cast<int64_t>(h);
+}
 
 std::string CompareResult::summary() const {
   std::ostringstream os;

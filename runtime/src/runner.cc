@@ -1,12 +1,17 @@
 // The benchmark runner (see runner.h and Note [Task protocol] in task.h).
 #include "fk/runtime/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
+#include <exception>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <thread>
 #include <fstream>
 #include <iomanip>
@@ -16,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checking_modes.h"
 #include "fk/runtime/check.h"
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/env.h"
@@ -26,6 +32,7 @@ namespace fk {
 namespace {
 
 using json = nlohmann::json;
+using namespace fk::detail;
 
 bool matches(const std::string& re, const std::string& s) {
   return re.empty() || std::regex_search(s, std::regex(re));
@@ -57,6 +64,34 @@ struct Failure {
   bool failed() const { return !status.empty(); }
 };
 
+// Note [Infrastructure failures]
+// An exception or CUDA error is the task's (RUNTIME_ERROR) only when it comes out of task code:
+// the module's constructor (TaskInfo::make) or a call (TaskInstance::run). One raised by the
+// runner, by a harness's fills or reference, or by a peer is INFRA_ERROR: the case has no result,
+// and nothing counts it as a speedup (fastkernels compare never does). A lost context is
+// RUNTIME_ERROR context-lost whoever noticed it: a sticky error comes from a kernel that faulted.
+thread_local bool g_task_threw = false;
+
+/// Marks task code: an exception leaving this scope is the task's (Note [Infrastructure failures]).
+class TaskCode {
+ public:
+  TaskCode() : depth_(std::uncaught_exceptions()) {}
+  ~TaskCode() {
+    if (std::uncaught_exceptions() > depth_) g_task_threw = true;
+  }
+  TaskCode(const TaskCode&) = delete;
+  TaskCode& operator=(const TaskCode&) = delete;
+
+ private:
+  int depth_;
+};
+
+/// One call of task code.
+void task_run(TaskInstance& inst, int set) {
+  TaskCode tc;
+  inst.run(set);
+}
+
 // Note [Stream gate]
 // A task must do all its GPU work on fk::current_stream(). To check that, one checked call runs
 // with the stream held back: a gate kernel is put on the stream first, so nothing the call
@@ -81,6 +116,15 @@ constexpr auto kGateSettle = std::chrono::milliseconds(20);
 
 Failure gated_run(TaskInstance& inst, int set, json& info) {
   cudaStream_t s = current_stream();
+  if (under_compute_sanitizer()) {
+    // The sanitizer serialises kernels, so work on the task's stream would wait behind the gate
+    // no matter which stream it was enqueued on, and the baseline itself would look foreign.
+    info = {{"result", "inconclusive"},
+            {"detail", "running under compute-sanitizer, which serialises kernels: the stream gate cannot tell streams apart"}};
+    inst.prepare(set);
+    task_run(inst, set);
+    return {};
+  }
   cudaStream_t side;
   FK_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   struct SideGuard {
@@ -116,7 +160,7 @@ Failure gated_run(TaskInstance& inst, int set, json& info) {
   set_allocator_side_fills(true);
   take_deferred_oom();
   try {
-    inst.run(set);
+    task_run(inst, set);
   } catch (const std::exception& e) {
     finish();
     gate.open();
@@ -129,7 +173,7 @@ Failure gated_run(TaskInstance& inst, int set, json& info) {
             {"detail", std::string("out of memory with freed blocks held back during the gated call (") + e.what() +
                            "); the call was repeated without the gate"}};
     inst.prepare(set);
-    inst.run(set);
+    task_run(inst, set);
     return {};
   } catch (...) {
     finish();
@@ -165,9 +209,80 @@ Failure gated_run(TaskInstance& inst, int set, json& info) {
               what + ")"};
 }
 
+// Note [Degenerate outputs]
+// A tolerance with an absolute part lets through outputs that carry no information where the
+// reference is small or nearly constant (an output of ~1 +- 0.01 is matched by its mean within a
+// 2% tolerance). So every output is also probed, before the tolerance: it is INCORRECT
+// (degenerate-output) when every element is the same (all zeros, one constant) while the
+// reference's elements are not, or when its bytes are exactly those of an input (an echo or an
+// identity) while the reference differs from that input; inside or outside the tolerance, the
+// reason says what the output is. Outputs of one element are not probed.
+Failure probe_degenerate(TaskInstance& inst, int set, const CheckedOutput& o, json& rec) {
+  if (o.actual.numel() < 2) return {};
+  if (count_unlike_first(o.actual) == 0 && count_unlike_first(o.expected) != 0) {
+    rec["degenerate"] = "constant";
+    return {"INCORRECT", "degenerate-output",
+            "output '" + o.name + "' is one value repeated (" + o.actual.str() + ") where the reference varies"};
+  }
+  ByteProbe probe;
+  cudaStream_t s = current_stream();
+  uint64_t out_hash = 0;
+  bool hashed = false;
+  const std::vector<Tensor> ins = inst.inputs(set);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const Tensor& in = ins[i];
+    if (in.nbytes() != o.actual.nbytes() || in.dtype() != o.actual.dtype() || !in.is_contiguous()) continue;
+    if (!hashed) {
+      out_hash = probe.hash(o.actual.data_ptr(), o.actual.nbytes(), s);
+      hashed = true;
+    }
+    if (probe.hash(in.data_ptr(), in.nbytes(), s) != out_hash) continue;
+    // Byte for byte an input: degenerate unless the reference is that input too.
+    const bool is_int = in.dtype() == DType::kI32 || in.dtype() == DType::kI64;
+    if (is_int ? in.dtype() != o.expected.dtype() : o.expected.dtype() != DType::kF32) continue;
+    const CompareResult same = compare(in.view(o.expected.sizes()), o.expected, Tolerance{});
+    if (same.mismatches == 0) continue;
+    rec["degenerate"] = "echo of input " + std::to_string(i);
+    return {"INCORRECT", "degenerate-output",
+            "output '" + o.name + "' is byte for byte input " + std::to_string(i) + " (" + in.str() +
+                ") where the reference differs from it in " + std::to_string(same.mismatches) + " elements"};
+  }
+  return {};
+}
+
+/// Compares the outputs of the last run(set) with the reference (and probes them, Note
+/// [Degenerate outputs]); `fresh_after_pass`: an earlier check of this instance passed, so a
+/// mismatch now means stale outputs. Records go to `outputs` (every output of the first check,
+/// then only failures).
+Failure compare_outputs(TaskInstance& inst, int set, int round, bool fresh_after_pass, json& outputs) {
+  cudaStream_t s = current_stream();
+  std::vector<CheckedOutput> outs = inst.reference(set);
+  FK_CUDA_CHECK(cudaStreamSynchronize(s));
+  Failure f;
+  for (const CheckedOutput& o : outs) {
+    const CompareResult r = compare(o.actual, o.expected, o.tol);
+    json rec = {{"name", o.name}, {"round", round}, {"set", set}, {"passed", r.passed},
+                {"max_abs_err", r.max_abs_err}, {"rel_l2", r.rel_l2}, {"mismatches", r.mismatches},
+                {"nonfinite", r.nonfinite}, {"numel", r.numel}};
+    // Degenerate first: the reason names what the output is, whether or not the tolerance caught it.
+    Failure g = probe_degenerate(inst, set, o, rec);
+    if (g.failed()) {
+      rec["passed"] = false;
+    } else if (!r.passed) {
+      std::string reason = r.nonfinite ? "nonfinite" : (fresh_after_pass ? "stale-output" : "mismatch");
+      std::string msg = "output '" + o.name + "' round " + std::to_string(round) + " set " + std::to_string(set) + ": " +
+                        r.summary();
+      if (reason == "stale-output") msg += " (it passed before; on fresh inputs in the same buffers it does not: outputs cached across calls?)";
+      g = {"INCORRECT", reason, msg};
+    }
+    if (outputs.empty() || g.failed()) outputs.push_back(rec);
+    if (g.failed() && !f.failed()) f = g;
+  }
+  return f;
+}
+
 /// Checks set `set` after inst.run(set) (or a gated run): inputs unmutated (fingerprints
-/// `before`), outputs against the reference, then the guards. `fresh_after_pass`: an earlier
-/// check of this instance passed, so a mismatch now means stale outputs.
+/// `before`), outputs against the reference, then the guards.
 Failure check_outputs(TaskInstance& inst, int set, int round, const std::vector<uint64_t>& before, bool fresh_after_pass,
                       json& outputs) {
   cudaStream_t s = current_stream();
@@ -178,24 +293,7 @@ Failure check_outputs(TaskInstance& inst, int set, int round, const std::vector<
     if (fingerprint(ins[i]) != before[i])
       return {"INCORRECT", "input-mutated", "input " + std::to_string(i) + " (" + ins[i].str() + ") was modified by forward"};
   }
-  std::vector<CheckedOutput> outs = inst.reference(set);
-  FK_CUDA_CHECK(cudaStreamSynchronize(s));
-  Failure f;
-  for (const CheckedOutput& o : outs) {
-    const CompareResult r = compare(o.actual, o.expected, o.tol);
-    if (outputs.empty() || !r.passed) {
-      outputs.push_back({{"name", o.name}, {"round", round}, {"set", set}, {"passed", r.passed},
-                         {"max_abs_err", r.max_abs_err}, {"rel_l2", r.rel_l2}, {"mismatches", r.mismatches},
-                         {"nonfinite", r.nonfinite}, {"numel", r.numel}});
-    }
-    if (!r.passed && !f.failed()) {
-      std::string reason = r.nonfinite ? "nonfinite" : (fresh_after_pass ? "stale-output" : "mismatch");
-      std::string msg = "output '" + o.name + "' round " + std::to_string(round) + " set " + std::to_string(set) + ": " +
-                        r.summary();
-      if (reason == "stale-output") msg += " (it passed before; on fresh inputs in the same buffers it does not: outputs cached across calls?)";
-      f = {"INCORRECT", reason, msg};
-    }
-  }
+  const Failure f = compare_outputs(inst, set, round, fresh_after_pass, outputs);
   if (f.failed()) return f;
   const std::string oob = check_guards();
   if (!oob.empty()) return {"INCORRECT", "oob-write", oob};
@@ -234,7 +332,7 @@ Failure check_case(TaskInstance& inst, int rounds, uint64_t case_seed, bool stre
     for (int set = first; set < last && !f.failed(); ++set) {
       inst.prepare(set);
       const std::vector<uint64_t> before = snapshot(set);
-      inst.run(set);
+      task_run(inst, set);
       f = check_outputs(inst, set, round, before, round > 0, outputs);
     }
     if (round == 0 && stream_check && !f.failed()) {
@@ -248,6 +346,148 @@ Failure check_case(TaskInstance& inst, int rounds, uint64_t case_seed, bool stre
   if (!gate_info.is_null()) check_json["stream_check"] = gate_info;
   return f;
 }
+
+// Note [Timed calls are checked]
+// Checked calls and timed calls must be indistinguishable to the task, and what is timed must be
+// what is checked; otherwise a kernel can compute honestly while watched and skip the work while
+// timed (remembering earlier results in device memory, keyed by input content), or wait out the
+// roofline check. So around the timed calls (all outside the timed events, none of it visible to
+// the task: no poison, no guards, the same allocator, the same stream):
+// - before every call (warm-ups included) refresh(set, a fresh seed) gives the set new random
+//   activations, so nothing computed by an earlier call is valid for this one;
+// - the inputs of every timed call are fingerprinted just before and just after it (a
+//   memory-bound device hash, no synchronisation): a timed call that changes an input is
+//   INCORRECT (timed-output);
+// - the calls run in batches of random length (4..12), and after a batch, with probability 1/2
+//   until it has happened once, the latest output of one set called in that batch (chosen at
+//   random) is compared with the reference (no re-poisoning); the call it checks cannot know
+//   beforehand that it will be checked;
+// - after the last batch, the last output of every set (of the last call only, where the sets
+//   share written state: sets_independent() false) is compared with the reference.
+// A failure of any of these is INCORRECT with reason timed-output, naming the call. The peer is
+// timed with the same refreshes (so both see fresh inputs), unchecked. CUDA-graph replay times
+// (--graph) replay captured calls on unchanged inputs: they are reported beside the median and
+// never used as the case's time.
+class TimedCalls {
+ public:
+  TimedCalls(TaskInstance& inst, uint64_t seed) : inst_(inst), nsets_(inst.num_sets()), seed_(seed), rng_(seed) {
+    FK_CUDA_CHECK(cudaMalloc(&acc_, kSlots * sizeof(unsigned long long)));
+    last_of_set_.assign(nsets_, -1);
+  }
+  ~TimedCalls() { cudaFree(acc_); }
+  TimedCalls(const TimedCalls&) = delete;
+  TimedCalls& operator=(const TimedCalls&) = delete;
+
+  /// Hooks for the task's timed calls (checked), or for the peer's (refresh only).
+  CallHooks hooks(bool check) {
+    CallHooks h;
+    h.before = [this, check](int i, int slot) { before(i, slot, check); };
+    h.batch_size = [this](int) { return std::uniform_int_distribution<int>(4, 12)(rng_); };
+    if (check) {
+      h.after = [this](int i, int slot) { after(i, slot); };
+      h.after_batch = [this](int first, int n) { return after_batch(first, n); };
+    }
+    return h;
+  }
+  /// The checks after the last batch; then the record of what was checked.
+  Failure finish() {
+    if (failure_.failed() || last_call_ < 0) return failure_;
+    std::vector<int> sets;
+    if (inst_.sets_independent()) {
+      for (int st = 0; st < nsets_; ++st)
+        if (last_of_set_[st] >= 0) sets.push_back(st);
+    } else {
+      sets.push_back(last_call_ % nsets_);
+    }
+    for (int st : sets) {
+      failure_ = check_set(st, last_of_set_[st], "last call of its set");
+      if (failure_.failed()) break;
+    }
+    return failure_;
+  }
+  json record() const {
+    return {{"timed_calls", last_call_ + 1}, {"checked_calls", checked_}, {"outputs", outputs_},
+            {"inputs_fingerprinted_calls", fingerprinted_}, {"hook_ms", hook_ms_}};
+  }
+  double hook_ms() const { return hook_ms_; }
+
+ private:
+  static constexpr int kSlots = 2 * CallHooks::kMaxBatch;
+  struct Clock {
+    double& total;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Clock() { total += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); }
+  };
+  void fingerprint_inputs(int set, unsigned long long* acc) {
+    for (const Tensor& t : inst_.inputs(set))
+      fingerprint_bytes_async(t.data_ptr(), static_cast<int64_t>(t.nbytes()), acc, current_stream());
+  }
+  void before(int i, int slot, bool check) {
+    Clock c{hook_ms_};
+    const int set = i % nsets_;
+    inst_.refresh(set, mix_seed(seed_, slot < 0 ? (uint64_t(1) << 40) + i : uint64_t(i)));
+    if (!check || slot < 0) return;
+    if (slot == 0) FK_CUDA_CHECK(cudaMemsetAsync(acc_, 0, kSlots * sizeof(unsigned long long), current_stream()));
+    fingerprint_inputs(set, acc_ + 2 * slot);
+  }
+  void after(int i, int slot) {
+    Clock c{hook_ms_};
+    fingerprint_inputs(i % nsets_, acc_ + 2 * slot + 1);
+  }
+  bool after_batch(int first, int n) {
+    Clock c{hook_ms_};
+    unsigned long long h[kSlots];
+    FK_CUDA_CHECK(cudaMemcpy(h, acc_, sizeof(h), cudaMemcpyDeviceToHost));
+    for (int b = 0; b < n; ++b) {
+      ++fingerprinted_;
+      if (h[2 * b] != h[2 * b + 1]) {
+        failure_ = {"INCORRECT", "timed-output",
+                    "timed call " + std::to_string(first + b) + " (set " + std::to_string((first + b) % nsets_) +
+                        ") modified an input: the fingerprints of its inputs before and after the call differ"};
+        return true;
+      }
+    }
+    std::vector<int> called;  // sets whose latest call is in this batch
+    for (int j = first; j < first + n; ++j) last_of_set_[j % nsets_] = j;
+    last_call_ = first + n - 1;
+    if (inst_.sets_independent()) {
+      for (int st = 0; st < nsets_; ++st)
+        if (last_of_set_[st] >= first) called.push_back(st);
+    } else {
+      called.push_back(last_call_ % nsets_);
+    }
+    if (spot_done_ || std::uniform_int_distribution<int>(0, 1)(rng_) == 0) return false;
+    spot_done_ = true;
+    const int st = called[std::uniform_int_distribution<size_t>(0, called.size() - 1)(rng_)];
+    failure_ = check_set(st, last_of_set_[st], "chosen at random after its batch");
+    return failure_.failed();
+  }
+  Failure check_set(int set, int call, const std::string& why) {
+    ++checked_;
+    json outs = json::array();
+    Failure f = compare_outputs(inst_, set, -1, false, outs);
+    for (json& o : outs) {
+      o["timed_call"] = call;
+      outputs_.push_back(o);
+    }
+    if (!f.failed()) return f;
+    return {"INCORRECT", "timed-output",
+            "timed call " + std::to_string(call) + " (set " + std::to_string(set) + ", " + why + ") failed the check made after it: [" +
+                f.reason + "] " + f.message};
+  }
+
+  TaskInstance& inst_;
+  int nsets_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  unsigned long long* acc_ = nullptr;
+  std::vector<int> last_of_set_;
+  int last_call_ = -1, checked_ = 0, fingerprinted_ = 0;
+  bool spot_done_ = false;
+  double hook_ms_ = 0;
+  Failure failure_;
+  json outputs_ = json::array();
+};
 
 /// Hardware limits for the SUSPECT check: DRAM bandwidth from the memory clock and bus width
 /// (H100 SXM: 2619 MHz x 5120 bit x 2 = 3.35 TB/s) and the dense bf16 tensor peak.
@@ -350,6 +590,8 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
   rec = case_header(task, shape);
   TaskScope scope(task.name + "/" + shape.name);
   cudaStream_t s = current_stream();
+  const auto wall0 = std::chrono::steady_clock::now();
+  g_task_threw = false;
   auto fail = [&](const Failure& f) {
     out.status = f.status;
     out.reason = f.reason;
@@ -359,6 +601,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
     std::unique_ptr<TaskInstance> inst;
     try {
       set_guard_allocations(true);  // the instance's own tensors are guarded too
+      TaskCode tc;                  // the module's constructor is task code
       inst = task.make(shape);
       set_guard_allocations(false);
     } catch (const SkipCase& e) {
@@ -380,7 +623,25 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
     rec["bytes"] = cost.bytes;
     if (opt.time && out.status == "PASSED") {
       const int nsets = inst->num_sets();
-      const TimingResult t = time_calls([&](int i) { inst->run(i % nsets); }, s, flusher, opt.timing);
+      // Timed calls on fresh inputs, checked (Note [Timed calls are checked]).
+      TimedCalls timed(*inst, mix_seed(case_seed, 0x71D3));
+      const TimingResult t =
+          time_calls([&](int i) { task_run(*inst, i % nsets); }, s, flusher, opt.timing, timed.hooks(true));
+      const Failure timed_failure = timed.finish();
+      rec["timed_check"] = timed.record();
+      if (timed_failure.failed()) fail(timed_failure);
+      auto fail_if_passed = [&](const Failure& f) {
+        if (out.status == "PASSED") fail(f);
+      };
+      size_t persisting = 0;
+      cudaDeviceGetLimit(&persisting, cudaLimitPersistingL2CacheSize);
+      if (persisting > 0) {
+        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+        fail_if_passed({"SUSPECT", "persisting-l2",
+                        "the task set aside " + std::to_string(persisting) +
+                            " bytes of L2 for persisting lines (cudaLimitPersistingL2CacheSize), which would survive the "
+                            "flush before timed calls (Note [Persisting L2]); reset to 0"});
+      }
       rec["time_us"] = {{"median", t.median_us}, {"min", t.min_us}, {"max", t.max_us}, {"iters", t.iters}};
       const double sec = t.median_us * 1e-6;
       const double tbps = cost.bytes / sec / 1e12, tflops = cost.flops / sec / 1e12;
@@ -392,15 +653,17 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
         rec["pct_matrix_peak"] = 100.0 * tflops / peak_tflops;
       }
       if (!inst->peer_name().empty()) {
-        const TimingResult p = time_calls([&](int i) { inst->run_peer(i % nsets); }, s, flusher, opt.timing);
+        const TimingResult p = time_calls([&](int i) { inst->run_peer(i % nsets); }, s, flusher, opt.timing, timed.hooks(false));
         rec["peer"] = {{"name", inst->peer_name()}, {"median_us", p.median_us}, {"min_us", p.min_us},
                        {"speedup", p.median_us / t.median_us}};
       }
       if (opt.graph && t.median_us < opt.graph_below_us) {
         try {
-          const TimingResult g = time_graph([&](int i) { inst->run(i % nsets); }, s, 20, 10);
+          const TimingResult g = time_graph([&](int i) { task_run(*inst, i % nsets); }, s, 20, 10);
           rec["graph_us"] = {{"median", g.median_us}, {"min", g.min_us}, {"max", g.max_us}};
         } catch (const std::exception& e) {
+          cudaGetLastError();
+          g_task_threw = false;
           rec["graph_us"] = {{"error", e.what()}};
         }
       }
@@ -408,7 +671,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       // DRAM bandwidth and tensor peak; L2 is flushed before every timed call) was not computed
       // by the timed work on this stream.
       if (tbps > limits.tbps || tflops > limits.tflops) {
-        fail({"SUSPECT", "beyond-hardware-limit",
+        fail_if_passed({"SUSPECT", "beyond-hardware-limit",
               "median " + fmt(t.median_us, 2) + " us means " + fmt(tbps, 2) + " TB/s and " + fmt(tflops, 1) +
                   " TFLOP/s from the task's minimum bytes/FLOPs, beyond this GPU's " + fmt(limits.tbps, 2) + " TB/s DRAM / " +
                   fmt(limits.tflops, 0) + " TFLOP/s peak"});
@@ -431,10 +694,13 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
     release_cached_memory();
   } catch (const std::exception& e) {
     set_guard_allocations(false);
-    out.status = "RUNTIME_ERROR";
-    out.reason = "error";
+    // Note [Infrastructure failures]
+    out.status = g_task_threw ? "RUNTIME_ERROR" : "INFRA_ERROR";
+    out.reason = g_task_threw ? "error" : "infra";
     out.message = e.what();
+    if (!g_task_threw) out.message += " (raised outside task code: the runner, a reference or a peer; the case has no result)";
     if (context_lost()) {
+      out.status = "RUNTIME_ERROR";
       out.reason = "context-lost";
       out.message += " (the CUDA context is unusable; the process ends after this case)";
     } else {
@@ -446,6 +712,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
   rec["status"] = out.status;
   if (!out.reason.empty()) rec["reason"] = out.reason;
   if (!out.message.empty()) rec["message"] = out.message;
+  rec["wall_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return out;
 }
 
@@ -458,6 +725,7 @@ std::string perf_cell(const json& r) {
 }  // namespace
 
 CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed) {
+  g_task_threw = false;
   try {
     json check;
     const Failure failure = check_case(inst, rounds, seed, /*stream_check=*/true, 0, check);
@@ -466,7 +734,27 @@ CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed) {
     return {"PASSED", "", ""};
   } catch (const std::exception& e) {
     cudaGetLastError();
-    return {"RUNTIME_ERROR", e.what(), "error"};
+    if (g_task_threw) return {"RUNTIME_ERROR", e.what(), "error"};
+    return {"INFRA_ERROR", e.what(), "infra"};
+  }
+}
+
+CheckOutcome check_and_time_instance(TaskInstance& inst, int rounds, uint64_t seed, const TimingOptions& timing) {
+  CheckOutcome out = check_instance(inst, rounds, seed);
+  if (out.status != "PASSED") return out;
+  g_task_threw = false;
+  try {
+    L2Flusher flusher;
+    TimedCalls timed(inst, mix_seed(seed, 0x71D3));
+    const int nsets = inst.num_sets();
+    time_calls([&](int i) { task_run(inst, i % nsets); }, current_stream(), flusher, timing, timed.hooks(true));
+    const Failure f = timed.finish();
+    if (f.failed()) return {f.status, f.message, f.reason};
+    return {"PASSED", "", ""};
+  } catch (const std::exception& e) {
+    cudaGetLastError();
+    if (g_task_threw) return {"RUNTIME_ERROR", e.what(), "error"};
+    return {"INFRA_ERROR", e.what(), "infra"};
   }
 }
 
@@ -492,6 +780,129 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
   return out;
 }
 
+// Note [Off-registry shapes]
+// A kernel exact only at the token counts of the shape registries would pass every check if only
+// registry shapes ran (every level draws its counts from the same few values). So every run adds,
+// for every selected task and each regime of its selected cases, `off_registry` cases that no
+// registry lists, drawn from the run's seed: token counts are primes, batch sizes and sequence /
+// KV lengths odd and off the power-of-two grid, and a batch of several sequences is ragged (each
+// length drawn from [1, max], dim `ragged` holding the draw's seed: case_seq_lens in
+// fk/tasks/attention.h). Each dimension is drawn between the smallest and largest value of the
+// task's selected cases of that regime, so what fits in memory there fits here, widened where that
+// range holds no value off the registry. The seed is printed and recorded (env.method.seed); by
+// default it is new every run, and --seed reproduces a run. Off-registry case names start with x
+// (xt37, xb3_kv1021r); cases with dims other than num_tokens, batch, seq_len and kv_len get none,
+// and the run says so.
+namespace {
+
+bool is_prime(int64_t n) {
+  if (n < 2) return false;
+  for (int64_t d = 2; d * d <= n; ++d)
+    if (n % d == 0) return false;
+  return true;
+}
+
+bool power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+/// A value in [lo, hi] that `ok` accepts and the registry (`avoid`) does not hold: the first such
+/// value at or above a uniformly drawn start (else below it). Where [lo, hi] holds none, the range
+/// is widened, downwards first (lo / 2: smaller cases fit wherever the registry's do), then up.
+template <class Ok> int64_t draw_value(std::mt19937_64& rng, int64_t lo, int64_t hi, const std::set<int64_t>& avoid, Ok ok) {
+  lo = std::max<int64_t>(lo, 1);
+  hi = std::max(hi, lo);
+  for (int widen = 0; widen < 12; ++widen) {
+    if (widen > 0) {
+      if (lo > 1) lo = std::max<int64_t>(1, lo / 2);
+      else hi = 2 * hi + 5;
+    }
+    std::vector<int64_t> found;
+    const int64_t start = std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    for (int64_t v = start; v <= hi && found.size() < 1; ++v)
+      if (ok(v) && !avoid.count(v)) found.push_back(v);
+    for (int64_t v = start - 1; v >= lo && found.size() < 1; --v)
+      if (ok(v) && !avoid.count(v)) found.push_back(v);
+    if (!found.empty()) return found.front();
+  }
+  return -1;
+}
+
+const std::set<std::string> kOffRegistryDims = {"num_tokens", "batch", "seq_len", "kv_len"};
+
+}  // namespace
+
+std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vector<const ShapeCase*>& selected, uint64_t seed,
+                                          int per_regime, std::string* note) {
+  std::vector<ShapeCase> out;
+  if (per_regime <= 0) return out;
+  std::mt19937_64 rng(mix_seed(seed, std::hash<std::string>{}(task.name)));
+  for (const std::string regime : {"decode", "prefill"}) {
+    std::map<std::string, std::pair<int64_t, int64_t>> range;  // dim -> [min, max] over the selected cases
+    std::map<std::string, std::set<int64_t>> seen;             // dim -> every registry value
+    bool any = false;
+    for (const ShapeCase* c : selected) {
+      if (c->regime != regime) continue;
+      for (const auto& [k, v] : c->dims) {
+        if (!kOffRegistryDims.count(k)) {
+          if (note) *note = "case " + c->name + " has dim '" + k + "', which the off-registry rule does not know";
+          return {};
+        }
+        auto it = range.find(k);
+        if (it == range.end()) range[k] = {v, v};
+        else it->second = {std::min(it->second.first, v), std::max(it->second.second, v)};
+      }
+      any = true;
+    }
+    if (!any) continue;
+    for (const ShapeCase& c : task.cases)
+      for (const auto& [k, v] : c.dims) seen[k].insert(v);
+    for (int n = 0; n < per_regime; ++n) {
+      ShapeCase x;
+      x.regime = regime;
+      std::string name = "x";
+      if (range.count("num_tokens")) {
+        const auto [lo, hi] = range["num_tokens"];
+        const int64_t t = draw_value(rng, lo, hi, seen["num_tokens"], is_prime);
+        if (t < 0) continue;
+        x.dims.push_back({"num_tokens", t});
+        name += "t" + std::to_string(t);
+      }
+      if (range.count("batch")) {
+        const std::string len_key = range.count("seq_len") ? "seq_len" : "kv_len";
+        if (!range.count(len_key)) continue;
+        const auto [blo, bhi] = range["batch"];
+        // An odd batch where the range has one (b1 only: batch 1, with an off-grid length).
+        int64_t b = draw_value(rng, blo, bhi, {}, [](int64_t v) { return v % 2 == 1; });
+        if (b < 0 || b > std::max<int64_t>(bhi, 1)) b = blo;
+        const auto [llo, lhi] = range[len_key];
+        const int64_t l = draw_value(rng, llo, lhi, seen[len_key], [](int64_t v) { return v % 2 == 1 && !power_of_two(v); });
+        if (l < 0) continue;
+        x.dims.push_back({"batch", b});
+        x.dims.push_back({len_key, l});
+        name += "b" + std::to_string(b) + (len_key == "seq_len" ? "_s" : "_kv") + std::to_string(l);
+        if (b > 1) {
+          x.dims.push_back({"ragged", static_cast<int64_t>(rng() >> 33) | 1});
+          name += "r";
+        }
+      }
+      if (x.dims.empty()) continue;
+      x.name = name;
+      bool dup = false;
+      for (const ShapeCase& c : task.cases) dup = dup || c.name == x.name;
+      for (const ShapeCase& c : out) dup = dup || c.name == x.name;
+      if (!dup) out.push_back(std::move(x));
+    }
+  }
+  return out;
+}
+
+bool under_compute_sanitizer() {
+  for (const char* var : {"CUDA_INJECTION64_PATH", "LD_PRELOAD"}) {
+    const char* v = std::getenv(var);
+    if (v && std::strstr(v, "sanitizer")) return true;
+  }
+  return false;
+}
+
 std::vector<Selection> select_cases(const RunnerOptions& opt) {
   std::vector<Selection> out;
   for (const TaskInfo* t : all_tasks()) {
@@ -502,10 +913,16 @@ std::vector<Selection> select_cases(const RunnerOptions& opt) {
       for (const auto& a : t->archs) any = any || matches(opt.arch_regex, a);
       if (!any) continue;
     }
+    std::vector<const ShapeCase*> picked;
     for (const ShapeCase& c : t->cases) {
       if (!opt.regime.empty() && c.regime != opt.regime) continue;
       if (!matches(opt.case_regex, c.name)) continue;
       out.push_back({t, &c});
+      picked.push_back(&c);
+    }
+    for (ShapeCase& x : off_registry_cases(*t, picked, opt.seed, opt.off_registry)) {
+      auto owned = std::make_shared<const ShapeCase>(std::move(x));
+      out.push_back({t, owned.get(), owned, true});
     }
   }
   return out;
@@ -591,6 +1008,9 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
   env["candidate_tasks"] = cands;
   env["method"] = {{"rounds", opt.rounds},
                    {"seed", opt.seed},
+                   {"off_registry_per_regime", opt.off_registry},
+                   {"timed_calls_checked", "every set's last timed output, one random timed call, inputs refreshed and fingerprinted around every timed call"},
+                   {"under_compute_sanitizer", under_compute_sanitizer()},
                    {"l2_flush_bytes", flusher.bytes()},
                    {"warmup", opt.timing.warmup},
                    {"min_iters", opt.timing.min_iters},
@@ -601,8 +1021,10 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
                    {"statistic", "median of CUDA-event times, cold L2, rotating input sets"}};
   env["clocks_before"] = {{"sm_mhz", clk0.sm_mhz}, {"mem_mhz", clk0.mem_mhz}};
   if (jsonl && !have_env) jsonl << env.dump() << "\n" << std::flush;
+  int n_off = 0;
+  for (const Selection& x : sel) n_off += x.off_registry;
   log << "fk_bench: " << env["gpu"].get<std::string>() << ", copy bandwidth " << fmt(copy_tbps, 3) << " TB/s, "
-      << sel.size() << " cases";
+      << sel.size() << " cases (" << n_off << " off-registry), seed " << opt.seed;
   if (!records.empty()) log << " (resuming after " << records.size() << ")";
   log << "\n";
 
@@ -615,6 +1037,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
     watchdog.arm(case_header(task, shape));
     CaseOutcome o = run_case(task, shape, opt, flusher, copy_tbps, peak_tflops, limits);
     watchdog.disarm();
+    if (sel[i].off_registry) o.record["off_registry"] = true;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     log << "[" << (i + 1) << "/" << sel.size() << " " << fmt(elapsed, 0) << "s] " << task.name << " " << shape.name << " "
         << o.status;
@@ -632,19 +1055,20 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
       break;
     }
   }
-  int passed = 0, failed = 0, skipped = 0;
+  int passed = 0, failed = 0, skipped = 0, infra = 0;
   for (const json& r : records) {
     const std::string st = r.value("status", "");
     if (st == "PASSED") ++passed;
     else if (st == "SKIPPED") ++skipped;
     else ++failed;
+    if (st == "INFRA_ERROR") ++infra;
   }
   if (exit_early) {
     log << "fk_bench: the CUDA context was lost; rerun with --resume to continue after case " << records.size() << "\n";
     return exit_early;
   }
   const ClockReading clk1 = read_clocks(0);
-  json summary = {{"type", "summary"}, {"passed", passed}, {"failed", failed}, {"skipped", skipped},
+  json summary = {{"type", "summary"}, {"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"infra_errors", infra},
                   {"clocks_after", {{"sm_mhz", clk1.sm_mhz}, {"mem_mhz", clk1.mem_mhz}}}};
   if (jsonl) jsonl << summary.dump() << "\n";
 
@@ -678,6 +1102,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
     if (skipped) md << ", " << skipped << " skipped";
     md << "\n";
   }
+  if (infra) log << "fk_bench: " << infra << " case(s) ended in INFRA_ERROR (no result; counted as failed)\n";
   log << passed << " passed, " << failed << " failed";
   if (skipped) log << ", " << skipped << " skipped";
   log << "\n";

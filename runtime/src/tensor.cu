@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "checking_modes.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
 
@@ -185,8 +186,8 @@ void fill_bytes(void* p, uint8_t v, size_t n, cudaStream_t s) {
 }
 }  // namespace
 
+namespace detail {
 void set_guard_allocations(bool on) { g_guard = on; }
-bool guard_allocations() { return g_guard; }
 bool take_deferred_oom() { return g_deferred_oom.exchange(false); }
 
 void set_allocator_side_fills(bool on) {
@@ -225,6 +226,9 @@ std::string check_guards() {
      << (r.offset < 0 ? "before its start" : "after its end");
   return os.str();
 }
+
+void set_poison_allocations(bool on) { g_poison = on; }
+}  // namespace detail
 
 void release_cached_memory() { allocator().release_all(); }
 size_t allocator_reserved_bytes() { return allocator().reserved(); }
@@ -354,9 +358,6 @@ std::string Tensor::str() const {
 
 cudaStream_t current_stream() { return g_stream; }
 void set_current_stream(cudaStream_t s) { g_stream = s; }
-
-void set_poison_allocations(bool on) { g_poison = on; }
-bool poison_allocations() { return g_poison; }
 
 Tensor empty(Shape shape, DType dtype) {
   for (int64_t d : shape) FK_CHECK(d >= 0, "negative dimension in empty()");

@@ -17,7 +17,20 @@ L2Flusher::L2Flusher() {
 
 L2Flusher::~L2Flusher() { cudaFree(buf_); }
 
-void L2Flusher::flush(cudaStream_t s) { FK_CUDA_CHECK(cudaMemsetAsync(buf_, 0, bytes_, s)); }
+// Note [Persisting L2]
+// Hopper can set aside part of the L2 for "persisting" lines (cudaLimitPersistingL2CacheSize plus
+// an access-policy window on a stream or a launch): lines marked so survive ordinary traffic, and
+// so the flush. A task that marks its weights persisting would start every timed call with them
+// in L2. Before every flush the runner therefore puts the lines marked persisting back to normal
+// (cudaCtxResetPersistingL2Cache) and clears the access-policy window of the task's stream; the
+// runner also reports a task that leaves a persisting limit set (SUSPECT persisting-l2).
+void L2Flusher::flush(cudaStream_t s) {
+  cudaStreamAttrValue none{};
+  none.accessPolicyWindow.num_bytes = 0;
+  FK_CUDA_CHECK(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &none));
+  FK_CUDA_CHECK(cudaCtxResetPersistingL2Cache());
+  FK_CUDA_CHECK(cudaMemsetAsync(buf_, 0, bytes_, s));
+}
 
 namespace {
 double median_of(std::vector<double> v) {
@@ -38,26 +51,30 @@ TimingResult summarise(const std::vector<double>& us) {
 }  // namespace
 
 TimingResult time_calls(const std::function<void(int)>& call, cudaStream_t stream, L2Flusher& flusher,
-                        const TimingOptions& opt) {
+                        const TimingOptions& opt, const CallHooks& hooks) {
   for (int i = 0; i < opt.warmup; ++i) {
+    if (hooks.before) hooks.before(i, -1);
     if (opt.flush_l2) flusher.flush(stream);
     call(i);
   }
   FK_CUDA_CHECK(cudaStreamSynchronize(stream));
-  constexpr int kBatch = 10;
-  std::vector<cudaEvent_t> ev(2 * kBatch);
+  constexpr int kMaxBatch = CallHooks::kMaxBatch;
+  std::vector<cudaEvent_t> ev(2 * kMaxBatch);
   for (auto& e : ev) FK_CUDA_CHECK(cudaEventCreate(&e));
   std::vector<double> us;
   double total_ms = 0, last_median = -1;
   int it = 0;
   try {
-    while (it < opt.max_iters) {
-      const int n = std::min(kBatch, opt.max_iters - it);
+    for (int batch = 0; it < opt.max_iters; ++batch) {
+      const int want = hooks.batch_size ? std::clamp(hooks.batch_size(batch), 1, kMaxBatch) : 10;
+      const int n = std::min(want, opt.max_iters - it);
       for (int b = 0; b < n; ++b) {
+        if (hooks.before) hooks.before(it + b, b);
         if (opt.flush_l2) flusher.flush(stream);
         FK_CUDA_CHECK(cudaEventRecord(ev[2 * b], stream));
         call(it + b);
         FK_CUDA_CHECK(cudaEventRecord(ev[2 * b + 1], stream));
+        if (hooks.after) hooks.after(it + b, b);
       }
       FK_CUDA_CHECK(cudaStreamSynchronize(stream));
       for (int b = 0; b < n; ++b) {
@@ -67,10 +84,11 @@ TimingResult time_calls(const std::function<void(int)>& call, cudaStream_t strea
         total_ms += ms;
       }
       it += n;
+      if (hooks.after_batch && hooks.after_batch(it - n, n)) break;
       if (it < opt.min_iters) continue;
       const double med = median_of(us);
       if (total_ms >= opt.target_ms) break;
-      if (last_median > 0 && std::fabs(med - last_median) <= opt.stable_rel * last_median && it >= 3 * kBatch) break;
+      if (last_median > 0 && std::fabs(med - last_median) <= opt.stable_rel * last_median && it >= 30) break;
       last_median = med;
     }
   } catch (...) {

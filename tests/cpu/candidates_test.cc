@@ -132,6 +132,8 @@ TEST(Check, FixtureSuite) {
       {"bad_host_timing.cu", 5, {"[SUSPECT:host-sync-timing] `std::chrono::steady_clock::now`",
                                  "[SUSPECT:host-sync-timing] `cudaDeviceSynchronize`",
                                  "[SUSPECT:static-cache] static local `cached` of type `fk::Tensor`"}},
+      {"../candidates_runtime/bad_persisting_l2/L1/silu_and_mul_i14336_bf16.cu", 5,
+       {"[SUSPECT:persisting-l2] `cudaDeviceSetLimit`", "[SUSPECT:persisting-l2] `cudaStreamSetAttribute`"}},
   };
   for (const auto& c : cases) {
     std::string out;

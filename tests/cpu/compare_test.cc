@@ -376,9 +376,10 @@ TEST(Compare, SuspectAtRuntimeAndStatically) {
   ASSERT_NE(rt, nullptr);
   EXPECT_EQ(rt->status, "SUSPECT");
   EXPECT_EQ(rt->reason, "case prefill_s128: SUSPECT (beyond-hardware-limit): 41.0 TB/s exceeds the measured copy bandwidth 3.2 TB/s");
-  // A beyond-hardware-limit case is timed, so it counts in the (reported, not scored) speedup.
-  EXPECT_NEAR(*rt->speedup.geomean, std::sqrt(2.0 * 40.0), kEps);
-  EXPECT_NEAR(*rt->speedup.max, 40.0, kEps);
+  // A beyond-hardware-limit case is timed, but a case is a speedup only where both runs passed
+  // every check: only the other case (2x) counts.
+  EXPECT_NEAR(*rt->speedup.geomean, 2.0, kEps);
+  EXPECT_NEAR(*rt->speedup.max, 2.0, kEps);
 
   const cmp::CandidateResult* st = candidate(r, "layer_q");
   ASSERT_NE(st, nullptr);
@@ -404,6 +405,21 @@ TEST(Compare, UncheckedAndMaxLevel) {
 }
 
 // ---- score ------------------------------------------------------------------------------------
+
+TEST(Compare, InfraErrorIsNeverASpeedup) {
+  // score/ with act_l's prefill case INFRA_ERROR (timed at 1 us against the baseline's 20).
+  const cmp::Report r = judge("infra");
+  const cmp::CandidateResult* c = candidate(r, "act_l");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "INFRA_ERROR");
+  EXPECT_EQ(c->reason.rfind("case prefill_s128: INFRA_ERROR (infra): reference failed", 0), 0u) << c->reason;
+  ASSERT_TRUE(c->speedup.geomean);
+  EXPECT_NEAR(*c->speedup.geomean, 1.25, kEps) << "only the decode case, which both runs passed";
+  EXPECT_NEAR(*c->speedup.max, 1.25, kEps);
+  const cmp::FamilyScore* llama = family(*r.score_of("a"), "llama");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(llama->correct, 1) << "norm only";
+}
 
 TEST(Compare, ScoreTwoFamiliesWithPartialCoverage) {
   // One set `a`: norm (both families) PASSED x2.0; act_l (llama) PASSED x1.25; act_q (qwen) INCORRECT.
@@ -649,7 +665,7 @@ TEST(Compare, MalformedInputsAreListedAndNothingIsWritten) {
       {"bad_fields",
        {"baseline/bench.jsonl:1: $.commit: expected string, got nothing",
         "baseline/bench.jsonl:2: $.time_us.median: expected positive number, got \"fast\"",
-        "baseline/bench.jsonl:3: $.status: expected one of PASSED, INCORRECT, RUNTIME_ERROR, TIMEOUT, SUSPECT, SKIPPED, got \"OK\"",
+        "baseline/bench.jsonl:3: $.status: expected one of PASSED, INCORRECT, RUNTIME_ERROR, TIMEOUT, SUSPECT, SKIPPED, INFRA_ERROR, got \"OK\"",
         "baseline/bench.jsonl:4: $.check.outputs[0].max_abs_err: expected number >= 0 or null, got \"small\"",
         "baseline/bench.jsonl:4: $.check.outputs[1].name: expected string, got nothing",
         "s1/status.json: $.static[0].verdict: expected one of PASSED, INTERFACE_MISMATCH, COMPILE_ERROR, SUSPECT, UNCHECKED, got \"FINE\"",

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <vector>
 
+#include "checking_modes.h"  // runtime/src: the runner's private modes
 #include "fk/runtime/check.h"
 #include "fk/runtime/random.h"
 #include "fk/runtime/task.h"
@@ -64,9 +65,9 @@ TEST(Runtime, CompareCatchesNaNMismatchAndPassesEqual) {
 
 TEST(Runtime, PoisonedAllocationsReadAsNaN) {
   FK_REQUIRE_GPU();
-  fk::set_poison_allocations(true);
+  fk::detail::set_poison_allocations(true);
   fk::Tensor t = fk::empty({64}, fk::DType::kBF16);
-  fk::set_poison_allocations(false);
+  fk::detail::set_poison_allocations(false);
   fk::Tensor ref = fk::empty({64}, fk::DType::kF32);
   fk::fill_normal(ref, 1);
   const fk::CompareResult r = fk::compare(t, ref, {1e9, 1e9, 1e9});

@@ -62,4 +62,8 @@ class StreamGate {
 /// integer dtype), same shape. Synchronises the current stream.
 CompareResult compare(const Tensor& actual, const Tensor& expected, const Tolerance& tol);
 
+/// Number of elements of `t` (contiguous) whose bytes differ from those of its first element:
+/// 0 for a constant tensor (all zeros, all one value). Synchronises the current stream.
+int64_t count_unlike_first(const Tensor& t);
+
 }  // namespace fk

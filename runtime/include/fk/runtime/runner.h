@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ struct RunnerOptions {
   std::string regime;        ///< "", "decode" or "prefill"
   int level = 0;             ///< 0 = all
   int rounds = 3;            ///< correctness rounds, fresh inputs each
-  uint64_t seed = 20261122;
+  uint64_t seed = 20261122;  ///< fk_bench draws a new one per run unless --seed (Note [Off-registry shapes])
+  int off_registry = 1;      ///< off-registry cases per task and regime (Note [Off-registry shapes]); 0 = none
   bool time = true;          ///< false: check only
   bool graph = false;        ///< also time CUDA-graph replays for launch-bound cases
   double graph_below_us = 50; ///< ... whose median is below this
@@ -41,21 +43,37 @@ enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu =
 //   PASSED
 //   INCORRECT      mismatch | nonfinite | stale-output (passed, then failed on fresh inputs in the
 //                  same buffers, or after timing) | input-mutated | oob-write (guard bytes changed)
+//                  | degenerate-output (constant, or an input echoed, where the reference is not)
+//                  | timed-output (a timed call's output or inputs failed the check made after it:
+//                  Note [Timed calls are checked])
 //   SUSPECT        foreign-stream (memory changed while the task's stream was held back) |
-//                  beyond-hardware-limit (faster than DRAM bandwidth / tensor peak allow)
-//   RUNTIME_ERROR  error (a CUDA error or exception) | context-lost (sticky CUDA error)
+//                  beyond-hardware-limit (faster than DRAM bandwidth / tensor peak allow) |
+//                  persisting-l2 (the task left a persisting-L2 set-aside: Note [Persisting L2])
+//   RUNTIME_ERROR  error (a CUDA error or exception in task code) | context-lost (sticky CUDA error)
+//   INFRA_ERROR    infra (the runner, a reference or a peer failed, not the task: never a result)
 //   TIMEOUT        timeout (--case-timeout)
 //   SKIPPED        the case does not fit here
 
 struct Selection {
   const TaskInfo* task;
   const ShapeCase* shape;
+  std::shared_ptr<const ShapeCase> owned;  ///< an off-registry case (shape points here)
+  bool off_registry = false;
 };
 
-/// Tasks × cases that match the filters, in registry order (by task name, then case order).
+/// Tasks × cases that match the filters, in registry order (by task name, then case order),
+/// each task's selected cases followed by its off-registry cases (Note [Off-registry shapes]).
 std::vector<Selection> select_cases(const RunnerOptions& opt);
 
-/// Outcome of checking one case (no timing): status PASSED, INCORRECT, RUNTIME_ERROR or SKIPPED.
+/// The off-registry cases of one task for its selected registry cases `selected`, drawn from
+/// `seed` (`per_regime` per regime); `note` says why a task gets none (dims the rule does not know).
+std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vector<const ShapeCase*>& selected,
+                                          uint64_t seed, int per_regime, std::string* note = nullptr);
+
+/// True when the process runs under compute-sanitizer (its injection library is loaded).
+bool under_compute_sanitizer();
+
+/// Outcome of checking one case: status PASSED, INCORRECT, SUSPECT, RUNTIME_ERROR, INFRA_ERROR or SKIPPED.
 struct CheckOutcome {
   std::string status;
   std::string message;
@@ -67,6 +85,10 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
 
 /// The same protocol on an instance that is already made (e.g. a harness built by a test).
 CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed);
+
+/// The same checks, then timed calls as fk_bench times them, checked as fk_bench checks them
+/// (Note [Timed calls are checked] in runner.cc); for tests of the protocol.
+CheckOutcome check_and_time_instance(TaskInstance& inst, int rounds, uint64_t seed, const TimingOptions& timing);
 
 /// Checks and times every selected case; returns an ExitCode.
 int run_benchmark(const RunnerOptions& opt, std::ostream& log);

@@ -8,9 +8,12 @@
 //   checks:  randomize(seed of the round); for each set: prepare(set) (restores in-place inputs,
 //            poisons preallocated outputs), fingerprint inputs(set), run(set), compare with
 //            reference(set), fingerprint inputs(set) again;
-//   times:   run(set) with sets rotating and the L2 flushed before every timed call.
-// Allocations made while checking are poisoned (fk::set_poison_allocations), so an output that
-// `forward` allocates and a kernel leaves unwritten reads as NaN and fails.
+//   times:   run(set) with sets rotating; before every timed call (outside the timed events)
+//            refresh(set, fresh seed) gives the set new inputs and the L2 is flushed; the last
+//            timed output of every set, and one timed call chosen at random, are compared with
+//            the reference afterwards (Note [Timed calls are checked] in runner.cc).
+// Allocations made while checking are poisoned, so an output that `forward` allocates and a
+// kernel leaves unwritten reads as NaN and fails.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +77,14 @@ class TaskInstance {
   virtual int num_sets() const = 0;
   /// Fresh random weights and inputs for every set.
   virtual void randomize(uint64_t seed) = 0;
+  /// Fresh random activations for `set` alone (new token ids, hidden states, q/k/v, routing...),
+  /// restoring the pristine copies of in-place inputs; weights, state shared by the sets and the
+  /// other sets stay as they are, so the other sets' last outputs remain checkable. The runner
+  /// calls it before every timed call, outside the timed events (Note [Timed calls are checked]).
+  virtual void refresh(int set, uint64_t seed) = 0;
+  /// False when the sets share state that a call writes (an in-place KV cache): then only the
+  /// set of the last call has a checkable output after a run of calls.
+  virtual bool sets_independent() const { return true; }
   /// Before a checked run: restore in-place inputs, poison preallocated outputs.
   virtual void prepare(int set) { (void)set; }
   /// The module call under test, on fk::current_stream().
@@ -108,30 +119,9 @@ bool register_task(TaskInfo info);
 /// All registered tasks, sorted by name.
 std::vector<const TaskInfo*> all_tasks();
 
-/// While on, fk::empty poisons fresh memory with 0xFF bytes (NaN in every float dtype).
-void set_poison_allocations(bool on);
-bool poison_allocations();
-
-/// While on, fk::empty surrounds every tensor with guard bytes (Note [Guard regions] in tensor.cu).
-void set_guard_allocations(bool on);
-bool guard_allocations();
-/// Verifies the guards of every live guarded tensor and reports violations recorded since the
-/// last call (also those found when guarded tensors were freed). Synchronises the device.
-/// Returns "" when no guard byte changed, else a description of the out-of-bounds write.
-std::string check_guards();
-/// A guarded tensor's memory (without its guards) and its allocation serial number.
-struct LiveAllocation {
-  const void* data;
-  size_t bytes;
-  unsigned long long serial;
-};
-std::vector<LiveAllocation> live_guarded_allocations();
-/// While on, the fills fk::empty makes (poison, guards) run on a private stream and complete
-/// before fk::empty returns, instead of on the current stream (Note [Stream gate] in runner.cc).
-void set_allocator_side_fills(bool on);
-/// Whether an allocation ran out of memory while side fills held freed blocks back (and clears
-/// it): the gated call of a case that only fits with block reuse (Note [Stream gate]).
-bool take_deferred_oom();
+// The allocator's checking modes (poisoned and guarded allocations) are not part of this header:
+// nothing a task can include says whether a call is being checked (Note [Watched and unwatched
+// calls] in runner.cc). The runner's private header is runtime/src/checking_modes.h.
 
 }  // namespace fk
 

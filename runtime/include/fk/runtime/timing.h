@@ -19,6 +19,21 @@ struct TimingOptions {
   bool flush_l2 = true;
 };
 
+/// What the runner does around timed calls (Note [Timed calls are checked] in runner.cc). Every
+/// hook runs outside the timed events; any may be empty.
+struct CallHooks {
+  /// Before call `i` (and before the L2 flush); `slot` is its index in the batch, -1 for warm-ups.
+  std::function<void(int i, int slot)> before;
+  /// After call `i`'s end event.
+  std::function<void(int i, int slot)> after;
+  /// After a batch of calls [first, first + n) has finished (the stream was synchronised);
+  /// returns true to stop timing.
+  std::function<bool(int first, int n)> after_batch;
+  /// The number of calls in batch `b` (1..kMaxBatch); default 10.
+  std::function<int(int b)> batch_size;
+  static constexpr int kMaxBatch = 16;
+};
+
 struct TimingResult {
   double median_us = 0, min_us = 0, max_us = 0;
   int iters = 0;
@@ -31,6 +46,8 @@ class L2Flusher {
   ~L2Flusher();
   L2Flusher(const L2Flusher&) = delete;
   L2Flusher& operator=(const L2Flusher&) = delete;
+  /// Resets persisting L2 lines and the stream's access-policy window, then overwrites the L2
+  /// (Note [Persisting L2] in timing.cu).
   void flush(cudaStream_t s);
   size_t bytes() const { return bytes_; }
 
@@ -39,9 +56,10 @@ class L2Flusher {
   size_t bytes_ = 0;
 };
 
-/// Times `call(i)` (i = iteration index, for rotating sets) on `stream`.
+/// Times `call(i)` (i = iteration index, for rotating sets) on `stream`, with `hooks` around
+/// the calls.
 TimingResult time_calls(const std::function<void(int)>& call, cudaStream_t stream, L2Flusher& flusher,
-                        const TimingOptions& opt);
+                        const TimingOptions& opt, const CallHooks& hooks = {});
 
 /// Captures `per_graph` consecutive calls into a CUDA graph and times its replays (warm L2,
 /// no launch gaps); returns microseconds per call. Throws if the call cannot be captured.

@@ -69,6 +69,19 @@ inline std::vector<int64_t> prefill_seq_lens(int64_t batch, int64_t seq_len) {
 /// tokens (the same deterministic spread as prefill; batch 1 uses the full kv_len).
 inline std::vector<int64_t> decode_seq_lens(int64_t batch, int64_t kv_len) { return prefill_seq_lens(batch, kv_len); }
 
+/// The sequence lengths of a case whose longest sequence has `max_len` tokens (dim `len_key`:
+/// seq_len or kv_len): the deterministic spread above, or, for a ragged case (dim `ragged`, a
+/// seed: off-registry cases, Note [Off-registry shapes] in runner.cc), lengths drawn uniformly
+/// from [1, max_len] with the first sequence at max_len.
+inline std::vector<int64_t> case_seq_lens(const ShapeCase& c, const std::string& len_key) {
+  const int64_t batch = c.get("batch"), max_len = c.get(len_key);
+  if (!c.has("ragged")) return prefill_seq_lens(batch, max_len);
+  std::vector<int64_t> l{max_len};
+  uint64_t h = static_cast<uint64_t>(c.get("ragged"));
+  for (int64_t i = 1; i < batch; ++i) l.push_back(1 + static_cast<int64_t>((h = mix_seed(h, i)) % uint64_t(max_len)));
+  return l;
+}
+
 /// The keys a query at position `pos` (0-based in its sequence) attends to: [first, pos], with
 /// first = pos - W + 1 clipped at 0 under a window of W (0: none). Returns (first, count).
 inline std::pair<int64_t, int64_t> window_range(int64_t pos, int64_t window) {
@@ -165,7 +178,7 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
 template <class Module, class Cfg> class FlashAttnPrefillInstance final : public TaskInstance {
  public:
   explicit FlashAttnPrefillInstance(const ShapeCase& c) : module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
-    lens_ = prefill_seq_lens(c.get("batch"), c.get("seq_len"));
+    lens_ = case_seq_lens(c, "seq_len");
     std::vector<int32_t> cu{0}, begin, len;
     for (int64_t l : lens_) {
       for (int64_t p = 0; p < l; ++p) {
@@ -193,13 +206,14 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
   }
   int num_sets() const override { return static_cast<int>(q_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(q_[s], mix_seed(seed, 3 * s));
-      fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
-      fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
-    }
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
     // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
     if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
+  }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(q_[s], mix_seed(seed, 0));
+    fill_normal(k_[s], mix_seed(seed, 1));
+    fill_normal(v_[s], mix_seed(seed, 2));
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
@@ -246,7 +260,7 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
  public:
   explicit FlashAttnDecodeInstance(const ShapeCase& c)
       : batch_(c.get("batch")), max_len_(c.get("kv_len")), module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
-    lens_ = decode_seq_lens(batch_, max_len_);
+    lens_ = case_seq_lens(c, "kv_len");
     std::vector<int32_t> lens32, begin, ref_len;
     for (int64_t b = 0; b < batch_; ++b) {
       lens32.push_back(static_cast<int32_t>(lens_[b]));
@@ -272,13 +286,14 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
   }
   int num_sets() const override { return static_cast<int>(q_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(q_[s], mix_seed(seed, 3 * s));
-      fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
-      fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
-    }
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
     // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
     if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
+  }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(q_[s], mix_seed(seed, 0));
+    fill_normal(k_[s], mix_seed(seed, 1));
+    fill_normal(v_[s], mix_seed(seed, 2));
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], seqlens_); }

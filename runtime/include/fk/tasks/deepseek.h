@@ -411,9 +411,13 @@ template <class Module, class Cfg, MlaKind kKind> class MlaStepInstance final : 
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
     if (!step_.meta.is_prefill) fill_normal(attn().kv_cache, mix_seed(seed, 2001));
-    fill_normal(x_, mix_seed(seed, 2006));
+    refresh(0, mix_seed(seed, 2006));
+  }
+  /// New hidden states; weights and the latent cache stay.
+  void refresh(int, uint64_t seed) override {
+    fill_normal(x_, mix_seed(seed, 0));
     if constexpr (kKind == MlaKind::kDecoderLayer) {
-      fill_normal(res_, mix_seed(seed, 2007));
+      fill_normal(res_, mix_seed(seed, 1));
       copy_(x0_, x_);
       copy_(res0_, res_);
     }
@@ -500,6 +504,7 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
     experts_hit_ = routing_.empty() ? 0 : count_experts_hit(to_host<int32_t>(routing_[0]), Cfg::num_experts);
     out_ = Tensor();
   }
+  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
   void prepare(int) override { out_ = Tensor(); }
   void run(int) override {
     RoutingCaptureGuard cap(&routing_);
@@ -558,10 +563,12 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    fill_randint(ids_, mix_seed(seed, 3001), 0, Cfg::vocab_size);
+    refresh(0, mix_seed(seed, 3001));
     if (!step_.meta.is_prefill)
       model_->model.for_each_layer([&](auto& layer) { fill_normal(layer.self_attn.kv_cache, mix_seed(seed, 3002)); });
   }
+  /// New token ids (so every activation of every layer changes); weights and the latent cache stay.
+  void refresh(int, uint64_t seed) override { fill_randint(ids_, seed, 0, Cfg::vocab_size); }
   void prepare(int) override { logits_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);

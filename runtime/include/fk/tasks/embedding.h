@@ -53,8 +53,9 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
   int num_sets() const override { return static_cast<int>(ids_.size()); }
   void randomize(uint64_t seed) override {
     fill_normal(module_.weight, mix_seed(seed, 0));
-    for (int s = 0; s < num_sets(); ++s) fill_randint(ids_[s], mix_seed(seed, 1 + s), 0, Cfg::num_embeddings);
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1 + s));
   }
+  void refresh(int s, uint64_t seed) override { fill_randint(ids_[s], seed, 0, Cfg::num_embeddings); }
   void run(int s) override { out_[s] = module_.forward(ids_[s]); }
   std::vector<Tensor> inputs(int s) override { return {module_.weight, ids_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {

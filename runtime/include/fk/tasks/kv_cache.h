@@ -90,12 +90,13 @@ template <class Module, class Cfg> class StoreKVCacheInstance final : public Tas
     fill_normal(v_cache0_, mix_seed(seed, 1));
     copy_(k_cache_, k_cache0_);
     copy_(v_cache_, v_cache0_);
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(key_[s], mix_seed(seed, 2 + 3 * s));
-      fill_normal(value_[s], mix_seed(seed, 3 + 3 * s));
-      slot_mapping_[s] = random_distinct_slots(tokens_, slots_, mix_seed(seed, 4 + 3 * s));
-    }
+    for (int s = 0; s < num_sets(); ++s) fill_set(s, mix_seed(seed, 2 + s));
   }
+  void refresh(int s, uint64_t seed) override {
+    prepare(s);  // the caches are shared by the sets: back to pristine, then this set's writes
+    fill_set(s, seed);
+  }
+  bool sets_independent() const override { return false; }
   void prepare(int) override {  // in place: restore the caches
     copy_(k_cache_, k_cache0_);
     copy_(v_cache_, v_cache0_);
@@ -123,6 +124,11 @@ template <class Module, class Cfg> class StoreKVCacheInstance final : public Tas
  private:
   using T = typename Cfg::scalar_t;
   static constexpr int64_t kRow = Cfg::num_kv_heads * Cfg::head_dim;
+  void fill_set(int s, uint64_t seed) {
+    fill_normal(key_[s], mix_seed(seed, 0));
+    fill_normal(value_[s], mix_seed(seed, 1));
+    slot_mapping_[s] = random_distinct_slots(tokens_, slots_, mix_seed(seed, 2));
+  }
   int64_t tokens_, slots_;
   Module module_;
   std::vector<Tensor> key_, value_, slot_mapping_;

@@ -192,8 +192,9 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
   void randomize(uint64_t seed) override {
     fill_normal(module_->weight, mix_seed(seed, 0), 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features))));
     if constexpr (Cfg::has_bias) fill_normal(module_->bias, mix_seed(seed, 1), 0.f, 1.f);
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, 2 + s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 2 + s));
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override {
     if constexpr (Cfg::returns_bias) {

@@ -319,7 +319,7 @@ struct StepInputs {
     meta.num_seqs = batch;
     std::vector<int64_t> pos, slots;
     if (c.has("seq_len")) {
-      const auto lens = prefill_seq_lens(batch, c.get("seq_len"));
+      const auto lens = case_seq_lens(c, "seq_len");
       max_len = c.get("seq_len");
       host.cu = {0};
       for (int64_t b = 0; b < batch; ++b) {
@@ -334,7 +334,7 @@ struct StepInputs {
       meta.is_prefill = host.is_prefill = true;
       meta.cu_seqlens = to_device(host.cu, {batch + 1});
     } else {
-      const auto lens = decode_seq_lens(batch, c.get("kv_len"));
+      const auto lens = case_seq_lens(c, "kv_len");
       max_len = c.get("kv_len");
       for (int64_t b = 0; b < batch; ++b) {
         pos.push_back(lens[b] - 1);
@@ -427,8 +427,9 @@ template <class Module, class Cfg, bool kDown> class MlpInstance final : public 
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, 1000 + s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1000 + s));
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(x_[s]); }
   std::vector<Tensor> inputs(int s) override {
@@ -546,14 +547,19 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
       fill_normal(attn().k_cache, mix_seed(seed, 2001));
       fill_normal(attn().v_cache, mix_seed(seed, 2002));
     }
+    refresh(0, mix_seed(seed, 2003));
+  }
+  /// New activations (the step's own k/v then overwrite their cache rows); weights and the rest
+  /// of the KV cache stay.
+  void refresh(int, uint64_t seed) override {
     if constexpr (kKind == AttnKind::kAttentionOProj) {
-      fill_normal(q_, mix_seed(seed, 2003));
-      fill_normal(k_, mix_seed(seed, 2004));
-      fill_normal(v_, mix_seed(seed, 2005));
+      fill_normal(q_, mix_seed(seed, 0));
+      fill_normal(k_, mix_seed(seed, 1));
+      fill_normal(v_, mix_seed(seed, 2));
     } else {
-      fill_normal(x_, mix_seed(seed, 2006));
+      fill_normal(x_, mix_seed(seed, 3));
       if constexpr (kKind == AttnKind::kDecoderLayer) {
-        fill_normal(res_, mix_seed(seed, 2007));
+        fill_normal(res_, mix_seed(seed, 4));
         copy_(x0_, x_);
         copy_(res0_, res_);
       }
@@ -676,13 +682,15 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    fill_randint(ids_, mix_seed(seed, 3001), 0, Cfg::vocab_size);
+    refresh(0, mix_seed(seed, 3001));
     if (!step_.meta.is_prefill)
       model_->model.for_each_layer([&](auto& layer) {
         fill_normal(layer.self_attn.k_cache, mix_seed(seed, 3002));
         fill_normal(layer.self_attn.v_cache, mix_seed(seed, 3003));
       });
   }
+  /// New token ids (so every activation of every layer changes); weights and the KV cache stay.
+  void refresh(int, uint64_t seed) override { fill_randint(ids_, seed, 0, Cfg::vocab_size); }
   void prepare(int) override { logits_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);

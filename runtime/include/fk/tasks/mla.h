@@ -144,11 +144,13 @@ template <class Module, class Cfg> class ConcatAndCacheMLAInstance final : publi
   void randomize(uint64_t seed) override {
     fill_normal(cache0_, mix_seed(seed, 0));
     copy_(cache_, cache0_);
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(buf_[s], mix_seed(seed, 2 + 2 * s));
-      slot_mapping_[s] = random_distinct_slots(tokens_, slots_, mix_seed(seed, 3 + 2 * s));
-    }
+    for (int s = 0; s < num_sets(); ++s) fill_set(s, mix_seed(seed, 2 + s));
   }
+  void refresh(int s, uint64_t seed) override {
+    prepare(s);  // the cache is shared by the sets: back to pristine, then this set's writes
+    fill_set(s, seed);
+  }
+  bool sets_independent() const override { return false; }
   void prepare(int) override { copy_(cache_, cache0_); }
   void run(int s) override { module_.forward(kv_c(s), k_pe(s), cache_, slot_mapping_[s]); }
   std::vector<Tensor> inputs(int s) override { return {buf_[s], slot_mapping_[s]}; }
@@ -167,6 +169,10 @@ template <class Module, class Cfg> class ConcatAndCacheMLAInstance final : publi
   using T = typename Cfg::scalar_t;
   static constexpr int64_t kRow = Cfg::kv_lora_rank + Cfg::qk_rope_head_dim;
   static constexpr int64_t kIn = kRow + 64;  // row of the input buffer: [kv_c | k_pe | 64 unused]
+  void fill_set(int s, uint64_t seed) {
+    fill_normal(buf_[s], mix_seed(seed, 0));
+    slot_mapping_[s] = random_distinct_slots(tokens_, slots_, mix_seed(seed, 1));
+  }
   Tensor kv_c(int s) const { return buf_[s].narrow_last(0, Cfg::kv_lora_rank); }
   Tensor k_pe(int s) const { return buf_[s].narrow_last(Cfg::kv_lora_rank, Cfg::qk_rope_head_dim); }
   int64_t tokens_, slots_;
@@ -185,7 +191,7 @@ template <class Module, class Cfg> class MLAPrefillInstance final : public TaskI
  public:
   explicit MLAPrefillInstance(const ShapeCase& c) : module_(Cfg::num_heads, Cfg::qk_head_dim, Cfg::v_head_dim) {
     std::vector<int32_t> cu{0}, begin, len;
-    for (int64_t l : prefill_seq_lens(c.get("batch"), c.get("seq_len"))) {
+    for (int64_t l : case_seq_lens(c, "seq_len")) {
       for (int64_t p = 0; p < l; ++p) {
         begin.push_back(cu.back());
         len.push_back(static_cast<int32_t>(p + 1));
@@ -220,11 +226,12 @@ template <class Module, class Cfg> class MLAPrefillInstance final : public TaskI
   }
   int num_sets() const override { return static_cast<int>(q_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(q_[s], mix_seed(seed, 3 * s));
-      fill_normal(k_[s], mix_seed(seed, 3 * s + 1));
-      fill_normal(v_[s], mix_seed(seed, 3 * s + 2));
-    }
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(q_[s], mix_seed(seed, 0));
+    fill_normal(k_[s], mix_seed(seed, 1));
+    fill_normal(v_[s], mix_seed(seed, 2));
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
@@ -268,7 +275,7 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
   explicit MLADecodeInstance(const ShapeCase& c)
       : batch_(c.get("batch")), max_len_(c.get("kv_len")), module_(Cfg::num_heads, Cfg::kv_lora_rank, Cfg::qk_rope_head_dim) {
     std::vector<int32_t> lens32;
-    for (int64_t l : decode_seq_lens(batch_, max_len_)) {
+    for (int64_t l : case_seq_lens(c, "kv_len")) {
       lens32.push_back(static_cast<int32_t>(l));
       keys_ += double(l);
     }
@@ -286,10 +293,11 @@ template <class Module, class Cfg> class MLADecodeInstance final : public TaskIn
   }
   int num_sets() const override { return static_cast<int>(q_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(q_[s], mix_seed(seed, 2 * s));
-      fill_normal(cache_[s], mix_seed(seed, 2 * s + 1));
-    }
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(q_[s], mix_seed(seed, 0));
+    fill_normal(cache_[s], mix_seed(seed, 1));
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], cache_[s], seqlens_); }

@@ -381,7 +381,7 @@ template <class Module, class Cfg> class GroupedTopKInstance final : public Task
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
     if constexpr (Cfg::correction_bias) {
       std::mt19937_64 rng(mix_seed(seed, 977));
       std::normal_distribution<double> nd(0.0, 0.1);
@@ -390,6 +390,7 @@ template <class Module, class Cfg> class GroupedTopKInstance final : public Task
       bias_ = to_device(b, {Cfg::num_experts});
     }
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
   void prepare(int s) override { out_[s] = {}; }
   void run(int s) override {
     std::tuple<Tensor, Tensor> r = module_.forward(x_[s], bias_);
@@ -437,8 +438,9 @@ template <class Module, class Cfg> class TopKSoftmaxInstance final : public Task
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
   void prepare(int s) override { out_[s] = {}; }
   void run(int s) override {
     std::tuple<Tensor, Tensor> r = module_.forward(x_[s]);
@@ -478,7 +480,10 @@ template <class Module, class Cfg> class MoeAlignInstance final : public TaskIns
   }
   int num_sets() const override { return static_cast<int>(routing_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) routing_[s] = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override {
+    routing_[s] = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, seed);
   }
   void prepare(int s) override { out_[s] = {}; }
   void run(int s) override {
@@ -533,18 +538,22 @@ template <class Module, class Cfg> class MoeGroupedGemmInstance final : public T
   int num_sets() const override { return static_cast<int>(a_.size()); }
   void randomize(uint64_t seed) override {
     for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(a_[s], mix_seed(seed, 10 + s));
       fill_normal(w_[s], mix_seed(seed, 100 + s), 0.f, 1.f / std::sqrt(float(Cfg::k)));
       if constexpr (Cfg::bias) fill_normal(b_[s], mix_seed(seed, 200 + s), 0.f, 0.5f);
-      routing_[s] = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 1000 + s));
-      // The alignment is this task's input: the reference alignment, on the device.
-      Alignment al = reference_alignment(routing_[s].host_ids, Cfg::num_experts, static_cast<int>(block_),
-                                         fk::kernels::moe_align_max_padded(tokens_ * Cfg::top_k, Cfg::num_experts, static_cast<int>(block_)),
-                                         fk::kernels::moe_align_max_blocks(tokens_ * Cfg::top_k, Cfg::num_experts, static_cast<int>(block_)));
-      align_[s] = {to_device(al.sorted, {static_cast<int64_t>(al.sorted.size())}),
-                   to_device(al.expert_ids, {static_cast<int64_t>(al.expert_ids.size())}),
-                   to_device(std::vector<int32_t>{al.npp}, {1})};
+      refresh(s, mix_seed(seed, 1000 + s));
     }
+  }
+  /// New activations and a new routing (and so a new alignment); the set's expert weights stay.
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(a_[s], mix_seed(seed, 0));
+    routing_[s] = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 1));
+    // The alignment is this task's input: the reference alignment, on the device.
+    Alignment al = reference_alignment(routing_[s].host_ids, Cfg::num_experts, static_cast<int>(block_),
+                                       fk::kernels::moe_align_max_padded(tokens_ * Cfg::top_k, Cfg::num_experts, static_cast<int>(block_)),
+                                       fk::kernels::moe_align_max_blocks(tokens_ * Cfg::top_k, Cfg::num_experts, static_cast<int>(block_)));
+    align_[s] = {to_device(al.sorted, {static_cast<int64_t>(al.sorted.size())}),
+                 to_device(al.expert_ids, {static_cast<int64_t>(al.expert_ids.size())}),
+                 to_device(std::vector<int32_t>{al.npp}, {1})};
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override {
@@ -592,8 +601,9 @@ template <class Module, class Cfg> class MoeSumInstance final : public TaskInsta
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(x_[s]); }
   std::vector<Tensor> inputs(int s) override { return {x_[s]}; }
@@ -652,6 +662,11 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 4002));
       experts_hit_ = routing_.experts_hit;
     }
+  }
+  /// New hidden states (and, given routing, a new routing); the expert weights stay.
+  void refresh(int, uint64_t seed) override {
+    fill_normal(x_, mix_seed(seed, 0));
+    if constexpr (!kBlock) routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 1));
   }
   void prepare(int) override { out_ = Tensor(); }
   void run(int) override {

@@ -56,8 +56,9 @@ template <class Module, class Cfg> class QKNormInstance final : public TaskInsta
     const float mean = Cfg::gemma ? 0.f : 1.f;  // Gemma: 1 + w ~ 1
     fill_normal(module_.q_weight, mix_seed(seed, 0), mean, 0.1f);
     fill_normal(module_.k_weight, mix_seed(seed, 1), mean, 0.1f);
-    for (int s = 0; s < num_sets(); ++s) fill_normal(qkv_[s], mix_seed(seed, 2 + s));
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 2 + s));
   }
+  void refresh(int s, uint64_t seed) override { fill_normal(qkv_[s], seed); }
   void run(int s) override { std::tie(q_out_[s], k_out_[s]) = module_.forward(q_[s], k_[s]); }
   std::vector<Tensor> inputs(int s) override { return {module_.q_weight, module_.k_weight, qkv_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {

@@ -63,13 +63,14 @@ template <class Module, class Cfg, bool kFusedAdd> class RmsNormInstance final :
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
     fill_normal(module_.weight, mix_seed(seed, 0), GemmaNormOf<Cfg>::value ? 0.f : 1.f, 0.1f);  // Gemma: 1 + w ~ 1
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(x_[s], mix_seed(seed, 1 + 2 * s));
-      if (kFusedAdd) {
-        fill_normal(res_[s], mix_seed(seed, 2 + 2 * s));
-        copy_(x0_[s], x_[s]);
-        copy_(res0_[s], res_[s]);
-      }
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1 + s));
+  }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(x_[s], mix_seed(seed, 0));
+    if (kFusedAdd) {
+      fill_normal(res_[s], mix_seed(seed, 1));
+      copy_(x0_[s], x_[s]);
+      copy_(res0_[s], res_[s]);
     }
   }
   void prepare(int s) override {

@@ -207,12 +207,13 @@ template <class Module, class Cfg> class RotaryEmbeddingInstance final : public 
   }
   int num_sets() const override { return static_cast<int>(qkv_.size()); }
   void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override {
     const int64_t max_pos = std::min<int64_t>(Cfg::max_position, module_.cos_sin_cache.size(0));
-    for (int s = 0; s < num_sets(); ++s) {
-      fill_normal(qkv0_[s], mix_seed(seed, 2 * s));
-      fill_randint(pos_[s], mix_seed(seed, 2 * s + 1), 0, max_pos);
-      copy_(qkv_[s], qkv0_[s]);
-    }
+    fill_normal(qkv0_[s], mix_seed(seed, 0));
+    fill_randint(pos_[s], mix_seed(seed, 1), 0, max_pos);
+    copy_(qkv_[s], qkv0_[s]);
   }
   void prepare(int s) override { copy_(qkv_[s], qkv0_[s]); }  // in place: restore q and k
   void run(int s) override { module_.forward(pos_[s], query_[s], key_[s]); }

@@ -50,9 +50,12 @@ template <class Module, class Cfg> class SiluAndMulInstance final : public TaskI
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override {
     // SwigluOAIAndMul clamps at +-limit (7 for gpt-oss): spread the inputs past it (N(0, 4)).
     const float std = ActOf<Cfg>::value == fk::kernels::GatedAct::kSwigluOai ? 4.f : 1.f;
-    for (int s = 0; s < num_sets(); ++s) fill_normal(x_[s], mix_seed(seed, s), 0.f, std);
+    fill_normal(x_[s], seed, 0.f, std);
   }
   void run(int s) override { out_[s] = module_.forward(x_[s]); }
   std::vector<Tensor> inputs(int s) override { return {x_[s]}; }

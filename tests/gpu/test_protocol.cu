@@ -1,0 +1,243 @@
+// The checking and timing protocol against tasks that cheat (docs/candidates.md, "What each
+// defence guarantees"): one synthetic task per class of exploit, each caught with its status and
+// reason, and an honest one that passes. The candidate-level suite is
+// tests/fixtures/candidates_runtime/ (run through scripts/bench_candidates.py on the GPU).
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "fk/runtime/check.h"
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/random.h"
+#include "fk/runtime/runner.h"
+#include "fk/runtime/task.h"
+#include "fk/runtime/tensor.h"
+#include "gpu_test_util.h"
+
+namespace {
+
+enum class Cheat {
+  kNone,
+  kSkipWhenUnwatched,   // computes only when its fresh output reads as poison (a checked call)
+  kMutateWhenUnwatched, // correct, but scribbles on its input when its output is not poisoned
+  kZeros,               // writes zeros (the tolerance below would let them through)
+  kEcho,                // returns a copy of its input (likewise)
+  kRunThrows,           // forward raises
+  kReferenceThrows,     // the harness's reference raises (not the task's fault)
+};
+
+__global__ void scale2_kernel(const float* x, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = 2.f * x[i] + 0.25f;
+}
+
+/// out = 2 x + 1/4 over n floats, 4 rotating sets; `loose` makes the tolerance accept anything
+/// finite, so only the degenerate probes can reject a degenerate output.
+class Scale2Instance final : public fk::TaskInstance {
+ public:
+  Scale2Instance(Cheat cheat, bool loose, int64_t n = 4096) : cheat_(cheat), loose_(loose), n_(n) {
+    for (int s = 0; s < 4; ++s) x_.push_back(fk::empty({n_}, fk::DType::kF32));
+    out_.resize(4);
+  }
+  int num_sets() const override { return 4; }
+  void randomize(uint64_t seed) override {
+    for (int s = 0; s < 4; ++s) refresh(s, fk::mix_seed(seed, s));
+  }
+  void refresh(int s, uint64_t seed) override { fk::fill_normal(x_[s], seed); }
+  void run(int s) override {
+    if (cheat_ == Cheat::kRunThrows) throw std::runtime_error("forward failed");
+    fk::Tensor out = fk::empty({n_}, fk::DType::kF32);
+    // What a cheating kernel can read on the device (a host read here, for brevity; it makes the
+    // gated call inconclusive, which is fine for these tests).
+    const bool watched =
+        (cheat_ == Cheat::kSkipWhenUnwatched || cheat_ == Cheat::kMutateWhenUnwatched) && looks_poisoned(out);
+    cudaStream_t st = fk::current_stream();
+    switch (cheat_) {
+      case Cheat::kZeros: FK_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), st)); break;
+      case Cheat::kEcho: fk::copy_(out, x_[s]); break;
+      case Cheat::kSkipWhenUnwatched:
+        if (watched) launch(s, out);
+        break;
+      case Cheat::kMutateWhenUnwatched:
+        launch(s, out);
+        if (!watched) FK_CUDA_CHECK(cudaMemsetAsync(x_[s].data_ptr(), 0, 4, st));
+        break;
+      default: launch(s, out);
+    }
+    out_[s] = out;
+  }
+  std::vector<fk::Tensor> inputs(int s) override { return {x_[s]}; }
+  std::vector<fk::CheckedOutput> reference(int s) override {
+    if (cheat_ == Cheat::kReferenceThrows) throw std::runtime_error("reference failed");
+    std::vector<float> x = fk::to_host<float>(x_[s]), e(x.size());
+    for (size_t i = 0; i < x.size(); ++i) e[i] = 2.f * x[i] + 0.25f;
+    fk::Tolerance tol{1e-5, 1e-5, 1e-5};
+    if (loose_) tol = {1e30, 1e30, 1e30};
+    return {{"out", out_[s], fk::to_device(e, {n_}), tol}};
+  }
+  fk::Cost cost() const override { return {double(n_) * 2, double(n_) * 8}; }
+
+ private:
+  static bool looks_poisoned(const fk::Tensor& t) {
+    uint32_t w = 0;
+    FK_CUDA_CHECK(cudaStreamSynchronize(fk::current_stream()));
+    FK_CUDA_CHECK(cudaMemcpy(&w, t.data_ptr(), 4, cudaMemcpyDeviceToHost));
+    return w == 0xFFFFFFFFu;
+  }
+  void launch(int s, fk::Tensor& out) {
+    scale2_kernel<<<static_cast<unsigned>((n_ + 255) / 256), 256, 0, fk::current_stream()>>>(x_[s].data<float>(),
+                                                                                               out.data<float>(), n_);
+    FK_CHECK_LAUNCH();
+  }
+  Cheat cheat_;
+  bool loose_;
+  int64_t n_;
+  std::vector<fk::Tensor> x_, out_;
+};
+
+fk::CheckOutcome bench(Cheat cheat, bool loose = false) {
+  Scale2Instance inst(cheat, loose);
+  fk::TimingOptions t;
+  t.warmup = 2;
+  t.min_iters = 20;
+  t.max_iters = 40;
+  t.target_ms = 1e9;  // run all 40: several batches, so the random spot check happens
+  return fk::check_and_time_instance(inst, 2, 77, t);
+}
+
+TEST(Protocol, HonestTaskPassesCheckedAndTimed) {
+  FK_REQUIRE_GPU();
+  const fk::CheckOutcome o = bench(Cheat::kNone);
+  EXPECT_EQ(o.status, "PASSED") << o.message;
+}
+
+TEST(Protocol, SkippingWorkWhenUnwatchedIsCaughtInTimedCalls) {
+  FK_REQUIRE_GPU();
+  // Passes every watched (poisoned) check; its timed calls do nothing.
+  Scale2Instance inst(Cheat::kSkipWhenUnwatched, false);
+  EXPECT_EQ(fk::check_instance(inst, 3, 5).status, "PASSED") << "the watched checks alone cannot see it";
+  const fk::CheckOutcome o = bench(Cheat::kSkipWhenUnwatched);
+  EXPECT_EQ(o.status, "INCORRECT");
+  EXPECT_EQ(o.reason, "timed-output") << o.message;
+}
+
+TEST(Protocol, InputMutatedInATimedCallIsCaught) {
+  FK_REQUIRE_GPU();
+  const fk::CheckOutcome o = bench(Cheat::kMutateWhenUnwatched);
+  EXPECT_EQ(o.status, "INCORRECT");
+  EXPECT_EQ(o.reason, "timed-output") << o.message;
+  EXPECT_NE(o.message.find("modified an input"), std::string::npos) << o.message;
+}
+
+TEST(Protocol, ConstantOutputIsDegenerateEvenInsideTolerance) {
+  FK_REQUIRE_GPU();
+  Scale2Instance inst(Cheat::kZeros, /*loose=*/true);
+  const fk::CheckOutcome o = fk::check_instance(inst, 2, 5);
+  EXPECT_EQ(o.status, "INCORRECT");
+  EXPECT_EQ(o.reason, "degenerate-output") << o.message;
+  EXPECT_NE(o.message.find("one value repeated"), std::string::npos) << o.message;
+}
+
+TEST(Protocol, EchoedInputIsDegenerateEvenInsideTolerance) {
+  FK_REQUIRE_GPU();
+  Scale2Instance inst(Cheat::kEcho, /*loose=*/true);
+  const fk::CheckOutcome o = fk::check_instance(inst, 2, 5);
+  EXPECT_EQ(o.status, "INCORRECT");
+  EXPECT_EQ(o.reason, "degenerate-output") << o.message;
+  EXPECT_NE(o.message.find("byte for byte input 0"), std::string::npos) << o.message;
+}
+
+TEST(Protocol, ErrorsInTaskCodeAreRuntimeErrorsAndOthersInfraErrors) {
+  FK_REQUIRE_GPU();
+  Scale2Instance throws_in_forward(Cheat::kRunThrows, false);
+  const fk::CheckOutcome a = fk::check_instance(throws_in_forward, 1, 5);
+  EXPECT_EQ(a.status, "RUNTIME_ERROR") << a.message;
+  Scale2Instance throws_in_reference(Cheat::kReferenceThrows, false);
+  const fk::CheckOutcome b = fk::check_instance(throws_in_reference, 1, 5);
+  EXPECT_EQ(b.status, "INFRA_ERROR") << b.message;
+  EXPECT_EQ(b.reason, "infra");
+}
+
+TEST(Protocol, FingerprintSeesOneByteAtAnUnalignedStart) {
+  FK_REQUIRE_GPU();
+  fk::Tensor t = fk::empty({1 << 12, 3}, fk::DType::kBF16);
+  fk::fill_normal(t, 3);
+  const fk::Tensor v = t.narrow_first(1, (1 << 12) - 1);  // starts 6 bytes in: the byte-wise path
+  const uint64_t before = fk::fingerprint(v);
+  unsigned char byte = 0x11;
+  FK_CUDA_CHECK(cudaMemcpy(static_cast<char*>(v.data_ptr()) + 777, &byte, 1, cudaMemcpyHostToDevice));
+  EXPECT_NE(before, fk::fingerprint(v));
+}
+
+// Off-registry shapes are host-side: no GPU needed.
+fk::TaskInfo task_with(std::vector<fk::ShapeCase> cases) {
+  fk::TaskInfo t;
+  t.name = "demo_task";
+  t.cases = std::move(cases);
+  return t;
+}
+
+std::vector<const fk::ShapeCase*> all_of(const fk::TaskInfo& t) {
+  std::vector<const fk::ShapeCase*> v;
+  for (const auto& c : t.cases) v.push_back(&c);
+  return v;
+}
+
+bool prime(int64_t n) {
+  if (n < 2) return false;
+  for (int64_t d = 2; d * d <= n; ++d)
+    if (n % d == 0) return false;
+  return true;
+}
+
+TEST(OffRegistry, TokenCountsArePrimesOffTheRegistryAndFollowTheSeed) {
+  const fk::TaskInfo t = task_with({{"t1", "decode", {{"num_tokens", 1}}},
+                                    {"t256", "decode", {{"num_tokens", 256}}},
+                                    {"t4096", "prefill", {{"num_tokens", 4096}}}});
+  std::set<std::string> names;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const auto xs = fk::off_registry_cases(t, all_of(t), seed, 1);
+    ASSERT_EQ(xs.size(), 2u);
+    for (const auto& x : xs) {
+      const int64_t n = x.get("num_tokens");
+      EXPECT_TRUE(prime(n)) << x.name;
+      EXPECT_TRUE(n != 1 && n != 256 && n != 4096) << x.name;
+      EXPECT_EQ(x.name, "xt" + std::to_string(n));
+      names.insert(x.regime + x.name);
+    }
+    EXPECT_LE(xs[0].get("num_tokens"), 256);  // decode: within the decode range
+    const auto again = fk::off_registry_cases(t, all_of(t), seed, 1);
+    EXPECT_EQ(again[0].name, xs[0].name) << "the same seed draws the same cases";
+  }
+  EXPECT_GT(names.size(), 20u) << "different seeds draw different cases";
+}
+
+TEST(OffRegistry, BatchesAreRaggedWithOddOffGridLengths) {
+  const fk::TaskInfo t = task_with({{"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}},
+                                    {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}},
+                                    {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}}});
+  int ragged = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    for (const auto& x : fk::off_registry_cases(t, all_of(t), seed, 1)) {
+      const std::string key = x.regime == "decode" ? "kv_len" : "seq_len";
+      const int64_t l = x.get(key), b = x.get("batch");
+      EXPECT_EQ(l % 2, 1) << x.name;
+      EXPECT_GE(b, 1);
+      EXPECT_LE(b, 8);
+      EXPECT_EQ(x.has("ragged"), b > 1) << x.name;
+      ragged += x.has("ragged");
+    }
+  }
+  EXPECT_GT(ragged, 0);
+}
+
+TEST(OffRegistry, UnknownDimsGetNoneAndSaySo) {
+  const fk::TaskInfo t = task_with({{"e8", "decode", {{"experts", 8}}}});
+  std::string note;
+  EXPECT_TRUE(fk::off_registry_cases(t, all_of(t), 1, 1, &note).empty());
+  EXPECT_NE(note.find("experts"), std::string::npos) << note;
+  EXPECT_TRUE(fk::off_registry_cases(task_with({{"t1", "decode", {{"num_tokens", 1}}}}), {}, 1, 0).empty());
+}
+
+}  // namespace
