@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
                  "off-registry cases added per task and regime (odd/prime token counts, ragged batches, off-grid "
                  "lengths; Note [Off-registry shapes]); 0 = registry shapes only")
       ->check(CLI::Range(0, 16));
+  app.add_option("--smallest", opt.smallest, "only each task's N smallest selected registry cases (e.g. a sanitizer sweep)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--jsonl", opt.jsonl_path, "write results as JSON lines here");
   app.add_option("--markdown", opt.markdown_path, "write a markdown table here");
   app.add_option("--max-iters", opt.timing.max_iters, "timed calls per case at most")->check(CLI::Range(1, 100000));

@@ -22,6 +22,7 @@ struct RunnerOptions {
   int rounds = 3;            ///< correctness rounds, fresh inputs each
   uint64_t seed = 20261122;  ///< fk_bench draws a new one per run unless --seed (Note [Off-registry shapes])
   int off_registry = 1;      ///< off-registry cases per task and regime (Note [Off-registry shapes]); 0 = none
+  int smallest = 0;          ///< > 0: only each task's N smallest selected registry cases (product of dims)
   bool time = true;          ///< false: check only
   bool graph = false;        ///< also time CUDA-graph replays for launch-bound cases
   double graph_below_us = 50; ///< ... whose median is below this

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# GPU-machine session for the checking and timing protocol (docs/candidates.md): build, the GPU
+# tests, the whole task set under fk_bench (zero false alarms, the protocol's overhead), the
+# known-bad candidate suite, and a compute-sanitizer sweep of the smallest L1 cases. Long runs
+# go to the background (setsid) so that they outlive one device call; `collect` packs what is
+# there. Results accumulate in out/protocol/ (outside $OUT, which each call empties).
+#
+#   scripts/gpu_protocol.sh build,tests,bench-l1@1 ...      steps, comma-separated, in order:
+#     build                 configure + build build/gpu (Release, every target)
+#     tests, tests@G        ctest -L gpu on GPU 0 (on GPU G in the background)
+#     bench-l1@G, bench-l234@G
+#                           fk_bench over every L1 (L2-L4) task and case, off-registry cases
+#                           included, on GPU G in the background (resumed after a TIMEOUT or a
+#                           lost context)
+#     candidates@G          scripts/bench_candidates.py over the bad suite on GPU G (background)
+#     sanitizer@G           compute-sanitizer memcheck, racecheck, initcheck over every L1 task's
+#                           smallest registry case, on GPU G (background)
+#     wait:S                wait up to S seconds for the background steps
+#     collect               pack out/protocol into $OUT
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PATH="/usr/local/cuda/bin:$PATH"
+OUT="${OUT:-$root/out/gpu}"
+P="$root/out/protocol"
+mkdir -p "$OUT" "$P"
+export FK_COMMIT="${FK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+b="$root/build/gpu"
+seed="${FK_SEED:-$(cat "$P/seed" 2>/dev/null || od -An -N6 -tu8 /dev/urandom | tr -d ' ')}"
+echo "$seed" >"$P/seed"
+t0=$(date +%s)
+say() { echo "[gpu $(( $(date +%s) - t0 ))s] $*"; }
+
+bench_part() {  # name gpu filters...: fk_bench resumed after TIMEOUT (4) / context lost (5)
+  local name="$1" gpu="$2"
+  shift 2
+  local first=1 rc=0
+  for _ in $(seq 1 50); do
+    CUDA_VISIBLE_DEVICES="$gpu" "$b/fk_bench" "$@" --seed "$seed" --case-timeout 300 --jsonl "$P/$name.jsonl" \
+      --markdown "$P/$name.md" $([ $first = 1 ] || echo --resume) 2>>"$P/$name.log"
+    rc=$?
+    first=0
+    [ $rc = 4 ] || [ $rc = 5 ] || break
+  done
+  echo "$rc" >"$P/$name.rc"
+}
+
+bg() {  # name command...: run in its own session, so it outlives this device call
+  local name="$1"
+  shift
+  rm -f "$P/$name.done"
+  setsid bash -c "$* ; touch '$P/$name.done'" >"$P/$name.out" 2>&1 < /dev/null &
+  say "started $name in the background"
+}
+
+IFS=, read -r -a steps <<<"${1:-build,tests}"
+for step in "${steps[@]}"; do
+  case "$step" in
+    build)
+      gen=()
+      command -v ninja >/dev/null && gen=(-G Ninja)
+      nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,clocks.max.sm --format=csv >"$P/nvidia-smi.txt" 2>&1
+      cmake -S . -B "$b" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DFK_BUILD_GENERATOR=OFF -DFK_BUILD_TESTS=ON \
+        >"$P/configure.log" 2>&1 || { tail -40 "$P/configure.log"; exit 1; }
+      cmake --build "$b" -j "$(nproc)" >"$P/build.log" 2>&1 || { grep -E "error" "$P/build.log" | head -40; exit 1; }
+      say "build done"
+      ;;
+    tests)
+      (cd "$b" && CUDA_VISIBLE_DEVICES=0 ctest -L gpu --output-on-failure -j 1 --timeout 600) >"$P/gpu_tests.log" 2>&1
+      say "tests rc=$?"
+      grep -E "tests passed|tests failed|Failed|\*\*\*" "$P/gpu_tests.log" | tail -25
+      ;;
+    tests@*) bg tests "cd '$b' && CUDA_VISIBLE_DEVICES=${step#*@} ctest -L gpu --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests.log' 2>&1" ;;
+    bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;
+    bench-l234@*)
+      bg bench-l234 "$(declare -f bench_part); b='$b' P='$P' seed='$seed'; bench_part l2 ${step#*@} --level 2; \
+        bench_part l3 ${step#*@} --level 3; bench_part l4 ${step#*@} --level 4"
+      ;;
+    candidates@*)
+      S=tests/fixtures/candidates_runtime
+      bg candidates "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/bad_* --out '$P/cand' \
+        --build-dir build/cand --max-level 1 --case-timeout 30 --run-timeout 900 --static-results $S/static.jsonl \
+        --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t1|t256|t16384)\$' --seed $seed --jobs $(nproc)"
+      ;;
+    sanitizer@*)
+      bg sanitizer "export CUDA_VISIBLE_DEVICES=${step#*@}; for tool in memcheck racecheck initcheck; do \
+        compute-sanitizer --tool \$tool --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
+        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \
+        >'$P/sanitizer-'\$tool'.log' 2>&1; echo \$tool rc=\$? >> '$P/sanitizer.rc'; done"
+      ;;
+    wait:*)
+      limit="${step#wait:}"
+      while [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+        pending=0
+        for f in "$P"/*.out; do
+          [ -e "$f" ] || continue
+          [ -e "${f%.out}.done" ] || pending=1
+        done
+        [ $pending = 0 ] && break
+        sleep 10
+      done
+      for f in "$P"/l[1-4].log; do
+        [ -e "$f" ] && echo "$(basename "$f"): $(grep -c '^\[' "$f") cases; $(tail -n 1 "$f" | cut -c1-160)"
+      done
+      [ -e "$P/gpu_tests.log" ] && grep -E "tests passed|tests failed|\*\*\*Failed" "$P/gpu_tests.log" | tail -12
+      say "waited"
+      ;;
+    collect)
+      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='protocol/cand/*/build*' protocol)
+      ls -la "$OUT"
+      ;;
+    *) echo "gpu_protocol.sh: unknown step $step" >&2; exit 2 ;;
+  esac
+done
