@@ -83,7 +83,7 @@ for step in "${steps[@]}"; do
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t1|t256|t16384)\$' --seed $seed --jobs $(nproc)"
       ;;
     sanitizer@*)
-      bg sanitizer "export CUDA_VISIBLE_DEVICES=${step#*@}; for tool in memcheck racecheck initcheck; do \
+      bg sanitizer "export CUDA_VISIBLE_DEVICES=${step#*@} FK_UNDER_SANITIZER=1; for tool in memcheck racecheck initcheck; do \
         compute-sanitizer --tool \$tool --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
         --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \
         >'$P/sanitizer-'\$tool'.log' 2>&1; echo \$tool rc=\$? >> '$P/sanitizer.rc'; done"

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <ctime>
 #include <exception>
@@ -26,6 +27,8 @@
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/env.h"
 #include "fk/runtime/random.h"
+
+extern char** environ;
 
 namespace fk {
 
@@ -389,6 +392,7 @@ class TimedCalls {
   }
   /// The checks after the last batch; then the record of what was checked.
   Failure finish() {
+    Clock c{final_ms_};
     if (failure_.failed() || last_call_ < 0) return failure_;
     std::vector<int> sets;
     if (inst_.sets_independent()) {
@@ -405,7 +409,7 @@ class TimedCalls {
   }
   json record() const {
     return {{"timed_calls", last_call_ + 1}, {"checked_calls", checked_}, {"outputs", outputs_},
-            {"inputs_fingerprinted_calls", fingerprinted_}, {"hook_ms", hook_ms_}};
+            {"inputs_fingerprinted_calls", fingerprinted_}, {"hook_ms", hook_ms_}, {"final_check_ms", final_ms_}};
   }
   double hook_ms() const { return hook_ms_; }
 
@@ -482,7 +486,7 @@ class TimedCalls {
   std::vector<int> last_of_set_;
   int last_call_ = -1, checked_ = 0, fingerprinted_ = 0;
   bool spot_done_ = false;
-  double hook_ms_ = 0;
+  double hook_ms_ = 0, final_ms_ = 0;
   Failure failure_;
   json outputs_ = json::array();
 };
@@ -581,6 +585,20 @@ bool context_lost() {
   return cudaDeviceSynchronize() != cudaSuccess;
 }
 
+/// The persisting-L2 set-aside the process started with (nonzero on some machines: 11.25 MiB was
+/// seen on H200): what a task must leave as it found it (Note [Persisting L2] in timing.cu).
+size_t initial_persisting_l2() {
+  static const size_t v = [] {
+    size_t x = 0;
+    if (cudaDeviceGetLimit(&x, cudaLimitPersistingL2CacheSize) != cudaSuccess) {
+      cudaGetLastError();
+      x = 0;
+    }
+    return x;
+  }();
+  return v;
+}
+
 CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerOptions& opt, L2Flusher& flusher,
                      double copy_tbps, double peak_tflops, const Limits& limits) {
   CaseOutcome out;
@@ -633,12 +651,13 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       };
       size_t persisting = 0;
       cudaDeviceGetLimit(&persisting, cudaLimitPersistingL2CacheSize);
-      if (persisting > 0) {
-        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+      if (persisting != initial_persisting_l2()) {
+        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, initial_persisting_l2());
         fail_if_passed({"SUSPECT", "persisting-l2",
-                        "the task set aside " + std::to_string(persisting) +
-                            " bytes of L2 for persisting lines (cudaLimitPersistingL2CacheSize), which would survive the "
-                            "flush before timed calls (Note [Persisting L2]); reset to 0"});
+                        "the task changed the L2 set aside for persisting lines (cudaLimitPersistingL2CacheSize) from " +
+                            std::to_string(initial_persisting_l2()) + " to " + std::to_string(persisting) +
+                            " bytes; persisting lines would survive the flush before timed calls (Note [Persisting L2]); "
+                            "restored"});
       }
       rec["time_us"] = {{"median", t.median_us}, {"min", t.min_us}, {"max", t.max_us}, {"iters", t.iters}};
       const double sec = t.median_us * 1e-6;
@@ -787,7 +806,8 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
 // length drawn from [1, max], dim `ragged` holding the draw's seed: case_seq_lens in
 // fk/tasks/attention.h). Each dimension is drawn between the smallest and largest value of the
 // task's selected cases of that regime, so what fits in memory there fits here, widened where that
-// range holds no value off the registry. The seed is printed and recorded (env.method.seed); by
+// range holds no value off the registry; a batch is then cut so that batch x length stays within
+// the largest selected case. The seed is printed and recorded (env.method.seed); by
 // default it is new every run, and --seed reproduces a run. Off-registry case names start with x
 // (xt37, xb3_kv1021r); cases with dims other than num_tokens, batch, seq_len and kv_len get none,
 // and the run says so.
@@ -836,9 +856,13 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
   for (const std::string regime : {"decode", "prefill"}) {
     std::map<std::string, std::pair<int64_t, int64_t>> range;  // dim -> [min, max] over the selected cases
     std::map<std::string, std::set<int64_t>> seen;             // dim -> every registry value
+    double volume = 0;                                         // the largest product of dims
     bool any = false;
     for (const ShapeCase* c : selected) {
       if (c->regime != regime) continue;
+      double p = 1;
+      for (const auto& [k, v] : c->dims) p *= double(v);
+      volume = std::max(volume, p);
       for (const auto& [k, v] : c->dims) {
         if (!kOffRegistryDims.count(k)) {
           if (note) *note = "case " + c->name + " has dim '" + k + "', which the off-registry rule does not know";
@@ -874,6 +898,12 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
         const auto [llo, lhi] = range[len_key];
         const int64_t l = draw_value(rng, llo, lhi, seen[len_key], [](int64_t v) { return v % 2 == 1 && !power_of_two(v); });
         if (l < 0) continue;
+        // No more tokens than the largest selected case: the ranges of batch and length are drawn
+        // apart, and their product must still fit wherever the registry's cases fit.
+        if (double(b) * double(l) > volume) {
+          b = std::max<int64_t>(1, static_cast<int64_t>(volume / double(l)));
+          if (b > 1 && b % 2 == 0) --b;
+        }
         x.dims.push_back({"batch", b});
         x.dims.push_back({len_key, l});
         name += "b" + std::to_string(b) + (len_key == "seq_len" ? "_s" : "_kv") + std::to_string(l);
@@ -894,9 +924,16 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
 }
 
 bool under_compute_sanitizer() {
-  for (const char* var : {"CUDA_INJECTION64_PATH", "LD_PRELOAD"}) {
-    const char* v = std::getenv(var);
-    if (v && std::strstr(v, "sanitizer")) return true;
+  // FK_UNDER_SANITIZER=1 says so explicitly (scripts/gpu_protocol.sh sets it); otherwise any
+  // variable the sanitizer's launcher sets (its name or value mentions the sanitizer).
+  if (const char* v = std::getenv("FK_UNDER_SANITIZER")) return std::strcmp(v, "0") != 0;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    std::transform(kv.begin(), kv.end(), kv.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (kv.find("sanitizer") != std::string::npos &&
+        (kv.rfind("cuda_injection", 0) == 0 || kv.rfind("nv_sanitizer", 0) == 0 || kv.rfind("ld_preload", 0) == 0 ||
+         kv.rfind("compute_sanitizer", 0) == 0 || kv.rfind("nv_compute", 0) == 0))
+      return true;
   }
   return false;
 }
@@ -998,6 +1035,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
     }
   }
   std::mutex io_mu;
+  initial_persisting_l2();  // before any task runs
   L2Flusher flusher;
   const ClockReading clk0 = read_clocks(0);
   const double copy_tbps = measure_copy_tbps(stream);
@@ -1023,6 +1061,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
                    {"off_registry_per_regime", opt.off_registry},
                    {"timed_calls_checked", "every set's last timed output, one random timed call, inputs refreshed and fingerprinted around every timed call"},
                    {"under_compute_sanitizer", under_compute_sanitizer()},
+                   {"persisting_l2_bytes_at_start", initial_persisting_l2()},
                    {"l2_flush_bytes", flusher.bytes()},
                    {"warmup", opt.timing.warmup},
                    {"min_iters", opt.timing.min_iters},

@@ -97,7 +97,8 @@ TEST_P(WholeModel, WeightsRoundTripByHFName) {
   EXPECT_EQ(params.front().name, "model.embed_tokens.weight");
   bool has_q = false, has_gate = false;
   for (const auto& q : params) {
-    has_q |= q.name == "model.layers.0.self_attn.q_proj.weight";
+    has_q |= q.name == "model.layers.0.self_attn.q_proj.weight" ||
+             q.name == "model.layers.0.self_attn.q_a_proj.weight";  // DeepSeek MLA with a q LoRA: no q_proj
     has_gate |= q.name == "model.layers.0.mlp.gate_proj.weight" ||  // dense MLP: the HF part of gate_up
                 q.name == "model.layers.0.mlp.experts.gate_up_proj";   // MoE: HF transformers 5 fused experts
   }

@@ -13,6 +13,7 @@
 #include "fk/runtime/runner.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
+#include "fk/tasks/moe.h"
 #include "gpu_test_util.h"
 
 namespace {
@@ -238,6 +239,32 @@ TEST(OffRegistry, UnknownDimsGetNoneAndSaySo) {
   EXPECT_TRUE(fk::off_registry_cases(t, all_of(t), 1, 1, &note).empty());
   EXPECT_NE(note.find("experts"), std::string::npos) << note;
   EXPECT_TRUE(fk::off_registry_cases(task_with({{"t1", "decode", {{"num_tokens", 1}}}}), {}, 1, 0).empty());
+}
+
+// Note [Routing near-ties] (host only): 8 experts in 4 groups of 2, top-2 from the best 2 groups.
+TEST(RoutingNearTie, AcceptsOnlySelectionsWithinTheTie) {
+  const fk::tasks::RoutingRowSpec r{8, 2, 4, 2, true};
+  // Groups: {0,1} 1.0+0.2, {2,3} 0.9+0.3, {4,5} 0.5+0.4, {6,7} 0.1+0.0: kept {0,1} and {2,3}.
+  std::vector<double> c{1.0, 0.2, 0.9, 0.3, 0.5, 0.4, 0.1, 0.0};
+  const int32_t exact[2] = {0, 2}, swapped[2] = {2, 0}, wrong[2] = {0, 3}, dup[2] = {0, 0}, out_of_range[2] = {0, 8};
+  EXPECT_TRUE(fk::tasks::routing_near_tie(c, r, exact, 2e-6));
+  EXPECT_TRUE(fk::tasks::routing_near_tie(c, r, swapped, 2e-6)) << "the same experts in another order";
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, wrong, 2e-6));
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, dup, 2e-6));
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, out_of_range, 2e-6));
+  // Expert 3 within 1e-7 of expert 2: either is a valid second choice; 1e-3 away it is not.
+  c[3] = 0.9 - 1e-7;
+  EXPECT_TRUE(fk::tasks::routing_near_tie(c, r, wrong, 2e-6));
+  c[3] = 0.9 - 1e-3;
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, wrong, 2e-6));
+  // Group {4,5} scores 0.75 + 0.4 = 1.15 against the kept groups' 1.2: not a tie, so picking from it
+  // is wrong; at 0.75 + 0.45 = 1.2 the three groups tie and {0, 4} (the best of groups 0 and 2) is valid.
+  c = {1.0, 0.2, 0.9, 0.3, 0.75, 0.4, 0.1, 0.0};
+  const int32_t other_group[2] = {0, 4}, other_group_not_best[2] = {0, 5};
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, other_group, 2e-6));
+  c[5] = 0.45;
+  EXPECT_TRUE(fk::tasks::routing_near_tie(c, r, other_group, 2e-6));
+  EXPECT_FALSE(fk::tasks::routing_near_tie(c, r, other_group_not_best, 2e-6)) << "not the best of the groups it used";
 }
 
 }  // namespace
