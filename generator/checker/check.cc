@@ -136,20 +136,37 @@ struct Parsed {
   Collector diags;
 };
 
-std::vector<std::string> parse_args(const fs::path& root) {
-  return {"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "-std=c++17", "-fsyntax-only",
+// Note [Host and device passes]
+// nvcc preprocesses a .cu file twice: a host pass (__CUDACC__, __NVCC__, no __CUDA_ARCH__) and a
+// device pass per architecture (__CUDA_ARCH__ = 900 and __CUDA_ARCH_FEAT_SM90_ALL for sm_90a, the
+// architecture the build targets). Code under `#ifdef __CUDA_ARCH__` exists only in the device
+// pass, so the checker parses the candidate in both: the host pass for the interface and the
+// compile errors, both for the static flags (merged). What neither pass can reproduce is a branch
+// on the compiler itself (clang parses, g++ and nvcc compile): those conditionals are flagged
+// (Note [Identifying macros]).
+enum class Pass { kHost, kDevice };
+
+std::vector<std::string> parse_args(const fs::path& root, Pass pass = Pass::kHost) {
+  std::vector<std::string> a = {"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "-std=c++17", "-fsyntax-only",
           "-ferror-limit=0", "-Wno-unknown-cuda-version", "-Wno-pragma-once-outside-header",
-          "-resource-dir=" FK_CLANG_RESOURCE_DIR, "-D__CUDACC__", "-include",
+          "-resource-dir=" FK_CLANG_RESOURCE_DIR, "-D__CUDACC__", "-D__NVCC__", "-D__CUDACC_RELAXED_CONSTEXPR__", "-include",
           std::string(kShimDir) + "/fk_checker_cuda_shim.h", "-I" + std::string(kShimDir),
           "-I" + (root / "runtime" / "include").string(), "-I" + (root / "kernels" / "include").string(),
           "-I" + (root / "generated").string(), "-isystem" + (root / ".deps" / "include").string()};
+  if (pass == Pass::kDevice) {
+    a.push_back("-D__CUDA_ARCH__=900");
+    a.push_back("-D__CUDA_ARCH_FEAT_SM90_ALL=1");
+    a.push_back("-D__CUDA_ARCH_LIST__=900");
+  }
+  return a;
 }
 
-std::unique_ptr<Parsed> parse(const fs::path& root, const fs::path& file, const std::string& code, bool verbose) {
+std::unique_ptr<Parsed> parse(const fs::path& root, const fs::path& file, const std::string& code, bool verbose,
+                              Pass pass = Pass::kHost) {
   auto p = std::make_unique<Parsed>();
   tooling::FileContentMappings shim;
   for (const auto& [name, text] : shim_files()) shim.emplace_back(std::string(kShimDir) + "/" + name, text);
-  std::vector<std::string> args = parse_args(root);
+  std::vector<std::string> args = parse_args(root, pass);
   if (verbose) {
     std::cerr << "fastkernels check: parsing " << file.string() << " with";
     for (const auto& a : args) std::cerr << " " << a;
@@ -526,6 +543,11 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
     else if (q == "cudaDeviceSynchronize" || q == "cudaStreamSynchronize" || q == "cudaEventSynchronize" ||
              q == "cudaEventRecord" || q == "cudaEventElapsedTime" || q == "cudaStreamWaitEvent")
       flag(loc, "host-sync-timing", "`" + q + "`: host-side synchronisation/timing inside a candidate distorts the measurement");
+    else if (q == "std::thread" || q == "std::jthread" || q == "std::async" || q == "pthread_create" ||
+             q == "cudaLaunchHostFunc" || q == "cudaStreamAddCallback" || starts_with(q, "std::packaged_task"))
+      flag(loc, "host-thread", "`" + q + "`: work on host threads (or host callbacks) is not on the task's stream and is not timed");
+    else if (q == "dlsym" || q == "dlopen" || q == "dlvsym")
+      flag(loc, "dynamic-symbol", "`" + q + "`: symbols looked up at run time are invisible to this check");
     else if (q == "sleep" || q == "usleep" || q == "nanosleep" || q == "clock" || q == "clock_gettime" ||
              q == "gettimeofday" || q == "time" || starts_with(q, "std::chrono::") || starts_with(q, "std::this_thread::"))
       flag(loc, "host-sync-timing", "`" + q + "`: host-side timing or sleeping inside a candidate");
@@ -598,7 +620,14 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
       }
     for (const DeclRefExpr* r : refs_) {
       std::string q = r->getDecl()->getQualifiedNameAsString();
-      if (starts_with(q, "std::chrono::") || starts_with(q, "std::this_thread::")) check_callee(q, r->getBeginLoc());
+      // Every mention, not only direct calls: a baseline function whose address is taken (and
+      // called through a pointer) is still the baseline.
+      if (starts_with(q, "std::chrono::") || starts_with(q, "std::this_thread::") ||
+          (isa<FunctionDecl>(r->getDecl()) && (starts_with(q, "fk::kernels::") || starts_with(q, "fk::tasks::") ||
+                                                starts_with(q, "cublas") || starts_with(q, "cudnn") || q == "dlsym" ||
+                                                q == "dlopen" || q == "std::async" || q == "pthread_create" ||
+                                                q == "cudaLaunchHostFunc" || q == "cudaStreamAddCallback")))
+        check_callee(q, r->getBeginLoc());
     }
     std::stable_sort(flags.begin(), flags.end(), [](const Diag& a, const Diag& b) { return a.line != b.line ? a.line < b.line : a.col < b.col; });
   }
@@ -614,7 +643,8 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
   bool VisitCXXConstructExpr(CXXConstructExpr* c) {
     if (in_main(c->getBeginLoc()) && c->getConstructor()) {
       std::string q = c->getConstructor()->getParent()->getQualifiedNameAsString();
-      if (starts_with(q, "std::chrono::")) check_callee(q, c->getBeginLoc());
+      if (starts_with(q, "std::chrono::") || q == "std::thread" || q == "std::jthread" || starts_with(q, "std::packaged_task"))
+        check_callee(q, c->getBeginLoc());
     }
     return true;
   }
@@ -644,6 +674,80 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
   std::vector<const CUDAKernelCallExpr*> launches_;
   std::vector<const DeclRefExpr*> refs_;
 };
+
+// Note [Identifying macros]
+// The checker is clang with a shim; the build is nvcc with g++. A candidate that branches on a
+// macro that tells them apart (`#ifdef __clang__`, `#ifndef __GNUC__`, the shim's own
+// FK_CHECKER_PARSE, nvcc's version macros, __has_feature) can show the checker one program and
+// compile another, so every such conditional in the candidate is flagged (SUSPECT
+// preprocessor-branch), whichever way it goes. Branches on __CUDA_ARCH__ are the normal way to
+// write device code and are not flagged: both passes are parsed (Note [Host and device passes]).
+// A quoted #include of anything but fk's public headers (fk/...) or a generated task (L<n>/...)
+// brings in code this check never reads (SUSPECT local-include).
+bool identifying_macro(const std::string& id) {
+  static const char* const prefixes[] = {"__clang", "__llvm", "__GNUC", "__GNUG", "__NVCC", "__CUDACC", "__NVCOMPILER",
+                                         "__PGI", "_MSC_", "__INTEL", "__EDG", "FK_CHECKER", "__has_feature",
+                                         "__has_extension", "__is_identifier", "__CUDA_API_VER", "CUDART_VERSION"};
+  for (const char* p : prefixes)
+    if (id.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+std::vector<Diag> scan_directives(ASTUnit& ast) {
+  std::vector<Diag> out;
+  const SourceManager& sm = ast.getSourceManager();
+  const FileID fid = sm.getMainFileID();
+  const llvm::StringRef buf = sm.getBufferData(fid);
+  Lexer lex(sm.getLocForStartOfFile(fid), ast.getLangOpts(), buf.begin(), buf.begin(), buf.end());
+  lex.SetCommentRetentionState(false);
+  auto diag_at = [&](SourceLocation l, const std::string& category, const std::string& text) {
+    Diag d;
+    PresumedLoc p = sm.getPresumedLoc(l);
+    if (p.isValid()) d.file = p.getFilename(), d.line = p.getLine(), d.col = p.getColumn();
+    d.level = "warning";
+    d.text = "[SUSPECT:" + category + "] " + text;
+    out.push_back(d);
+  };
+  Token t;
+  std::vector<Token> line;
+  auto handle = [&]() {
+    if (line.size() < 2 || !line[0].is(tok::hash)) return;
+    const Token& kw = line[1];
+    if (!kw.is(tok::raw_identifier) && !kw.isAnyIdentifier()) return;
+    const std::string k = kw.getRawIdentifier().str();
+    if (k == "if" || k == "ifdef" || k == "ifndef" || k == "elif" || k == "elifdef" || k == "elifndef") {
+      std::set<std::string> named;
+      for (size_t i = 2; i < line.size(); ++i) {
+        if (!line[i].is(tok::raw_identifier)) continue;
+        const std::string id = line[i].getRawIdentifier().str();
+        if (identifying_macro(id) && named.insert(id).second)
+          diag_at(line[0].getLocation(), "preprocessor-branch",
+                  "`#" + k + "` on `" + id + "`, which tells the compilers apart: the checker (clang) and the build (nvcc, g++) "
+                  "would see different code (Note [Identifying macros])");
+      }
+    } else if (k == "include" && line.size() >= 3 && line[2].is(tok::string_literal)) {
+      std::string inc(line[2].getLiteralData() ? std::string(line[2].getLiteralData(), line[2].getLength()) : "");
+      if (inc.size() >= 2) inc = inc.substr(1, inc.size() - 2);
+      const bool ours = inc.rfind("fk/", 0) == 0 ||
+                        (inc.size() > 3 && inc[0] == 'L' && inc[1] >= '1' && inc[1] <= '4' && inc[2] == '/');
+      if (!ours)
+        diag_at(line[0].getLocation(), "local-include",
+                "`#include \"" + inc + "\"`: code outside the candidate file (and fk's public headers) is not checked; "
+                "put it in the candidate");
+    }
+  };
+  while (true) {
+    lex.LexFromRawLexer(t);
+    if (t.is(tok::eof)) break;
+    if (t.isAtStartOfLine() && !line.empty()) {
+      handle();
+      line.clear();
+    }
+    line.push_back(t);
+  }
+  handle();
+  return out;
+}
 
 void print(const std::vector<Diag>& ds) {
   for (const auto& d : ds) std::cerr << where(d) << d.level << ": " << d.text << "\n";
@@ -753,6 +857,27 @@ int run(const Options& o) {
   flagger.run(cctx.getTranslationUnitDecl());
   std::vector<Diag> flags = cp->diags.vendor_flags;
   flags.insert(flags.end(), flagger.flags.begin(), flagger.flags.end());
+  const std::vector<Diag> directives = scan_directives(*cp->ast);
+  flags.insert(flags.end(), directives.begin(), directives.end());
+  // The device pass (Note [Host and device passes]): its flags are merged; its errors are
+  // reported as notes only (the host pass is the compile check).
+  auto dp = parse(o.root, cand_path, code, o.verbose, Pass::kDevice);
+  if (dp->ast) {
+    Flagger device_flagger(dp->ast->getASTContext());
+    device_flagger.run(dp->ast->getASTContext().getTranslationUnitDecl());
+    std::set<std::string> have;
+    for (const Diag& d : flags) have.insert(std::to_string(d.line) + ":" + d.text);
+    auto merge = [&](const std::vector<Diag>& more) {
+      for (const Diag& d : more)
+        if (have.insert(std::to_string(d.line) + ":" + d.text).second) flags.push_back(d);
+    };
+    merge(dp->diags.vendor_flags);
+    merge(device_flagger.flags);
+    if (!dp->diags.main_errors.empty())
+      std::cerr << shown << ": note: the device pass (__CUDA_ARCH__ 900) has " << dp->diags.main_errors.size()
+                << " error(s) in the candidate, e.g. " << where(dp->diags.main_errors.front()) << dp->diags.main_errors.front().text << "\n";
+  }
+  std::stable_sort(flags.begin(), flags.end(), [](const Diag& a, const Diag& b) { return a.line != b.line ? a.line < b.line : a.col < b.col; });
   print(flags);
   nwarn = static_cast<int>(flags.size());
 

@@ -132,6 +132,11 @@ TEST(Check, FixtureSuite) {
       {"bad_host_timing.cu", 5, {"[SUSPECT:host-sync-timing] `std::chrono::steady_clock::now`",
                                  "[SUSPECT:host-sync-timing] `cudaDeviceSynchronize`",
                                  "[SUSPECT:static-cache] static local `cached` of type `fk::Tensor`"}},
+      {"bad_compiler_branch.cu", 5, {"[SUSPECT:preprocessor-branch] `#ifndef` on `__clang__`, which tells the compilers apart"}},
+      {"bad_host_thread.cu", 5, {"[SUSPECT:host-thread] `std::thread`"}},
+      {"bad_function_pointer.cu", 5, {"[SUSPECT:baseline-call] calls the baseline glue `fk::tasks::rms_norm_forward`"}},
+      {"bad_device_pass_call.cu", 5, {"[SUSPECT:baseline-call] calls the baseline kernel `fk::kernels::to_float`"}},
+      {"bad_local_include.cu", 5, {"[SUSPECT:local-include] `#include \"helpers/fast_path.cuh\"`"}},
       {"../candidates_runtime/bad_persisting_l2/L1/silu_and_mul_i14336_bf16.cu", 5,
        {"[SUSPECT:persisting-l2] `cudaDeviceSetLimit`", "[SUSPECT:persisting-l2] `cudaStreamSetAttribute`"}},
   };
