@@ -23,8 +23,9 @@
 //     deliberately empty in the shim: a candidate's `cublasGemmEx(...)` becomes a
 //     "use of undeclared identifier" diagnostic, which the diagnostic consumer turns into a
 //     SUSPECT(vendor-library) flag at that spot instead of a compile error.
-// Only clang's host-side parse is done (no device pass, no codegen): device function bodies are
-// type-checked as host-only compilation does, which is enough for interfaces and call sites. A
+// Only clang's host-side parse is done (no codegen): device function bodies are type-checked as
+// host-only compilation does, which is enough for interfaces and call sites; the candidate is
+// parsed a second time with the device pass's macros (Note [Host and device passes]). A
 // CPU test parses every generated header through this path and requires zero errors, so a shim
 // gap shows up there first. Errors in included files are summarised unless --verbose.
 //
@@ -42,7 +43,10 @@
 // candidate's own launcher functions at every call site); cudaDeviceSynchronize,
 // cudaStreamSynchronize, cudaEventSynchronize, cudaEventRecord, sleep/usleep/nanosleep,
 // clock()/clock_gettime/gettimeofday, std::chrono, std::this_thread; variables with static
-// storage holding fk::Tensor or pointers (caches of outputs), except __device__/__constant__.
+// storage holding fk::Tensor or pointers (caches of outputs), except __device__/__constant__;
+// host threads and callbacks, dlsym, persisting-L2 limits and attributes; baseline functions
+// whose address is taken; conditionals on compiler-identifying macros and local includes
+// (Note [Identifying macros]).
 #include "check.h"
 
 #include <clang/AST/ASTContext.h>
