@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -741,31 +742,12 @@ std::string perf_cell(const json& r) {
 
 }  // namespace
 
-CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed) {
+namespace {
+/// Runs `body` and maps its failure or exception to a CheckOutcome (Note [Infrastructure failures]).
+CheckOutcome outcome_of(const std::function<Failure()>& body) {
   g_task_threw = false;
   try {
-    json check;
-    const Failure failure = check_case(inst, rounds, seed, /*stream_check=*/true, 0, check);
-    FK_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
-    if (failure.failed()) return {failure.status, failure.message, failure.reason};
-    return {"PASSED", "", ""};
-  } catch (const std::exception& e) {
-    cudaGetLastError();
-    if (g_task_threw) return {"RUNTIME_ERROR", e.what(), "error"};
-    return {"INFRA_ERROR", e.what(), "infra"};
-  }
-}
-
-CheckOutcome check_and_time_instance(TaskInstance& inst, int rounds, uint64_t seed, const TimingOptions& timing) {
-  CheckOutcome out = check_instance(inst, rounds, seed);
-  if (out.status != "PASSED") return out;
-  g_task_threw = false;
-  try {
-    L2Flusher flusher;
-    TimedCalls timed(inst, mix_seed(seed, 0x71D3));
-    const int nsets = inst.num_sets();
-    time_calls([&](int i) { task_run(inst, i % nsets); }, current_stream(), flusher, timing, timed.hooks(true));
-    const Failure f = timed.finish();
+    const Failure f = body();
     if (f.failed()) return {f.status, f.message, f.reason};
     return {"PASSED", "", ""};
   } catch (const std::exception& e) {
@@ -773,6 +755,28 @@ CheckOutcome check_and_time_instance(TaskInstance& inst, int rounds, uint64_t se
     if (g_task_threw) return {"RUNTIME_ERROR", e.what(), "error"};
     return {"INFRA_ERROR", e.what(), "infra"};
   }
+}
+}  // namespace
+
+CheckOutcome check_instance(TaskInstance& inst, int rounds, uint64_t seed) {
+  return outcome_of([&] {
+    json check;
+    const Failure failure = check_case(inst, rounds, seed, /*stream_check=*/true, 0, check);
+    FK_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+    return failure;
+  });
+}
+
+CheckOutcome check_and_time_instance(TaskInstance& inst, int rounds, uint64_t seed, const TimingOptions& timing) {
+  CheckOutcome out = check_instance(inst, rounds, seed);
+  if (out.status != "PASSED") return out;
+  return outcome_of([&] {
+    L2Flusher flusher;
+    TimedCalls timed(inst, mix_seed(seed, 0x71D3));
+    const int nsets = inst.num_sets();
+    time_calls([&](int i) { task_run(inst, i % nsets); }, current_stream(), flusher, timing, timed.hooks(true));
+    return timed.finish();
+  });
 }
 
 CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int rounds, uint64_t seed) {
