@@ -145,13 +145,17 @@ std::string manifest_json(const TaskSet& set) {
     for (const auto& [op, task] : m.ops) ops.push_back({{"name", op}, {"task", task}});
     json modules = json::array();
     for (const auto& [module, task] : m.modules) modules.push_back({{"name", module}, {"task", task}});
-    archs.push_back({{"id", m.id},
-                     {"config", m.file},
-                     {"model_type", m.model_type},
-                     {"descriptor", m.descriptor_file},
-                     {"ops", ops},
-                     {"modules", modules},
-                     {"tasks", std::vector<std::string>(m.tasks.begin(), m.tasks.end())}});
+    json arch = {{"id", m.id},
+                 {"config", m.file},
+                 {"model_type", m.model_type},
+                 {"descriptor", m.descriptor_file},
+                 {"ops", ops},
+                 {"modules", modules},
+                 {"tasks", std::vector<std::string>(m.tasks.begin(), m.tasks.end())}};
+    // Note [User choices]: what the user accepted knowingly for this config, when anything.
+    if (!m.dequantized_from.empty()) arch["dequantized_from"] = m.dequantized_from;
+    if (!m.allowed_unknown.empty()) arch["allowed_unknown"] = m.allowed_unknown;
+    archs.push_back(arch);
   }
   json root = {{"version", 1}, {"generator", "fastkernels"}, {"tasks", tasks}, {"archs", archs}};
   return root.dump(2) + "\n";

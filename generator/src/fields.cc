@@ -1,5 +1,6 @@
 // The field table (Note [Field table] in fk/gen/config.h): the one alias table.
 #include <algorithm>
+#include <set>
 
 #include "fk/gen/config.h"
 
@@ -96,6 +97,24 @@ const std::map<std::string, std::vector<std::string>>& rope_scaling_keys() {
       {"linear", {"factor"}},
       {"llama3", {"factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"}},
       {"yarn", {"beta_fast", "beta_slow", "factor", "mscale", "mscale_all_dim", "original_max_position_embeddings", "truncate"}},
+  };
+  return keys;
+}
+
+const std::set<std::string>& tool_only_keys() {
+  static const std::set<std::string> keys = {
+      // hub and library bookkeeping
+      "_name_or_path", "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "auto_map",
+      "transformers_version", "transformers.js_config", "torchscript", "return_dict", "output_attentions",
+      "output_hidden_states", "use_cache", "cache_implementation",
+      // tokenizer and generation defaults
+      "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
+      "prefix", "bad_words_ids", "task_specific_params",
+      // task heads' label maps and problem types (the generated model is the backbone + LM head)
+      "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
+      // training only (dropout is off at inference; initialisation and router losses do not run)
+      "initializer_range", "attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop",
+      "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aux_loss_alpha", "seq_aux",
   };
   return keys;
 }

@@ -210,6 +210,8 @@ std::optional<LoweredModel> lower(const ResolvedConfig& cfg, Diagnostics& diag) 
   m.file = cfg.file;
   m.model_type = cfg.model_type;
   m.descriptor_file = cfg.descriptor->file;
+  m.dequantized_from = cfg.dequantized_from;
+  m.allowed_unknown = cfg.choices.allow_unknown;
   size_t before = diag.errors().size();
   Lowerer(cfg, diag, m).run();
   if (diag.errors().size() != before) return std::nullopt;

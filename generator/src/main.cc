@@ -85,7 +85,9 @@ int cmd_parse(const fs::path& root, const std::string& path) {
   static const std::regex hub("hf_configs/([^/]+)/([^/]+)/config\\.json");
   if (std::regex_match(file, m, hub)) id = m[1].str() + "/" + m[2].str();
   Diagnostics diag;
-  Generation g = run_pipeline(root, {ConfigFile{id, file, *text}}, /*emit_outputs=*/false, diag);
+  // The user's recorded choices beside the config (Note [User choices]) apply here as in generate.
+  const UserChoices choices = read_user_choices(path, display_path(root, fs::path(path).parent_path()), diag);
+  Generation g = run_pipeline(root, {ConfigFile{id, file, *text, choices}}, /*emit_outputs=*/false, diag);
   if (!diag.ok()) return report(diag);
   const ResolvedConfig& r = g.resolved.at(0);
   if (id == "(unnamed)") {
@@ -165,7 +167,20 @@ struct AuditArgs {
 
 int cmd_audit(const fs::path& root, const AuditArgs& a);
 
-int cmd_add(const fs::path& root, const std::string& path, std::string name) {
+/// The <org>/<model> a config file's own name suggests: `org__model.json`, or the last two
+/// folders of `.../org/model/config.json`; "" when neither.
+std::string name_from_path(const fs::path& p) {
+  const std::string stem = p.stem().string();
+  const size_t sep = stem.find("__");
+  if (p.filename() != "config.json" && sep != std::string::npos && sep > 0 && sep + 2 < stem.size())
+    return stem.substr(0, sep) + "/" + stem.substr(sep + 2);
+  const fs::path dir = fs::absolute(p).parent_path();
+  if (p.filename() == "config.json" && dir.has_parent_path() && !dir.parent_path().filename().empty())
+    return dir.parent_path().filename().string() + "/" + dir.filename().string();
+  return "";
+}
+
+int cmd_add(const fs::path& root, const std::string& path, std::string name, const UserChoices& asked) {
   auto text = read_text(path);
   if (!text) {
     std::cerr << path << ": cannot read\n";
@@ -181,9 +196,16 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
     auto parsed = parse_config(path, *text, diag);
     if (!diag.ok()) return report(diag);
     name = parsed->name_or_path;
-    if (name.empty()) {
-      std::cerr << path << ": no `_name_or_path` in the config; pass --name <org>/<model>\n";
-      return kInvalid;
+    if (!name.empty()) {
+      std::cout << "name     " << name << " (from the config's _name_or_path)\n";
+    } else {
+      name = name_from_path(path);
+      if (name.empty()) {
+        std::cerr << path << ": no `_name_or_path` in the config, and its file name says no <org>/<model> "
+                  << "(org__model.json or <org>/<model>/config.json); pass --name <org>/<model>\n";
+        return kInvalid;
+      }
+      std::cout << "name     " << name << " (from the file name " << path << ")\n";
     }
   }
   static const std::regex id_re("[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*");
@@ -198,10 +220,16 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
     std::cerr << rel << ": already exists with different content; refusing to overwrite (remove it first, or pick another --name)\n";
     return kInvalid;
   }
+  // The user's choices (Note [User choices]): those asked for now, else the ones already recorded.
+  const std::string side_rel = "hf_configs/" + name + "/fastkernels.json";
+  UserChoices choices = asked;
+  choices.file = side_rel;
+  if (choices.empty()) choices = read_user_choices(root / rel, "hf_configs/" + name, diag);
+  if (!diag.ok()) return report(diag);
   // Validate against every other config first (a name clash with an existing task is an error).
   auto configs = discover_configs(root, diag);
   configs.erase(std::remove_if(configs.begin(), configs.end(), [&](const ConfigFile& c) { return c.id == name; }), configs.end());
-  configs.push_back({name, rel, *text});
+  configs.push_back({name, rel, *text, choices});
   run_pipeline(root, configs, /*emit_outputs=*/false, diag);
   if (!diag.ok()) return report(diag);
   if (!existing) {
@@ -210,6 +238,13 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name) {
     std::cout << "added    " << rel << "\n";
   } else {
     std::cout << rel << " is already present (identical)\n";
+  }
+  if (!asked.empty()) {
+    write_if_changed(root, side_rel, user_choices_text(choices), diag);
+    if (!diag.ok()) return report(diag);
+    std::cout << "recorded " << side_rel << (choices.dequantize ? " (dequantize)" : "");
+    for (const auto& k : choices.allow_unknown) std::cout << " (allow " << k << ")";
+    std::cout << "\n";
   }
   if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) return rc;
   // The new architecture changes the coverage audit; keep docs/coverage.md current (CI checks it).
@@ -482,7 +517,15 @@ int main(int argc, char** argv) {
   auto* add = app.add_subcommand("add", "Validate a config, store it verbatim as hf_configs/<org>/<model>/config.json, then generate and refresh docs/coverage.md");
   std::string add_path, add_name;
   add->add_option("config", add_path, "Path to the config.json to add")->required();
-  add->add_option("--name", add_name, "<org>/<model> (default: the config's `_name_or_path`)");
+  add->add_option("--name", add_name,
+                  "<org>/<model> (default: the config's `_name_or_path`, else the file name: org__model.json or <org>/<model>/config.json)");
+  UserChoices add_choices;
+  add->add_flag("--dequantize", add_choices.dequantize,
+                "generate bf16 tasks for a quantised checkpoint (its quantization_config is refused otherwise); recorded in "
+                "hf_configs/<org>/<model>/fastkernels.json and the manifest");
+  add->add_option("--allow-unknown", add_choices.allow_unknown,
+                  "config keys the family does not know, accepted knowingly (recorded likewise)")
+      ->expected(1, -1);
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");
@@ -574,7 +617,12 @@ int main(int argc, char** argv) {
   if (!root) return kInvalid;
   if (*parse) return cmd_parse(*root, parse_path);
   if (*list) return cmd_list(*root, list_tasks);
-  if (*add) return cmd_add(*root, add_path, add_name);
+  if (*add) {
+    std::sort(add_choices.allow_unknown.begin(), add_choices.allow_unknown.end());
+    add_choices.allow_unknown.erase(std::unique(add_choices.allow_unknown.begin(), add_choices.allow_unknown.end()),
+                                    add_choices.allow_unknown.end());
+    return cmd_add(*root, add_path, add_name, add_choices);
+  }
   if (*scaffold) {
     if (sc_task.empty() && sc_arch.empty()) {
       std::cerr << "fastkernels scaffold: pass --task <name> or --arch <config>\n";

@@ -1,6 +1,9 @@
 // The parse pass (see fk/gen/config.h): strict JSON -> ParsedConfig. Messages follow
 // `<file>: <json path>: expected <what>, got <value>`.
+#include <cctype>
+#include <optional>
 #include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -18,7 +21,70 @@ std::string short_json(const std::string& dumped) {
 
 namespace {
 
-std::string got(const json& j) { return short_json(j.dump()); }
+// Note [Python JSON literals]
+// Python's json module writes NaN, Infinity and -Infinity as bare literals, which are not JSON.
+// Configs saved by HF tools carry them (in keys no forward pass reads, usually), so before
+// parsing, each such literal outside a string becomes a marked string; a marked string is shown
+// as the literal it was, and a field that needs a number reports it as a non-finite number.
+constexpr const char* kNonFiniteMark = "\x01" "fk-nonfinite:";  // the decoded value of the mark
+
+std::string mark_nonfinite_literals(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false, escaped = false;
+  auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      out += c;
+      continue;
+    }
+    bool done = false;
+    for (const char* lit : {"-Infinity", "Infinity", "NaN"}) {
+      const size_t n = std::char_traits<char>::length(lit);
+      if (text.compare(i, n, lit) == 0 && (i == 0 || !ident_char(text[i - 1])) &&
+          (i + n == text.size() || !ident_char(text[i + n]))) {
+        out += "\"\\u0001fk-nonfinite:";  // a JSON escape: the string starts with U+0001
+        out += lit;
+        out += "\"";
+        i += n - 1;
+        done = true;
+        break;
+      }
+    }
+    if (!done) out += c;
+  }
+  return out;
+}
+
+/// The literal a marked string stands for (NaN, Infinity, -Infinity), or nullopt.
+std::optional<std::string> nonfinite_literal(const json& j) {
+  if (!j.is_string()) return std::nullopt;
+  const std::string& v = j.get_ref<const std::string&>();
+  const std::string mark = kNonFiniteMark;
+  if (v.rfind(mark, 0) != 0) return std::nullopt;
+  return v.substr(mark.size());
+}
+
+std::string got(const json& j) {
+  if (auto lit = nonfinite_literal(j)) return *lit;
+  std::string d = j.dump();
+  // Marked literals nested in objects and arrays print as the literals they were.
+  const std::string mark = "\"\\u0001fk-nonfinite:";
+  for (size_t p; (p = d.find(mark)) != std::string::npos;) {
+    const size_t end = d.find('"', p + mark.size());
+    d = d.substr(0, p) + d.substr(p + mark.size(), end - p - mark.size()) + d.substr(end + 1);
+  }
+  return short_json(d);
+}
 
 class ConfigParser {
  public:
@@ -38,6 +104,23 @@ class ConfigParser {
       if (key == "_name_or_path") {
         if (val.is_string()) out_.name_or_path = val.get<std::string>();
         out_.unrecognised.push_back({key, path, got(val)});
+        continue;
+      }
+      if (key == "quantization_config") {  // never dropped silently (resolve decides)
+        if (val.is_null()) continue;
+        Quantization q;
+        q.path = path;
+        if (val.is_object()) {
+          if (val.contains("quant_method") && val["quant_method"].is_string()) q.method = val["quant_method"].get<std::string>();
+          std::vector<std::string> parts;
+          for (const auto& [k, x] : val.items()) parts.push_back(k + " " + got(x));
+          std::string d;
+          for (const auto& p : parts) d += (d.empty() ? "" : ", ") + p;
+          q.detail = d;
+        } else {
+          q.detail = got(val);
+        }
+        out_.quantization = q;
         continue;
       }
       const FieldSpec* spec = find_field(key);
@@ -70,6 +153,9 @@ class ConfigParser {
   void field(const FieldSpec& spec, const json& v, const std::string& path) {
     auto bad = [&] {
       out_.invalid.insert(spec.name);
+      if (auto lit = nonfinite_literal(v))
+        return err(path, "expected " + expected_text(spec.type) + ", got " + *lit +
+                             " (a non-finite number, as Python's json writes it; this field needs a finite value)");
       err(path, "expected " + expected_text(spec.type) + ", got " + got(v)); };
     Value value;
     switch (spec.type) {
@@ -266,10 +352,58 @@ class ConfigParser {
 
 }  // namespace
 
-std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag) {
+UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag) {
+  UserChoices c;
+  c.file = file;
   json root;
   try {
     root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    std::string what = e.what();
+    auto pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    diag.error(file + ": invalid JSON: " + what);
+    return c;
+  }
+  if (!root.is_object()) {
+    diag.error(file + ": $: expected object with dequantize and/or allow_unknown, got " + got(root));
+    return c;
+  }
+  for (const auto& [k, v] : root.items()) {
+    const std::string path = "$." + k;
+    if (k == "dequantize") {
+      if (!v.is_boolean()) diag.error(file + ": " + path + ": expected boolean, got " + got(v));
+      else c.dequantize = v.get<bool>();
+    } else if (k == "allow_unknown") {
+      if (!v.is_array()) {
+        diag.error(file + ": " + path + ": expected array of config keys, got " + got(v));
+        continue;
+      }
+      std::set<std::string> keys;
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_string() || v[i].get<std::string>().empty())
+          diag.error(file + ": " + path + "[" + std::to_string(i) + "]: expected a config key, got " + got(v[i]));
+        else keys.insert(v[i].get<std::string>());
+      }
+      c.allow_unknown.assign(keys.begin(), keys.end());
+    } else {
+      diag.error(file + ": " + path + ": unknown key " + json_quote(k) + " (expected dequantize, allow_unknown)");
+    }
+  }
+  return c;
+}
+
+std::string user_choices_text(const UserChoices& c) {
+  json j = json::object();
+  if (!c.allow_unknown.empty()) j["allow_unknown"] = c.allow_unknown;
+  if (c.dequantize) j["dequantize"] = true;
+  return j.dump(2) + "\n";
+}
+
+std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag) {
+  json root;
+  try {
+    root = json::parse(mark_nonfinite_literals(text));
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     auto pos = what.find("] ");

@@ -14,7 +14,7 @@ Generation run_pipeline(const std::filesystem::path& root, const std::vector<Con
     auto parsed = parse_config(c.file, c.text, diag);
     if (!parsed) continue;
     // Resolve even when parse reported errors, so unknown keys and missing fields are all listed.
-    auto resolved = resolve(*parsed, c.id, g.descriptors, diag);
+    auto resolved = resolve(*parsed, c.id, g.descriptors, diag, c.choices);
     if (!resolved) continue;
     g.resolved.push_back(*resolved);
   }

@@ -52,11 +52,24 @@ std::vector<ConfigFile> discover_configs(const fs::path& root, Diagnostics& diag
         diag.io_error(rel + ": cannot read");
         continue;
       }
-      out.push_back({id, rel, *text});
+      out.push_back({id, rel, *text, read_user_choices(cfg, "hf_configs/" + id, diag)});
     }
   }
   std::sort(out.begin(), out.end(), [](const ConfigFile& a, const ConfigFile& b) { return a.id < b.id; });
   return out;
+}
+
+UserChoices read_user_choices(const fs::path& config_path, const std::string& display_dir, Diagnostics& diag) {
+  const fs::path side = config_path.parent_path() / "fastkernels.json";
+  std::error_code ec;
+  if (!fs::exists(side, ec)) return {};
+  const std::string shown = display_dir + "/fastkernels.json";
+  auto text = read_text(side);
+  if (!text) {
+    diag.io_error(shown + ": cannot read");
+    return {};
+  }
+  return parse_user_choices(shown, *text, diag);
 }
 
 DescriptorSet load_descriptors(const fs::path& root, Diagnostics& diag) {

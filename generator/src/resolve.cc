@@ -36,7 +36,7 @@ bool value_fits(FieldType t, const Value& v) {
 }  // namespace
 
 std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
-                                      Diagnostics& diag) {
+                                      Diagnostics& diag, const UserChoices& choices) {
   const size_t errors_before = diag.errors().size();
   auto err = [&](const std::string& path, const std::string& what) { diag.error(cfg.file + ": " + path + ": " + what); };
 
@@ -44,6 +44,7 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   ResolvedConfig r;
   r.id = id;
   r.file = cfg.file;
+  r.choices = choices;
   const FieldValue* mt = cfg.get("model_type");
   const Descriptor* d = nullptr;
   std::string known = join(descriptors.model_types(), ", ");
@@ -81,17 +82,45 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   }
 
   // --- keys the family neither consumes nor ignores ----------------------------------------------
+  // Ignored: the family's ignored_keys, the shared tool-only keys (Note [Tool-only keys]) and the
+  // keys the user allowed by name (Note [User choices]); every allowed key must be in the config.
+  std::set<std::string> allowed(choices.allow_unknown.begin(), choices.allow_unknown.end()), allowed_used;
+  auto ignored = [&](const std::string& key) {
+    if (d->ignored_keys.count(key) || tool_only_keys().count(key)) return true;
+    if (allowed.count(key)) return allowed_used.insert(key), true;
+    return false;
+  };
   auto unknown_key = [&](const std::string& path, const std::string& key) {
-    err(path, "unknown key " + json_quote(key) + " (not used by family " + d->family + "; add it to the descriptor's ignored_keys if it does not change the forward pass)");
+    err(path, "unknown key " + json_quote(key) + " (not used by family " + d->family +
+                  "; if it does not change the forward pass, add it to the descriptor's ignored_keys, or pass "
+                  "`add --allow-unknown " + key + "` to accept it for this config knowingly)");
   };
   for (const auto& u : cfg.unrecognised)
-    if (!d->ignored_keys.count(u.key)) unknown_key(u.path, u.key);
+    if (!ignored(u.key)) unknown_key(u.path, u.key);
   for (const auto& [name, fv] : cfg.fields) {
     if (name == "model_type" || name == "architectures") continue;
-    if (!d->fields.count(name) && !d->ignored_keys.count(name)) {
+    if (!d->fields.count(name)) {
       std::string key = fv.path.substr(fv.path.rfind('.') + 1);
-      unknown_key(fv.path, key);
+      if (!ignored(name) && !ignored(key)) unknown_key(fv.path, key);
     }
+  }
+  for (const auto& k : choices.allow_unknown)
+    if (!allowed_used.count(k))
+      diag.error(choices.file + ": $.allow_unknown: " + json_quote(k) + " is not an unknown key of " + cfg.file +
+                 " (remove it: only keys the config has and the family does not know can be allowed)");
+  // --- quantised checkpoints: never silently generated as bf16 ------------------------------------
+  if (cfg.quantization) {
+    const Quantization& q = *cfg.quantization;
+    if (!choices.dequantize) {
+      err(q.path, "quantised checkpoint (" + (q.method.empty() ? std::string("no quant_method") : "quant_method " + json_quote(q.method)) +
+                      "): no kind serves " + (q.method.empty() ? std::string("it") : q.method) +
+                      " weights yet; pass `add --dequantize` to generate bf16 tasks for this config knowingly "
+                      "(recorded beside it and in the manifest)");
+    } else {
+      r.dequantized_from = q.method.empty() ? "unnamed" : q.method;
+    }
+  } else if (choices.dequantize) {
+    diag.error(choices.file + ": $.dequantize: " + cfg.file + " has no quantization_config (remove dequantize)");
   }
   if (!cfg.rope_scaling_path.empty() && !d->fields.count("rope_scaling") && !d->ignored_keys.count("rope_scaling"))
     unknown_key(cfg.rope_scaling_path, "rope_scaling");

@@ -81,14 +81,51 @@ TEST(Cli, AddStoresVerbatimGeneratesAndRefusesOverwrite) {
   EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/other " + q(tmp.path() / "in2" / "config.json"), &out), 1);
   EXPECT_NE(out.find("hf_configs/acme/other/config.json: already exists with different content"), std::string::npos) << out;
 
-  // No --name and no _name_or_path: asks for --name, stores nothing.
-  spit(tmp.path() / "in3" / "config.json", "{\"model_type\": \"llama\"}\n");
-  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in3" / "config.json"), &out), 1);
+  // No --name, no _name_or_path and a file name that says nothing: asks for --name, stores nothing.
+  spit(tmp.path() / "in3" / "lonely.json", "{\"model_type\": \"llama\"}\n");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in3" / "lonely.json"), &out), 1);
   EXPECT_NE(out.find("pass --name <org>/<model>"), std::string::npos) << out;
+  // The file name org__model.json names it, and add says so.
+  const std::string unnamed =
+      "{\"vocab_size\": 310, \"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024, \"torch_dtype\": \"bfloat16\"}\n";
+  spit(tmp.path() / "in4" / "acme__from-file.json", unnamed);
+  ASSERT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in4" / "acme__from-file.json"), &out), 0) << out;
+  EXPECT_NE(out.find("name     acme/from-file (from the file name"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf_configs" / "acme" / "from-file" / "config.json"));
 
   // An invalid config is not stored.
   EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/bad " + q(fixtures() / "bad_configs" / "bad_dtype.json"), &out), 1);
   EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "bad"));
+}
+
+TEST(Cli, AddRefusesQuantisedAndUnknownUnlessAskedAndRecordsTheChoice) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  const std::string cfg =
+      "{\"vocab_size\": 320, \"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024, \"torch_dtype\": \"bfloat16\",\n"
+      " \"initializer_range\": NaN, \"use_fancy_attention\": false,\n"
+      " \"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}\n";
+  spit(tmp.path() / "in" / "config.json", cfg);
+  const std::string add = bin() + " add --root " + q(tmp.path()) + " --name acme/q8 " + q(tmp.path() / "in" / "config.json");
+  EXPECT_EQ(run(add, &out), 1);
+  EXPECT_NE(out.find("$.quantization_config: quantised checkpoint (quant_method \"fp8\")"), std::string::npos) << out;
+  EXPECT_NE(out.find("`add --allow-unknown use_fancy_attention`"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "q8"));
+  ASSERT_EQ(run(add + " --dequantize --allow-unknown use_fancy_attention", &out), 0) << out;
+  EXPECT_NE(out.find("recorded hf_configs/acme/q8/fastkernels.json (dequantize) (allow use_fancy_attention)"), std::string::npos) << out;
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "q8" / "config.json"), cfg);
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "q8" / "fastkernels.json"),
+            "{\n  \"allow_unknown\": [\n    \"use_fancy_attention\"\n  ],\n  \"dequantize\": true\n}\n");
+  const std::string manifest = slurp(tmp.path() / "generated" / "manifest.json");
+  EXPECT_NE(manifest.find("\"dequantized_from\": \"fp8\""), std::string::npos);
+  EXPECT_NE(manifest.find("\"allowed_unknown\": [\n        \"use_fancy_attention\""), std::string::npos);
+  // generate reads the recorded choice: the tree stays up to date and parse agrees.
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+  EXPECT_EQ(run(bin() + " parse --root " + q(tmp.path()) + " " + q(tmp.path() / "hf_configs" / "acme" / "q8" / "config.json"), &out), 0)
+      << out;
 }
 
 TEST(Cli, CheckExitsThreeListingStaleFiles) {

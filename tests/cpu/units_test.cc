@@ -221,6 +221,67 @@ TEST(Resolve, ModelTypeFromArchitecturesWhenAbsent) {
   EXPECT_EQ(r.model_type, "mistral");
 }
 
+// --- configs as users bring them (Note [Python JSON literals], [Tool-only keys], [User choices]) ---
+std::string run_with(const std::string& text, const UserChoices& choices, Generation* out = nullptr) {
+  Diagnostics diag;
+  Generation g = run_pipeline(source_dir(), {ConfigFile{"t/t", "t/config.json", text, choices}}, false, diag);
+  if (out) *out = g;
+  return diag.text();
+}
+
+TEST(UserConfigs, PythonNonFiniteLiteralsInKeysNoForwardPassReads) {
+  const std::string text = std::string(R"({"model_type": "llama", "initializer_range": NaN, "attention_dropout": -Infinity,
+    "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16"}, "cap": Infinity}, "label2id": {"NaN": 0}, )") + kBase + "}";
+  EXPECT_EQ(run_with(text, {}), "");
+}
+
+TEST(UserConfigs, AllowUnknownKeysByNameOnly) {
+  const std::string text = std::string(R"({"model_type": "llama", "use_fancy_attention": true, )") + kBase + "}";
+  EXPECT_NE(run_with(text, {}).find("unknown key \"use_fancy_attention\""), std::string::npos);
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.allow_unknown = {"use_fancy_attention"};
+  Generation g;
+  EXPECT_EQ(run_with(text, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 1u);
+  EXPECT_EQ(g.lowered[0].allowed_unknown, std::vector<std::string>{"use_fancy_attention"});
+  c.allow_unknown = {"use_fancy_attention", "not_there"};
+  EXPECT_EQ(run_with(text, c),
+            "t/fastkernels.json: $.allow_unknown: \"not_there\" is not an unknown key of t/config.json (remove it: only keys "
+            "the config has and the family does not know can be allowed)\n");
+}
+
+TEST(UserConfigs, QuantisedCheckpointsOnlyWithDequantize) {
+  const std::string text =
+      std::string(R"({"model_type": "llama", "quantization_config": {"quant_method": "mxfp4"}, )") + kBase + "}";
+  EXPECT_EQ(run_with(text, {}),
+            "t/config.json: $.quantization_config: quantised checkpoint (quant_method \"mxfp4\"): no kind serves mxfp4 weights "
+            "yet; pass `add --dequantize` to generate bf16 tasks for this config knowingly (recorded beside it and in the "
+            "manifest)\n");
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.dequantize = true;
+  Generation g;
+  EXPECT_EQ(run_with(text, c, &g), "");
+  EXPECT_EQ(g.lowered.at(0).dequantized_from, "mxfp4");
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "llama", )") + kBase + "}", c),
+            "t/fastkernels.json: $.dequantize: t/config.json has no quantization_config (remove dequantize)\n");
+}
+
+TEST(UserConfigs, ChoicesFileIsStrict) {
+  Diagnostics diag;
+  UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true})", diag);
+  EXPECT_EQ(diag.text(),
+            "f.json: $.allow_unknown[1]: expected a config key, got 3\n"
+            "f.json: $.dequantize: expected boolean, got \"yes\"\n"
+            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown)\n");
+  EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
+  UserChoices w;
+  w.dequantize = true;
+  w.allow_unknown = {"k1", "k2"};
+  EXPECT_EQ(user_choices_text(w), "{\n  \"allow_unknown\": [\n    \"k1\",\n    \"k2\"\n  ],\n  \"dequantize\": true\n}\n");
+}
+
 // --- lower: forward-pass walk and stable op names ---------------------------------------------
 TEST(Lower, OpNamesFollowTheForwardPass) {
   Diagnostics diag;

@@ -78,6 +78,40 @@ struct UnrecognisedKey {
   std::string value;  ///< JSON text, shortened
 };
 
+/// Note [Tool-only keys]
+/// Keys that only tools read (training, tokenizers, generation defaults, hub and library
+/// bookkeeping, task-head label maps): none changes the forward pass of the model we generate,
+/// so every family ignores them through this one list rather than per descriptor. A key that can
+/// change the forward pass is never here; an unknown key stays an error unless the user names it
+/// with `add --allow-unknown` (recorded, Note [User choices]).
+const std::set<std::string>& tool_only_keys();
+
+/// `quantization_config` as found: the method (`quant_method`) and a one-line description.
+struct Quantization {
+  std::string method;  ///< e.g. "fp8", "mxfp4"; "" when the object names none
+  std::string detail;  ///< e.g. "quant_method \"fp8\", weight_block_size [128, 128]"
+  std::string path;    ///< $.quantization_config (or nested)
+};
+
+/// Note [User choices]
+/// What a user decided about one config, knowingly, kept beside it as
+/// hf_configs/<org>/<model>/fastkernels.json (the config itself stays verbatim) and recorded in
+/// the manifest: `dequantize` generates bf16 tasks for a quantised checkpoint (its
+/// quantization_config is otherwise refused, naming the method), `allow_unknown` lets named keys
+/// the family does not know pass. `add --dequantize --allow-unknown KEY...` writes it.
+struct UserChoices {
+  std::string file;                     ///< the sidecar's display path ("" when there is none)
+  bool dequantize = false;
+  std::vector<std::string> allow_unknown;  ///< sorted, unique
+  bool empty() const { return !dequantize && allow_unknown.empty(); }
+};
+
+/// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean) and allow_unknown (array
+/// of strings), nothing else); problems go to `diag` naming `file` and the key.
+UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
+/// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
+std::string user_choices_text(const UserChoices& c);
+
 /// The typed, immutable result of parsing one config file.
 struct ParsedConfig {
   std::string file;  ///< display path, e.g. hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json
@@ -87,6 +121,7 @@ struct ParsedConfig {
   RopeScaling rope_scaling;
   std::string rope_scaling_path;             ///< empty when absent
   std::string name_or_path;                  ///< `_name_or_path` if present (used by `add`)
+  std::optional<Quantization> quantization;  ///< `quantization_config`, when present and not null
   std::vector<UnrecognisedKey> unrecognised; ///< in key order
   std::set<std::string> invalid;             ///< canonical names whose value was rejected (already reported)
 

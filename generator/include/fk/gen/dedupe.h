@@ -45,6 +45,8 @@ struct ModelTasks {
   std::vector<std::pair<std::string, std::string>> ops;  ///< (op name, task name), forward order
   std::vector<std::pair<std::string, std::string>> modules;  ///< (module name, task name), declaration order
   std::set<std::string> tasks;  ///< of ops and modules
+  std::string dequantized_from;  ///< Note [User choices]: recorded in the manifest when set
+  std::vector<std::string> allowed_unknown;
 };
 
 struct TaskSet {

@@ -52,6 +52,8 @@ struct LoweredModel {
   std::string descriptor_file;
   std::vector<OpInstance> ops;  ///< forward-pass order
   std::vector<ModuleInstance> modules;  ///< declaration order (children before parents)
+  std::string dequantized_from;            ///< Note [User choices]
+  std::vector<std::string> allowed_unknown;
 };
 
 std::optional<LoweredModel> lower(const ResolvedConfig& cfg, Diagnostics& diag);

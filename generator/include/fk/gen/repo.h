@@ -26,7 +26,12 @@ struct ConfigFile {
   std::string id;    ///< org/model
   std::string file;  ///< repository-relative: hf_configs/<org>/<model>/config.json
   std::string text;
+  UserChoices choices = {};  ///< hf_configs/<org>/<model>/fastkernels.json (Note [User choices])
 };
+
+/// The sidecar of the config at `config_path` (its folder's fastkernels.json), if any; parse
+/// problems go to `diag`. `display_dir` is how the folder is shown in messages.
+UserChoices read_user_choices(const std::filesystem::path& config_path, const std::string& display_dir, Diagnostics& diag);
 
 /// hf_configs/*/*/config.json under `root`, sorted by id. Unreadable files are I/O errors.
 std::vector<ConfigFile> discover_configs(const std::filesystem::path& root, Diagnostics& diag);

@@ -23,10 +23,12 @@ struct ResolvedConfig {
   std::map<std::string, Value> values;
   /// Where each value came from: a JSON path ($.text_config.n_head), "default" or "constant".
   std::map<std::string, std::string> origin;
+  UserChoices choices;           ///< Note [User choices]
+  std::string dequantized_from;  ///< the quant_method of a checkpoint generated as bf16 ("" otherwise)
 };
 
 /// Resolves `cfg` (whose id is `id`); appends problems to `diag`; nullopt when unusable.
 std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
-                                      Diagnostics& diag);
+                                      Diagnostics& diag, const UserChoices& choices = {});
 
 }  // namespace fk::gen
