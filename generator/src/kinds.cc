@@ -432,6 +432,20 @@ KindSpec attn_kind(bool prefill) {
   k.cases = [prefill](const Params& p) {
     return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
   };
+  // Note [Served constants]: the kernels' static_asserts, said at generate time instead
+  // (fk/kernels/flash_decode.cuh, flash_prefill.cuh; cuDNN's SDPA for plain prefill).
+  k.served = [prefill](const Params& p, const std::string& dtype) -> std::string {
+    const int64_t hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads"), d = I(p, "head_dim");
+    if (hkv <= 0 || hq % hkv != 0)
+      return "num_heads " + i2s(hq) + " is not a multiple of num_kv_heads " + i2s(hkv) + " (grouped-query attention needs one)";
+    if (d % 8 != 0 || d > 256) return "head_dim " + i2s(d) + ": attention kernels serve multiples of 8 up to 256";
+    const bool own = prefill && (F(p, "softcap") > 0 || B(p, "sinks"));
+    if (own && d != 64 && d != 128 && d != 192 && d != 256)
+      return "head_dim " + i2s(d) + ": prefill with soft-capping or sinks (own kernel, fk/kernels/flash_prefill.cuh) serves "
+             "head_dim 64, 128, 192 or 256";
+    if (own && dtype != "bfloat16") return "dtype " + dtype + ": prefill with soft-capping or sinks serves bfloat16 only";
+    return "";
+  };
   return k;
 }
 

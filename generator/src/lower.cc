@@ -81,6 +81,13 @@ class Lowerer {
     op.kind = find_kind(s.kind);
     op.dtype = cfg_.dtype;
     if (!bind(*op.kind, s.bind, s.json_path, name, e, op.params)) return;
+    // Note [Served constants]: refused here, naming what is served, not at compile or run time.
+    if (op.kind->served) {
+      const std::string why = op.kind->served(op.params, cfg_.dtype);
+      if (!why.empty() && reported_.insert("served:" + op.kind->kind).second)
+        diag_.error(cfg_.file + ": " + name + " (" + op.kind->kind + "): " + why + "; no task can be generated for this config");
+      // The op stays, so the modules that use it report nothing more (the error stops generation).
+    }
     if (!names_.insert(name).second)
       return fail(s.json_path + ".op", name, "expected a unique op name, got a second op named " + json_quote(name));
     out_.ops.push_back(std::move(op));

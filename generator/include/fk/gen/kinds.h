@@ -72,6 +72,11 @@ struct SlotSpec {
 };
 
 /// The fixed facts of one task kind.
+// Note [Served constants]
+// A constant the baseline kernels cannot serve (a head dim no attention kernel supports) would
+// otherwise surface as a static_assert when the generated source compiles, or as an error at
+// run time. A kind's `served` says, from its bound parameters, whether its kernels serve them;
+// lower refuses the config at generate time with the supported range, once per kind.
 struct KindSpec {
   std::string kind;           ///< e.g. fused_add_rms_norm
   std::string template_name;  ///< templates/<template_name>.h.mustache + .cu.mustache
@@ -88,6 +93,9 @@ struct KindSpec {
   /// Kind-specific placeholders (name -> C++ text), see docs/task-kinds.md.
   std::function<std::vector<std::pair<std::string, std::string>>(const Params&)> placeholders;
   std::function<std::vector<ShapeCase>(const Params&)> cases;
+  /// Note [Served constants]: "" when the baseline kernels serve these constants (and dtype:
+  /// bfloat16, float16, float32), else what they serve; empty function: every value.
+  std::function<std::string(const Params&, const std::string& dtype)> served;
 };
 
 /// Longest task name (Note [Long task names]).
