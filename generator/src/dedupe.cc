@@ -16,10 +16,13 @@ std::string task_include(int level, const std::string& name) { return "L" + std:
 
 std::string task_header(int level, const std::string& name) { return "generated/" + task_include(level, name); }
 
-// Note [Long task names]: a spelled name over kMaxTaskName characters keeps its first
+// Note [Long task names]: a spelled name over kMaxTaskName (120) characters keeps its first
 // kMaxTaskName - 32 characters and ends in `_x` + 16 hex digits of the FNV-1a hash of the whole
-// spelling + the dtype suffix. File names derive from task names and the CUDA toolchain's
-// temporaries add ~40 characters to them, which must stay under the file system's 255.
+// spelling + the dtype suffix; the whole spelling is kept in the banner of its sources and as
+// `spelled` in the manifest. File names derive from task names, and a composite of hybrid or
+// multimodal families spells far more constants than a file name may hold (255 bytes, less the
+// ~40 the CUDA toolchain's temporaries add); 120 keeps names readable in logs and tables.
+// Two spellings cut to one name are a hard error, as any name clash (dedupe).
 std::string bounded_task_name(const std::string& spelled, const std::string& dtype) {
   if (spelled.size() <= kMaxTaskName) return spelled;
   uint64_t h = 1469598103934665603ull;
@@ -47,7 +50,8 @@ std::vector<std::pair<std::string, std::string>> content(const Task& t) {
 // The facts of a task that follow from its kind and parameters alone. Throws GenError.
 Task make_task(const KindSpec& k, const Params& params, const std::string& dtype) {
   Task t;
-  t.name = bounded_task_name(k.name(params, dtype_suffix(dtype)), dtype_suffix(dtype));
+  t.spelled = k.name(params, dtype_suffix(dtype));
+  t.name = bounded_task_name(t.spelled, dtype_suffix(dtype));
   t.kind = k.kind;
   t.template_name = k.template_name;
   t.source_template_name = k.source_template_name;

@@ -98,6 +98,10 @@ std::string banner(const Task& t) {
   b += "\n//   template " + templates[0] + ",";
   b += "\n//   template " + templates[1] + ".";
   b += "\n// Do not edit: regenerate with `fastkernels generate`.";
+  if (t.spelled != t.name) {  // Note [Long task names]: the constants the cut name leaves out
+    b += "\n// Full name (cut to " + std::to_string(kMaxTaskName) + " characters in the task name):";
+    for (size_t i = 0; i < t.spelled.size(); i += 96) b += "\n//   " + t.spelled.substr(i, 96);
+  }
   return b;
 }
 
@@ -132,6 +136,7 @@ std::string manifest_json(const TaskSet& set) {
                  {"source", t.source},
                  {"production", t.production},
                  {"archs", std::vector<std::string>(t.archs.begin(), t.archs.end())}};
+    if (t.spelled != t.name) task["spelled"] = t.spelled;
     if (t.level > 1) {
       json children = json::object();
       for (const auto& [slot, child] : t.children) children[slot] = child.empty() ? json() : json(child);

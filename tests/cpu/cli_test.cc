@@ -179,8 +179,8 @@ TEST(Cli, ListCountsConfigsAndTasks) {
             std::string::npos) << out;
   EXPECT_NE(out.find("llama_mlp_h64_i128_nobias_bf16  kind=llama_mlp level=2 archs=2 (tiny/llama-tiny, tiny/mistral-tiny)"),
             std::string::npos) << out;
-  EXPECT_NE(out.find("_qknorm_f16  kind=llama_decoder_layer level=3 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
-  EXPECT_NE(out.find("_qknorm_f16  kind=llama_for_causal_lm level=4 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
+  EXPECT_NE(out.find("_f16  kind=llama_decoder_layer level=3 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
+  EXPECT_NE(out.find("_f16  kind=llama_for_causal_lm level=4 archs=1 (tiny/qwen3-tiny)"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ namespace fk::gen {
 /// One task: one generated header (Config + module class) and one source (registration).
 struct Task {
   std::string name;
+  std::string spelled;  ///< the full spelling of the constants (== name unless cut: Note [Long task names])
   std::string kind;
   std::string template_name;
   std::string source_template_name;  ///< KindSpec's (empty: template_name)

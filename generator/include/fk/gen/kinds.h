@@ -99,7 +99,7 @@ struct KindSpec {
 };
 
 /// Longest task name (Note [Long task names]).
-constexpr size_t kMaxTaskName = 192;
+constexpr size_t kMaxTaskName = 120;
 /// `spelled` when it fits kMaxTaskName, else its bounded form (Note [Long task names]).
 std::string bounded_task_name(const std::string& spelled, const std::string& dtype_suffix);
 
