@@ -498,6 +498,46 @@ struct Limits {
   double tbps = 0, tflops = 0;
 };
 
+// Note [Device peaks]
+// "% of matrix peak" is reported against the datasheet's dense bf16 figure of the SKU present
+// (found by name); the SUSPECT check's limit is an upper bound computed from what the device
+// reports: SMs x its highest SM clock x the dense bf16 FLOP per clock and SM of its architecture
+// (Hopper 4096, Ampere A100 2048, other Ampere and Ada 1024, Blackwell and anything newer 8192),
+// and never below the datasheet figure. A device the table does not know reports against the
+// computed bound and says so (env.matrix_peak_source).
+struct DevicePeak {
+  double datasheet_tflops = 0;  ///< for % of peak
+  double bound_tflops = 0;      ///< for beyond-hardware-limit
+  std::string source;           ///< the SKU matched, or "computed"
+};
+
+DevicePeak device_peak() {
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  int clock_khz = 0;
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  const int per_sm = prop.major == 9 ? 4096 : prop.major == 8 ? (prop.minor == 0 ? 2048 : 1024) : prop.major >= 10 ? 8192 : 1024;
+  DevicePeak d;
+  d.bound_tflops = double(prop.multiProcessorCount) * clock_khz * 1e3 * per_sm / 1e12;
+  static const std::pair<const char*, double> kTable[] = {
+      {"H100 NVL", 835.0}, {"H100 PCIe", 756.0}, {"GH200", 989.4}, {"H200", 989.4}, {"H100", 989.4}, {"H800", 989.4},
+      {"A100", 312.0},     {"L40S", 362.0},      {"B200", 2250.0}, {"B100", 1750.0}};
+  const std::string name = prop.name;
+  for (const auto& [sku, tflops] : kTable)
+    if (name.find(sku) != std::string::npos) {
+      d.datasheet_tflops = tflops;
+      d.source = std::string("datasheet, ") + sku;
+      break;
+    }
+  if (d.datasheet_tflops <= 0) {
+    d.datasheet_tflops = d.bound_tflops;
+    d.source = "computed: " + std::to_string(prop.multiProcessorCount) + " SMs x " + std::to_string(clock_khz / 1000) +
+               " MHz x " + std::to_string(per_sm) + " FLOP/clock";
+  }
+  d.bound_tflops = std::max(d.bound_tflops, d.datasheet_tflops);
+  return d;
+}
+
 Limits hardware_limits(double peak_tflops) {
   int mem_khz = 0, bus_bits = 0;
   cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
@@ -1048,10 +1088,12 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
   env["date"] = today_utc();
   env["command"] = opt.command;
   env["copy_tbps"] = copy_tbps;
-  // bf16 dense tensor peak used for % of matrix peak (H100/H200 SXM datasheet: 989 TFLOP/s).
-  const double peak_tflops = 989.0;
-  const Limits limits = hardware_limits(peak_tflops);
+  // Note [Device peaks]: the datasheet's dense bf16 peak for % of peak, a computed bound for the limit.
+  const DevicePeak peak = device_peak();
+  const double peak_tflops = peak.datasheet_tflops;
+  const Limits limits = hardware_limits(peak.bound_tflops);
   env["matrix_peak_tflops"] = peak_tflops;
+  env["matrix_peak_source"] = peak.source;
   env["limits"] = {{"dram_tbps", limits.tbps}, {"tensor_tflops", limits.tflops}};
   json cands = json::array();
   {
