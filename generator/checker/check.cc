@@ -626,11 +626,7 @@ class Flagger : public RecursiveASTVisitor<Flagger> {
       std::string q = r->getDecl()->getQualifiedNameAsString();
       // Every mention, not only direct calls: a baseline function whose address is taken (and
       // called through a pointer) is still the baseline.
-      if (starts_with(q, "std::chrono::") || starts_with(q, "std::this_thread::") ||
-          (isa<FunctionDecl>(r->getDecl()) && (starts_with(q, "fk::kernels::") || starts_with(q, "fk::tasks::") ||
-                                                starts_with(q, "cublas") || starts_with(q, "cudnn") || q == "dlsym" ||
-                                                q == "dlopen" || q == "std::async" || q == "pthread_create" ||
-                                                q == "cudaLaunchHostFunc" || q == "cudaStreamAddCallback")))
+      if (isa<FunctionDecl>(r->getDecl()) || starts_with(q, "std::chrono::") || starts_with(q, "std::this_thread::"))
         check_callee(q, r->getBeginLoc());
     }
     std::stable_sort(flags.begin(), flags.end(), [](const Diag& a, const Diag& b) { return a.line != b.line ? a.line < b.line : a.col < b.col; });

@@ -412,7 +412,6 @@ class TimedCalls {
     return {{"timed_calls", last_call_ + 1}, {"checked_calls", checked_}, {"outputs", outputs_},
             {"inputs_fingerprinted_calls", fingerprinted_}, {"hook_ms", hook_ms_}, {"final_check_ms", final_ms_}};
   }
-  double hook_ms() const { return hook_ms_; }
 
  private:
   static constexpr int kSlots = 2 * CallHooks::kMaxBatch;
@@ -877,13 +876,11 @@ template <class Ok> int64_t draw_value(std::mt19937_64& rng, int64_t lo, int64_t
       if (lo > 1) lo = std::max<int64_t>(1, lo / 2);
       else hi = 2 * hi + 5;
     }
-    std::vector<int64_t> found;
     const int64_t start = std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-    for (int64_t v = start; v <= hi && found.size() < 1; ++v)
-      if (ok(v) && !avoid.count(v)) found.push_back(v);
-    for (int64_t v = start - 1; v >= lo && found.size() < 1; --v)
-      if (ok(v) && !avoid.count(v)) found.push_back(v);
-    if (!found.empty()) return found.front();
+    for (int64_t v = start; v <= hi; ++v)
+      if (ok(v) && !avoid.count(v)) return v;
+    for (int64_t v = start - 1; v >= lo; --v)
+      if (ok(v) && !avoid.count(v)) return v;
   }
   return -1;
 }

@@ -210,11 +210,7 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
     // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
     if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
   }
-  void refresh(int s, uint64_t seed) override {
-    fill_normal(q_[s], mix_seed(seed, 0));
-    fill_normal(k_[s], mix_seed(seed, 1));
-    fill_normal(v_[s], mix_seed(seed, 2));
-  }
+  void refresh(int s, uint64_t seed) override { fill_normal_each({q_[s], k_[s], v_[s]}, seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
   std::vector<Tensor> inputs(int s) override {
@@ -290,11 +286,7 @@ template <class Module, class Cfg> class FlashAttnDecodeInstance final : public 
     // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
     if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
   }
-  void refresh(int s, uint64_t seed) override {
-    fill_normal(q_[s], mix_seed(seed, 0));
-    fill_normal(k_[s], mix_seed(seed, 1));
-    fill_normal(v_[s], mix_seed(seed, 2));
-  }
+  void refresh(int s, uint64_t seed) override { fill_normal_each({q_[s], k_[s], v_[s]}, seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], seqlens_); }
   std::vector<Tensor> inputs(int s) override {

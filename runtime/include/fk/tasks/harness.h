@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@ inline int rotating_sets(double bytes_per_set, double budget_bytes = 8.0 * (1ull
   int n = bytes_per_set < 32.0 * (1 << 20) ? 8 : (bytes_per_set < 512.0 * (1 << 20) ? 4 : 2);
   while (n > 1 && n * bytes_per_set > budget_bytes) --n;
   return n;
+}
+
+/// N(0, 1) fills of several tensors, tensor i from mix_seed(seed, i) (a set's q, k, v).
+inline void fill_normal_each(std::initializer_list<std::reference_wrapper<Tensor>> ts, uint64_t seed) {
+  uint64_t i = 0;
+  for (Tensor& t : ts) fill_normal(t, mix_seed(seed, i++));
 }
 
 /// Throws SkipCase when `bytes` of new device memory would not fit (keeps 2 GiB spare).

@@ -228,11 +228,7 @@ template <class Module, class Cfg> class MLAPrefillInstance final : public TaskI
   void randomize(uint64_t seed) override {
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
   }
-  void refresh(int s, uint64_t seed) override {
-    fill_normal(q_[s], mix_seed(seed, 0));
-    fill_normal(k_[s], mix_seed(seed, 1));
-    fill_normal(v_[s], mix_seed(seed, 2));
-  }
+  void refresh(int s, uint64_t seed) override { fill_normal_each({q_[s], k_[s], v_[s]}, seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
   std::vector<Tensor> inputs(int s) override { return {q_[s], k_[s], v_[s], cu_}; }
