@@ -2,7 +2,7 @@
 """Benchmarks candidate sets against the baseline, in place, at every level (docs/candidates.md).
 
     scripts/bench_candidates.py SET_DIR [SET_DIR ...] [--out DIR] [--build-dir DIR]
-        [--max-level N] [--case-timeout S] [--model] [--model-layers N]
+        [--max-level N] [--case-timeout S] [--model] [--model-layers N] [--model-checks-only]
         [--static-results FILE | --checker PATH] [--bench-arg=ARG ...] [--cmake-arg=ARG ...]
     scripts/bench_candidates.py SET_DIR ... --static-only --checker PATH --static-results FILE
 
@@ -17,8 +17,10 @@ A set is a folder of candidates laid out as `fastkernels scaffold` writes them
   3. fk_bench of the baseline and of every set (same filters, seeds and method), each case
      under a watchdog (--case-timeout): after a TIMEOUT or a lost CUDA context the run is
      resumed after that case (--resume), so a hung candidate never hangs the session;
-  4. with --model, for sets that reach an L4 task: fk_model --greedy (tokens and top-2 gaps)
-     and fk_model --bench (tokens/s) for the baseline and the set, per architecture;
+  4. with --model, for sets that reach an L4 task: fk_model --greedy (tokens and top-2 gaps),
+     fk_model --teacher-forced (every step's logits against fp32, fed the baseline's greedy
+     tokens) and fk_model --bench (tokens/s; not with --model-checks-only) for the baseline and
+     the set, per architecture;
   5. <out>/<set>/status.json for every set, then `fastkernels compare <out>` when a fastkernels
      binary is at hand (otherwise run it on any machine: it needs no GPU).
 Exit codes: 0 done (whatever the statuses); 2 usage error; 3 the baseline itself failed to
@@ -113,20 +115,25 @@ def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout):
             lf.write(f"bench_candidates.py: exit {rc}; resuming after the last recorded case\n")
 
 
-def run_model(exe, arch, outdir, layers, timeout, log_path):
-    """fk_model --greedy and --bench for one architecture, into <outdir>/greedy-<arch>.json and
-    (appended) <outdir>/model.jsonl; returns a dict of what happened."""
+def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True):
+    """fk_model --greedy, --teacher-forced (feeding the tokens of the greedy file `force_from`: the
+    baseline's) and --bench for one architecture, into <outdir>/greedy-<arch>.json,
+    <outdir>/teacher-<arch>.json and (appended) <outdir>/model.jsonl; returns a dict of what happened."""
     res = {}
     tag = arch.replace("/", "__")
     common = [exe, "--arch", arch] + (["--layers", str(layers)] if layers else [])
     part = os.path.join(outdir, f"model-{tag}.jsonl")
-    steps = {
-        "greedy": common + ["--greedy", os.path.join(outdir, f"greedy-{tag}.json"), "--decode-steps", "64"],
-        "bench": common + ["--bench", "--decode-batches", "1,8,32", "--prefill", "1x2048", "--mem-steps", "0",
-                           "--jsonl", part],
-    }
+    steps = {"greedy": common + ["--greedy", os.path.join(outdir, f"greedy-{tag}.json"), "--decode-steps", "64"]}
+    steps["teacher"] = common + ["--teacher-forced", os.path.join(outdir, f"teacher-{tag}.json"), "--decode-steps", "64",
+                                 "--force-tokens", force_from]
+    if bench:
+        steps["bench"] = common + ["--bench", "--decode-batches", "1,8,32", "--prefill", "1x2048", "--mem-steps", "0",
+                                   "--jsonl", part]
     with open(log_path, "a") as lf:
         for name, c in steps.items():
+            if name == "teacher" and not os.path.exists(force_from):
+                res[name] = f"not run: no {force_from}"
+                continue
             lf.write("$ " + " ".join(c) + "\n")
             lf.flush()
             try:
@@ -153,6 +160,8 @@ def main():
     ap.add_argument("--model", action="store_true", help="also run fk_model (greedy tokens, tokens/s) for sets reaching L4")
     ap.add_argument("--model-layers", type=int, default=0, help="decoder layers for fk_model (0 = the config's)")
     ap.add_argument("--model-timeout", type=float, default=600)
+    ap.add_argument("--model-checks-only", action="store_true",
+                    help="with --model: greedy and teacher-forced runs only, no fk_model --bench (tokens/s)")
     ap.add_argument("--checker", help="a fastkernels binary built with LibTooling (static checks)")
     ap.add_argument("--static-results", help="static verdicts as JSON lines (written by --static-only)")
     ap.add_argument("--static-only", action="store_true", help="run the checker over the sets, write --static-results, stop")
@@ -255,7 +264,7 @@ def main():
     os.makedirs(base_dir, exist_ok=True)
     for stale in [os.path.join(a.out, x["name"]) for x in sets] + [base_dir]:
         for f in os.listdir(stale) if os.path.isdir(stale) else []:
-            if f.startswith(("model", "greedy")):
+            if f.startswith(("model", "greedy", "teacher")):
                 os.remove(os.path.join(stale, f))
     rc = run_bench(os.path.join(b, "fk_bench_baseline"), os.path.join(base_dir, "bench.jsonl"),
                    os.path.join(base_dir, "bench.log"), a.bench_arg, a.case_timeout, a.run_timeout)
@@ -267,10 +276,14 @@ def main():
               if any(m["name"] == t and m["level"] == 4 for m in manifest["tasks"])]
         model_archs[s["name"]] = sorted({arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"]})
     base_model = {}
+
+    def base_greedy(arch):  # every build is fed the baseline's greedy tokens (Note [Teacher-forced check])
+        return os.path.join(base_dir, "greedy-" + arch.replace("/", "__") + ".json")
+
     if any_model:
         for arch in sorted({x for s in sets for x in model_archs[s["name"]]}):
             base_model[arch] = run_model(os.path.join(b, "fk_model_baseline"), arch, base_dir, a.model_layers, a.model_timeout,
-                                         os.path.join(base_dir, "model.log"))
+                                         os.path.join(base_dir, "model.log"), base_greedy(arch), not a.model_checks_only)
             log(f"baseline fk_model {arch}: {base_model[arch]}")
 
     for s in sets:
@@ -305,7 +318,8 @@ def main():
                 status["model_runs"] = {}
                 for arch in model_archs[name]:
                     status["model_runs"][arch] = run_model(os.path.join(b, "fk_model_" + name), arch, d, a.model_layers,
-                                                           a.model_timeout, os.path.join(d, "model.log"))
+                                                           a.model_timeout, os.path.join(d, "model.log"), base_greedy(arch),
+                                                           not a.model_checks_only)
                     log(f"{name}: fk_model {arch}: {status['model_runs'][arch]}")
         with open(os.path.join(d, "status.json"), "w") as f:
             json.dump(status, f, indent=1, sort_keys=True)

@@ -13,6 +13,9 @@
 #                           included, on GPU G in the background (resumed after a TIMEOUT or a
 #                           lost context)
 #     candidates@G          scripts/bench_candidates.py over the bad suite on GPU G (background)
+#     candidates-l4@G       the sets that reach whole models (good_rms_norm, bad_layer_drift,
+#                           good_flash_decode_gqa7) at every level, with fk_model's greedy and
+#                           teacher-forced checks on 4-layer models (background)
 #     sanitizer@G           compute-sanitizer memcheck, racecheck, initcheck over every L1 task's
 #                           smallest registry case, on GPU G (background)
 #     wait:S                wait up to S seconds for the background steps
@@ -83,6 +86,13 @@ for step in "${steps[@]}"; do
         --build-dir build/cand --max-level 1 --case-timeout 30 --run-timeout 900 --static-results $S/static.jsonl \
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t1|t256|t16384)\$' --seed $seed --jobs $(nproc)"
       ;;
+    candidates-l4@*)
+      S=tests/fixtures/candidates_runtime
+      bg candidates-l4 "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/good_rms_norm $S/bad_layer_drift \
+        $S/good_flash_decode_gqa7 --out '$P/cand-l4' --build-dir build/cand-l4 --max-level 4 --model --model-layers 4 \
+        --model-checks-only --case-timeout 120 --run-timeout 1500 --static-results $S/static.jsonl \
+        --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t256|b1_kv2048|b1_s2048)\$' --seed $seed --jobs $(nproc)"
+      ;;
     sanitizer@*)
       bg sanitizer "export CUDA_VISIBLE_DEVICES=${step#*@} FK_UNDER_SANITIZER=1; for tool in memcheck racecheck initcheck; do \
         compute-sanitizer --tool \$tool --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
@@ -107,7 +117,7 @@ for step in "${steps[@]}"; do
       say "waited"
       ;;
     collect)
-      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='protocol/cand/*/build*' protocol)
+      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='protocol/cand/*/build*' --exclude='protocol/cand-l4/*/build*' protocol)
       ls -la "$OUT"
       ;;
     *) echo "gpu_protocol.sh: unknown step $step" >&2; exit 2 ;;

@@ -378,16 +378,91 @@ std::optional<GreedyRun> load_greedy(const fs::path& p, Diagnostics& diag) {
   return g;
 }
 
-/// greedy.json and greedy-<tag>.json of a folder (one fk_model --greedy run per architecture), sorted.
-std::vector<fs::path> greedy_files(const fs::path& folder) {
+/// <stem>.json and <stem>-<tag>.json of a folder (one fk_model run per architecture), sorted:
+/// stem "greedy" (--greedy) or "teacher" (--teacher-forced).
+std::vector<fs::path> model_run_files(const fs::path& folder, const std::string& stem) {
   std::vector<fs::path> files;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
     const std::string name = e.path().filename().string();
-    if (name == "greedy.json" || (name.rfind("greedy-", 0) == 0 && e.path().extension() == ".json")) files.push_back(e.path());
+    if (name == stem + ".json" || (name.rfind(stem + "-", 0) == 0 && e.path().extension() == ".json")) files.push_back(e.path());
   }
   std::sort(files.begin(), files.end());
   return files;
+}
+std::vector<fs::path> greedy_files(const fs::path& folder) { return model_run_files(folder, "greedy"); }
+std::vector<fs::path> teacher_files(const fs::path& folder) { return model_run_files(folder, "teacher"); }
+
+/// An `fk_model --teacher-forced` JSON file; nullopt when it cannot be read.
+std::optional<TeacherForcedRun> load_teacher(const fs::path& p, Diagnostics& diag) {
+  TeacherForcedRun t;
+  t.file = p.generic_string();
+  bool missing = false;
+  auto j = read_json_file(p, diag, &missing);
+  if (missing) return std::nullopt;
+  Doc d(t.file, diag);
+  if (!j || !d.object(*j, "$")) return t;
+  d.one_of(*j, "$", "tool", {"fk_model"});
+  d.one_of(*j, "$", "mode", {"teacher-forced"});
+  t.arch = d.str(*j, "$", "arch").value_or("");
+  t.task = d.str(*j, "$", "task").value_or("");
+  t.layers = d.integer(*j, "$", "layers", 1).value_or(0);
+  t.seed = static_cast<uint64_t>(d.integer(*j, "$", "seed", 0).value_or(0));
+  t.graph = d.boolean(*j, "$", "graph").value_or(true);
+  t.ref_logit_std = d.number(*j, "$", "ref_logit_std", /*positive=*/false).value_or(0);
+  auto steps = d.integer(*j, "$", "steps", 0);
+  const json* seqs = d.array(*j, "$", "sequences");
+  if (!steps || !seqs) return t;
+  t.steps = *steps;
+  if (seqs->empty()) d.error("$.sequences", "expected at least one sequence, got []");
+  const size_t n = static_cast<size_t>(t.steps) + 1;
+  for (size_t i = 0; i < seqs->size(); ++i) {
+    const std::string path = "$.sequences[" + std::to_string(i) + "]";
+    const json* s = d.object((*seqs)[i], path);
+    if (!s) continue;
+    TeacherForcedSequence q;
+    q.prompt_len = d.integer(*s, path, "prompt_len", 1).value_or(0);
+    const json* tokens = d.array(*s, path, "tokens");
+    const json* rel = d.array(*s, path, "rel_l2");
+    const json* top = d.array(*s, path, "ref_top");
+    const json* top_logit = d.array(*s, path, "ref_top_logit");
+    if (!tokens || !rel || !top || !top_logit) continue;
+    bool sized = true;
+    for (auto [name, a] : {std::pair<const char*, const json*>{"tokens", tokens}, {"rel_l2", rel}, {"ref_top", top}, {"ref_top_logit", top_logit}})
+      if (a->size() != n) {
+        d.error(path + "." + name, "expected steps + 1 = " + std::to_string(n) + " entries, got " + std::to_string(a->size()));
+        sized = false;
+      }
+    if (!sized) continue;
+    for (size_t r = 0; r < n; ++r) {
+      const std::string at = "[" + std::to_string(r) + "]";
+      q.tokens.push_back(d.as_integer((*tokens)[r], path + ".tokens" + at, "integer >= 0", 0, INT64_MAX).value_or(-1));
+      // null: the row's error was not finite (fk_model writes NaN and inf as null).
+      if ((*rel)[r].is_null()) q.rel_l2.push_back(std::nullopt);
+      else q.rel_l2.push_back(d.as_number((*rel)[r], path + ".rel_l2" + at, /*positive=*/false).value_or(0));
+      q.ref_top.push_back(d.as_integer((*top)[r], path + ".ref_top" + at, "integer >= 0", 0, INT64_MAX).value_or(-1));
+      q.ref_top_logit.push_back(d.as_number((*top_logit)[r], path + ".ref_top_logit" + at, /*positive=*/false).value_or(0));
+    }
+    t.sequences.push_back(std::move(q));
+  }
+  return t;
+}
+
+std::vector<TeacherForcedRun> load_teacher_files(const fs::path& folder, Diagnostics& diag) {
+  std::vector<TeacherForcedRun> out;
+  for (const auto& f : teacher_files(folder)) {
+    auto t = load_teacher(f, diag);
+    if (!t) {
+      diag.error(f.generic_string() + ": cannot read");
+      continue;
+    }
+    for (const auto& prev : out)
+      if (!t->arch.empty() && prev.arch == t->arch)
+        diag.error(t->file + ": $.arch: expected one teacher-forced run per architecture, got " + json_quote(t->arch) + " again (" +
+                   prev.file + ")");
+    out.push_back(std::move(*t));
+  }
+  return out;
 }
 
 std::vector<GreedyRun> load_greedy_files(const fs::path& folder, Diagnostics& diag) {
@@ -471,11 +546,13 @@ CandidateSet load_set(const fs::path& dir, const std::string& name, Diagnostics&
                  ": cannot read (status.json says the build is OK, so the candidate run must have written it)");
     set.model = load_model(folder / "model.jsonl", diag);
     set.greedy = load_greedy_files(folder, diag);
+    set.teacher = load_teacher_files(folder, diag);
   } else {
     std::vector<std::string> stale;
     for (const char* f : {"bench.jsonl", "model.jsonl"})
       if (fs::exists(folder / f)) stale.push_back((folder / f).generic_string());
     for (const auto& g : greedy_files(folder)) stale.push_back(g.generic_string());
+    for (const auto& g : teacher_files(folder)) stale.push_back(g.generic_string());
     for (const auto& f : stale)
       diag.error(f + ": expected no run output, since " + set.status_file + " says the build failed (a file left from an earlier session?)");
   }
@@ -590,6 +667,7 @@ std::optional<Session> load_session(const fs::path& dir, Diagnostics& diag) {
   s.baseline = std::move(*bench);
   s.baseline_model = load_model(base / "model.jsonl", diag);
   s.baseline_greedy = load_greedy_files(base, diag);
+  s.baseline_teacher = load_teacher_files(base, diag);
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -734,6 +812,7 @@ class Evaluator {
     Finding stop;                              ///< why cases are missing (runs without a summary)
     std::map<std::string, std::set<std::string>> ancestors;  ///< by candidate task, up to the set's max_level
     std::vector<GreedyCheck> greedy;
+    std::vector<TeacherForcedCheck> teacher;
     std::vector<EndToEnd> e2e;
   };
 
@@ -796,6 +875,8 @@ class Evaluator {
     if (set.bench) check_run(set, *set.bench, judged, v);
     for (const auto& g : set.greedy)
       if (auto check = greedy_check(set, g, v.run)) v.greedy.push_back(*check);
+    for (const auto& t : set.teacher)
+      if (auto check = teacher_check(set, t)) v.teacher.push_back(*check);
     v.e2e = end_to_end(set);
     return v;
   }
@@ -943,6 +1024,120 @@ class Evaluator {
       gc.sequences.push_back(q);
     }
     return gc;
+  }
+
+  // Note [Teacher-forced bound]
+  // Both runs fed the same tokens at every step and scored every step's logits row r = (sequence,
+  // step) against the same composite fp32 reference (Note [Teacher-forced check] in
+  // runtime/runner/model_main.cu): e_B(r), e_C(r) are the relative L2 errors of the baseline's and
+  // the candidate's rows. The reference is a function of the weights, prompts and forced tokens
+  // alone, so its top token and logit must agree row for row; where they do not, the candidate run
+  // changed the weights or inputs under it (INCORRECT). The bound of each row is the baseline's
+  // own error at that row: same depth, batch, position, KV length and graph setting. The candidate
+  // is INCORRECT when
+  //   (a) a row's error is not finite;
+  //   (b) RMS_r e_C(r) > 1.5 RMS_r e_B(r), over the rows less the allowed outliers of (c) (those
+  //       where e_C - e_B is largest, so that one bad row cannot swamp the mean): on the whole its
+  //       logits are half again further from fp32 than the baseline's. Two honest builds round at the same points (bf16 activations between
+  //       the same operators) and differ only in accumulation order, which leaves the error's size
+  //       unchanged; a corruption that each L1 check tolerates (a bias, a per-channel scale just
+  //       under the elementwise tolerance) compounds over the layers and shows here;
+  //   (c) more than max(1, 2% of the rows) rows have e_C(r) > 3 e_B(r) + 0.002: damage to some steps,
+  //       positions or sequences only, which the RMS dilutes. The allowance absorbs the rows where
+  //       one build routes a token to another expert than fp32 does (an MoE router near-tie).
+  // The measured ratios of honest candidates are in bench/results (docs/candidates.md).
+
+  /// The candidate's teacher-forced run `c` against the baseline's run of the same architecture.
+  std::optional<TeacherForcedCheck> teacher_check(const CandidateSet& set, const TeacherForcedRun& c) {
+    const TeacherForcedRun* base = nullptr;
+    std::vector<std::string> archs;
+    for (const auto& b : s_.baseline_teacher) {
+      if (b.arch == c.arch) base = &b;
+      archs.push_back(json_quote(b.arch));
+    }
+    if (!base) {
+      diag_.error(c.file + ": $.arch: expected an architecture of the baseline's teacher-forced runs (" +
+                  (archs.empty() ? "none in " + s_.dir + "/baseline/" : join(archs, ", ")) + ") to compare with, got " +
+                  json_quote(c.arch) + " (set " + set.name + ")");
+      return std::nullopt;
+    }
+    const TeacherForcedRun& b = *base;
+    const size_t errors = diag_.errors().size();
+    auto differ = [&](const std::string& path, const std::string& want, const std::string& have) {
+      if (want != have) diag_.error(c.file + ": " + path + ": expected the baseline's " + want + ", got " + have);
+    };
+    differ("$.task", json_quote(b.task), json_quote(c.task));
+    differ("$.layers", std::to_string(b.layers), std::to_string(c.layers));
+    differ("$.steps", std::to_string(b.steps), std::to_string(c.steps));
+    differ("$.seed", std::to_string(b.seed), std::to_string(c.seed));
+    differ("$.graph", b.graph ? "true" : "false", c.graph ? "true" : "false");
+    differ("$.sequences", std::to_string(b.sequences.size()) + " sequences", std::to_string(c.sequences.size()) + " sequences");
+    for (size_t j = 0; j < std::min(b.sequences.size(), c.sequences.size()); ++j) {
+      const std::string at = "$.sequences[" + std::to_string(j) + "]";
+      differ(at + ".prompt_len", std::to_string(b.sequences[j].prompt_len), std::to_string(c.sequences[j].prompt_len));
+      if (b.sequences[j].tokens != c.sequences[j].tokens)
+        diag_.error(c.file + ": " + at + ".tokens: expected the tokens the baseline was fed (both runs force the baseline's greedy "
+                    "tokens), got others");
+    }
+    if (!g_.tasks.count(b.task)) diag_.error(b.file + ": $.task: expected a task of " + g_.file + ", got " + json_quote(b.task));
+    if (diag_.errors().size() != errors) return std::nullopt;
+    TeacherForcedCheck tc;
+    tc.arch = b.arch;
+    tc.task = b.task;
+    struct Row {
+      double eb, ec;
+      int64_t seq, step;
+    };
+    std::vector<Row> rows;  // rows where both errors are finite
+    for (size_t j = 0; j < b.sequences.size(); ++j) {
+      const TeacherForcedSequence& bs = b.sequences[j];
+      const TeacherForcedSequence& cs = c.sequences[j];
+      for (size_t r = 0; r < bs.rel_l2.size(); ++r) {
+        ++tc.rows;
+        const double top_tol = 1e-3 * std::max(1.0, std::abs(bs.ref_top_logit[r]));
+        if (bs.ref_top[r] != cs.ref_top[r] || std::abs(bs.ref_top_logit[r] - cs.ref_top_logit[r]) > top_tol) ++tc.reference_mismatches;
+        if (!cs.rel_l2[r]) ++tc.nonfinite_rows;
+        else if (bs.rel_l2[r])  // where the baseline's own row is broken, nothing holds the candidate's
+          rows.push_back({*bs.rel_l2[r], *cs.rel_l2[r], static_cast<int64_t>(j), static_cast<int64_t>(r)});
+      }
+    }
+    tc.allowed_outliers = std::max<int64_t>(1, static_cast<int64_t>(kTeacherOutlierShare * double(tc.rows)));
+    // Largest excess over the baseline first; the allowed outliers are left out of the RMS.
+    std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.ec - x.eb > y.ec - y.eb; });
+    double sb = 0, sc = 0;
+    int64_t kept = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].ec > kTeacherRowRatio * rows[i].eb + kTeacherRowFloor) ++tc.outliers;
+      if (static_cast<int64_t>(i) < tc.allowed_outliers) continue;
+      sb += rows[i].eb * rows[i].eb;
+      sc += rows[i].ec * rows[i].ec;
+      ++kept;
+    }
+    if (!rows.empty()) {
+      tc.worst_sequence = rows[0].seq;
+      tc.worst_step = rows[0].step;
+      tc.worst_candidate = rows[0].ec;
+      tc.worst_baseline = rows[0].eb;
+    }
+    tc.baseline_rms = kept ? std::sqrt(sb / double(kept)) : 0;
+    tc.candidate_rms = kept ? std::sqrt(sc / double(kept)) : 0;
+    if (tc.baseline_rms > 0) tc.ratio = tc.candidate_rms / tc.baseline_rms;
+    std::vector<std::string> why;
+    const std::string where = " (" + b.task + ", " + std::to_string(tc.rows) + " rows)";
+    if (tc.reference_mismatches > 0)
+      why.push_back("the fp32 reference differs from the baseline's at " + std::to_string(tc.reference_mismatches) +
+                    " rows: the candidate run changed the weights or inputs under it");
+    if (tc.nonfinite_rows > 0) why.push_back(std::to_string(tc.nonfinite_rows) + " rows with a non-finite error");
+    if (tc.ratio && *tc.ratio > kTeacherRmsRatio)
+      why.push_back("RMS relative L2 error " + fixed(tc.candidate_rms, 4) + " vs the baseline's " + fixed(tc.baseline_rms, 4) + " (" +
+                    fixed(*tc.ratio, 2) + "x > " + fixed(kTeacherRmsRatio, 1) + "x)");
+    if (tc.outliers > tc.allowed_outliers)
+      why.push_back(std::to_string(tc.outliers) + " rows beyond 3 x the baseline's error + 0.002 (at most " +
+                    std::to_string(tc.allowed_outliers) + " allowed); worst: sequence " + std::to_string(tc.worst_sequence) + " step " +
+                    std::to_string(tc.worst_step) + ", " + fixed(tc.worst_candidate, 4) + " vs " + fixed(tc.worst_baseline, 4));
+    tc.outcome = why.empty() ? "match" : "INCORRECT";
+    if (!why.empty()) tc.message = "teacher-forced logits: " + join(why, "; ") + where;
+    return tc;
   }
 
   std::vector<EndToEnd> end_to_end(const CandidateSet& set) {
@@ -1094,6 +1289,12 @@ class Evaluator {
       }
     }
 
+    for (const auto& tc : v.teacher) {
+      if (tc.task != cand.task && !ancestors.count(tc.task)) continue;
+      r.teacher.push_back(tc);
+      if (tc.outcome == "INCORRECT") findings.push_back({"INCORRECT", tc.message + shared_note(set, v, tc.task)});
+    }
+
     std::vector<double> decode_b1;
     for (const auto& e : v.e2e)
       if (e.task == cand.task || ancestors.count(e.task)) {
@@ -1226,13 +1427,26 @@ std::string greedy_cell(const CandidateResult& c) {
   return outcome + " " + std::to_string(matched) + "/" + std::to_string(total);
 }
 
+/// Over every model that includes the candidate: INCORRECT if any, else match; then the largest
+/// RMS error ratio to the baseline (Note [Teacher-forced bound]).
+std::string teacher_cell(const CandidateResult& c) {
+  if (c.teacher.empty()) return "-";
+  std::string outcome = "match";
+  std::optional<double> ratio;
+  for (const auto& t : c.teacher) {
+    if (t.outcome == "INCORRECT") outcome = t.outcome;
+    if (t.ratio && (!ratio || *t.ratio > *ratio)) ratio = t.ratio;
+  }
+  return outcome + (ratio ? " " + fixed(*ratio, 2) + "x" : "");
+}
+
 std::vector<std::string> candidate_row(const CandidateResult& c) {
   return {c.set, c.task, std::to_string(c.level), c.status, speedup_cell(c.speedup), effects_cell(c), greedy_cell(c),
-          ratio_cell(c.e2e_decode_b1), c.reason};
+          teacher_cell(c), ratio_cell(c.e2e_decode_b1), c.reason};
 }
 
 const std::vector<std::string> kCandidateHeader = {"candidate", "task", "level", "status", "speedup geomean (min-max)",
-                                                   "L2/L3/L4 effect", "greedy", "e2e decode b1", "reason"};
+                                                   "L2/L3/L4 effect", "greedy", "teacher-forced", "e2e decode b1", "reason"};
 
 std::string fraction_cell(const FamilyScore& f) {
   return (f.fraction_correct ? fixed(*f.fraction_correct, 3) : "-") + " (" + std::to_string(f.correct) + "/" +
@@ -1298,6 +1512,20 @@ std::vector<std::string> bound_lines(const Report& r) {
   return out;
 }
 
+/// One line per teacher-forced check of each set: "set s, org/llama-tiny (model_l): match, RMS
+/// relative L2 0.0061 vs 0.0059 (1.03x), 1 of 260 rows beyond 3x + 0.002 (5 allowed)".
+std::vector<std::string> teacher_lines(const Report& r) {
+  std::vector<std::string> out;
+  std::set<std::pair<std::string, std::string>> seen;  // (set, arch)
+  for (const auto& c : r.candidates)
+    for (const auto& t : c.teacher)
+      if (seen.insert({c.set, t.arch}).second)
+        out.push_back("set " + c.set + ", " + t.arch + ": " + t.outcome + ", RMS relative L2 " + fixed(t.candidate_rms, 4) + " vs " +
+                      fixed(t.baseline_rms, 4) + (t.ratio ? " (" + fixed(*t.ratio, 2) + "x)" : "") + ", " + std::to_string(t.outliers) +
+                      " of " + std::to_string(t.rows) + " rows beyond 3x + 0.002 (" + std::to_string(t.allowed_outliers) + " allowed)");
+  return out;
+}
+
 using ojson = nlohmann::ordered_json;  // keeps "type" first in each record
 
 ojson opt(const std::optional<double>& x) { return x ? ojson(*x) : ojson(nullptr); }
@@ -1354,6 +1582,11 @@ std::string render_terminal(const Report& r) {
     out << "\ngreedy near-tie bound per check (--tie-gap " << (r.options.tie_gap ? canonical_double(*r.options.tie_gap) : "auto") << "):\n";
     for (const auto& line : bounds) out << "  " << line << "\n";
   }
+  const auto teacher = teacher_lines(r);
+  if (!teacher.empty()) {
+    out << "\nteacher-forced logits per check (Note [Teacher-forced bound]):\n";
+    for (const auto& line : teacher) out << "  " << line << "\n";
+  }
   out << "\nscore per candidate set, over its own candidates (scope " << scope_name(r.options.scope_level)
       << "): family score = speedup x fraction correct x coverage\n";
   for (const auto& sc : r.scores) {
@@ -1391,6 +1624,15 @@ std::string render_jsonl(const Report& r) {
                         {"candidate_logits_err", opt(g.candidate_logits_err)}, {"sequences", seqs}});
     }
     j["greedy"] = greedy;
+    ojson teacher = ojson::array();
+    for (const auto& t : c.teacher)
+      teacher.push_back({{"arch", t.arch}, {"task", t.task}, {"outcome", t.outcome}, {"message", t.message}, {"rows", t.rows},
+                         {"baseline_rms", t.baseline_rms}, {"candidate_rms", t.candidate_rms}, {"ratio", opt(t.ratio)},
+                         {"outliers", t.outliers}, {"allowed_outliers", t.allowed_outliers},
+                         {"reference_mismatches", t.reference_mismatches}, {"nonfinite_rows", t.nonfinite_rows},
+                         {"worst", {{"sequence", t.worst_sequence}, {"step", t.worst_step}, {"candidate", t.worst_candidate},
+                                    {"baseline", t.worst_baseline}}}});
+    j["teacher_forced"] = teacher;
     ojson e2e = ojson::array();
     for (const auto& e : c.e2e)
       e2e.push_back({{"key", e.key}, {"task", e.task}, {"baseline_tokens_per_s", e.baseline_tokens_per_s},
@@ -1446,8 +1688,9 @@ std::string render_markdown(const Report& r) {
   for (const auto& [set, commit] : r.set_commits) out << "- set `" << set << "`: " << md_escape(commit) << "\n";
   out << "- scope: " << scope_name(r.options.scope_level) << "; greedy near-tie bound: " << tie_gap_option(r.options) << "\n";
   for (const auto& line : bound_lines(r)) out << "- " << md_escape(line) << "\n";
+  for (const auto& line : teacher_lines(r)) out << "- teacher-forced: " << md_escape(line) << "\n";
   out << "\n";
-  out << "## Candidates\n\n" << md_row(kCandidateHeader) << "|---|---|---:|---|---|---|---|---|---|\n";
+  out << "## Candidates\n\n" << md_row(kCandidateHeader) << "|---|---|---:|---|---|---|---|---|---|---|\n";
   for (const auto& c : r.candidates) out << md_row(candidate_row(c));
   out << "\n" << status_counts(candidates_of(r)) << "\n\n## Score\n\n";
   out << "One score per candidate set, over that set's candidates only; family score = speedup × fraction correct × "

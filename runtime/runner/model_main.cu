@@ -6,6 +6,7 @@
 //            --dump d.safetensors --prompt-lens 7,33,64,128 --decode-steps 64
 //   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl r.jsonl --markdown r.md
 //   fk_model --arch Qwen/Qwen2.5-7B-Instruct --greedy g.json --decode-steps 64   (candidate comparison)
+//   fk_model --arch Qwen/Qwen2.5-7B-Instruct --teacher-forced tf.json --force-tokens base/g.json
 //
 // The dump and weights formats are the contract with bench/parity/hf_parity.py (docs/parity.md).
 // Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.
@@ -44,7 +45,7 @@ struct Options {
   std::string arch;
   int64_t layers = 0;
   uint64_t seed = 1;
-  std::string load_weights, save_weights, dump, greedy;
+  std::string load_weights, save_weights, dump, greedy, teacher_forced, force_tokens;
   std::vector<int64_t> prompt_lens = {7, 33, 64, 128};
   int64_t decode_steps = 64;
   bool no_graph = false;
@@ -196,6 +197,191 @@ int run_greedy(fk::CausalLM& m, const Options& o) {
   }
   if (std::rename(tmp.c_str(), o.greedy.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + o.greedy);
   std::cerr << "fk_model: wrote " << o.greedy << " (" << B << " sequences, " << S << " greedy steps)\n";
+  return fk::kExitOk;
+}
+
+// --------------------------------------------------------------------------------------------
+// Note [Teacher-forced check]
+// The greedy check judges a candidate build by its tokens, which says little: with random
+// weights many top-2 gaps are small, and past the first divergence nothing compares. The
+// teacher-forced check judges the logits of every decode step instead. Both builds (baseline and
+// candidate) run the same prompts (same seed) and, at every step, are fed the same tokens: the
+// baseline's greedy tokens (--force-tokens, the baseline's --greedy file), whatever they would
+// have picked themselves. Each build records the logits of every step (the prefill's last row,
+// then each decode step, CUDA graphs as in --greedy), then computes the composite fp32 reference
+// of the same model over the whole forced sequences (one prefill of prompt + forced tokens,
+// runtime reference operators only, no task kernel) and scores every step's row against it:
+// relative L2 and largest absolute error over the vocabulary, with the reference's top token,
+// its logit and top-2 gap (so a comparison can see that both builds were scored against the
+// same reference). The same depth (layers), batch, positions and KV lengths as the greedy run,
+// so `fastkernels compare` can hold the candidate's error at each row to the baseline's error at
+// that same row (Note [Teacher-forced bound] in generator/src/compare.cc).
+// Weight scale (Note [Seeded weights] in fk/tasks/llama.h): activations O(1), logits about N(0, 1)
+// over the vocabulary (`ref_logit_std` records the measured spread): not flat, so relative
+// errors are meaningful, and bf16 rounding keeps the baseline's rows within ~1% of the reference.
+// Scaling the logits up would not separate the top tokens from rounding (errors scale with them);
+// forcing the tokens is what removes the dependence on near-ties.
+
+/// The token lists of an `fk_model --greedy` file written for the same run (arch, layers, seed,
+/// steps, prompts); errors name the file and the field.
+std::vector<std::vector<int64_t>> read_forced_tokens(const std::string& path, const Options& o, const fk::CausalLM& m,
+                                                     const std::vector<std::vector<int64_t>>& prompts) {
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path + ": cannot read (--force-tokens expects an fk_model --greedy file)");
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": not JSON (" + e.what() + ")");
+  }
+  auto want = [&](const char* field, const nlohmann::json& expected) {
+    if (!j.is_object() || !j.contains(field) || j[field] != expected)
+      throw std::runtime_error(path + ": $." + field + ": expected " + expected.dump() + " (this run's), got " +
+                               (j.is_object() && j.contains(field) ? j[field].dump() : "nothing"));
+  };
+  want("tool", "fk_model");
+  want("arch", o.arch);
+  want("layers", m.num_layers());
+  want("seed", o.seed);
+  want("steps", o.decode_steps);
+  const nlohmann::json& seqs = j["sequences"];
+  if (!seqs.is_array() || seqs.size() != prompts.size())
+    throw std::runtime_error(path + ": $.sequences: expected " + std::to_string(prompts.size()) + " sequences (--prompt-lens), got " +
+                             (seqs.is_array() ? std::to_string(seqs.size()) : seqs.dump()));
+  std::vector<std::vector<int64_t>> out;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const std::string at = "$.sequences[" + std::to_string(b) + "]";
+    const nlohmann::json& q = seqs[b];
+    if (!q.is_object() || !q.contains("prompt_len") || q["prompt_len"] != prompts[b].size())
+      throw std::runtime_error(path + ": " + at + ".prompt_len: expected " + std::to_string(prompts[b].size()));
+    if (!q.contains("tokens") || !q["tokens"].is_array() || q["tokens"].size() != static_cast<size_t>(o.decode_steps + 1))
+      throw std::runtime_error(path + ": " + at + ".tokens: expected " + std::to_string(o.decode_steps + 1) + " token ids");
+    std::vector<int64_t> t;
+    for (size_t s = 0; s < q["tokens"].size(); ++s) {
+      const nlohmann::json& x = q["tokens"][s];
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= m.vocab_size())
+        throw std::runtime_error(path + ": " + at + ".tokens[" + std::to_string(s) + "]: expected a token id in [0, " +
+                                 std::to_string(m.vocab_size()) + "), got " + x.dump());
+      t.push_back(x.get<int64_t>());
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+/// The build's own greedy tokens for `prompts` (steps + 1 per sequence).
+std::vector<std::vector<int64_t>> own_greedy_tokens(fk::CausalLM& m, const Options& o, const std::vector<std::vector<int64_t>>& prompts,
+                                                    int64_t max_len) {
+  fk::Engine engine(m, static_cast<int64_t>(prompts.size()), max_len, o.decode_steps);
+  engine.prefill(prompts);
+  for (int64_t s = 0; s < o.decode_steps; ++s) engine.decode_step(!o.no_graph);
+  const std::vector<int64_t> flat = engine.tokens();
+  std::vector<std::vector<int64_t>> out;
+  for (size_t b = 0; b < prompts.size(); ++b)
+    out.emplace_back(flat.begin() + b * (o.decode_steps + 1), flat.begin() + (b + 1) * (o.decode_steps + 1));
+  return out;
+}
+
+int run_teacher_forced(fk::CausalLM& m, const Options& o) {
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  const int64_t B = static_cast<int64_t>(prompts.size()), S = o.decode_steps, V = m.vocab_size();
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
+  const int64_t max_len = longest + S + 1;
+  const auto forced = o.force_tokens.empty() ? own_greedy_tokens(m, o, prompts, max_len) : read_forced_tokens(o.force_tokens, o, m, prompts);
+  fk::Engine engine(m, B, max_len, S);
+  engine.force_tokens(forced);
+  // Every step's logits, fp32 [B, S + 1, V], row (b, s) at (b * (S + 1) + s) * V.
+  Tensor all;
+  {
+    fk::StreamGuard g(engine.stream());
+    all = fk::empty({B, S + 1, V}, fk::DType::kF32);
+  }
+  auto record = [&](const Tensor& logits, int64_t s) {
+    fk::StreamGuard g(engine.stream());
+    Tensor f = fk::tasks::to_f32(logits);
+    FK_CUDA_CHECK(cudaMemcpy2DAsync(all.data<float>() + s * V, static_cast<size_t>((S + 1) * V) * sizeof(float), f.data<float>(),
+                                    static_cast<size_t>(V) * sizeof(float), static_cast<size_t>(V) * sizeof(float),
+                                    static_cast<size_t>(B), cudaMemcpyDeviceToDevice, engine.stream()));
+    FK_CUDA_CHECK(cudaStreamSynchronize(engine.stream()));  // f is freed at the end of this scope
+  };
+  record(engine.prefill(prompts), 0);
+  for (int64_t s = 1; s <= S; ++s) {
+    engine.decode_step(!o.no_graph);
+    record(engine.last_logits(), s);
+  }
+  const std::vector<int64_t> picks = engine.tokens();
+  // The reference over prompt + the S forced tokens fed; row s of sequence b is position P_b - 1 + s.
+  std::vector<std::vector<int64_t>> seqs, rows;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> q = prompts[b];
+    q.insert(q.end(), forced[b].begin(), forced[b].begin() + S);
+    std::vector<int64_t> r;
+    for (int64_t s = 0; s <= S; ++s) r.push_back(static_cast<int64_t>(prompts[b].size()) - 1 + s);
+    seqs.push_back(std::move(q));
+    rows.push_back(std::move(r));
+  }
+  Tensor ref = engine.reference_logits(seqs, rows);
+  std::vector<float> a, r;
+  {
+    fk::StreamGuard g(engine.stream());
+    a = fk::to_host<float>(all);
+    r = fk::to_host<float>(ref);
+  }
+  double sum = 0, sum2 = 0;
+  nlohmann::json out_seqs = nlohmann::json::array();
+  int64_t nonfinite = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<double> rel, maxabs, top_logit, gap;
+    std::vector<int64_t> top, own;
+    std::vector<bool> agrees;
+    for (int64_t s = 0; s <= S; ++s) {
+      const float* x = a.data() + (b * (S + 1) + s) * V;
+      const float* y = r.data() + (b * (S + 1) + s) * V;
+      double d2 = 0, y2 = 0, mx = 0;
+      float t1 = -INFINITY, t2 = -INFINITY, o1 = -INFINITY;
+      int64_t i1 = 0, j1 = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double d = double(x[v]) - double(y[v]);
+        if (!std::isfinite(d)) ++nonfinite;
+        d2 += d * d;
+        y2 += double(y[v]) * y[v];
+        mx = std::max(mx, std::abs(d));
+        sum += y[v];
+        sum2 += double(y[v]) * y[v];
+        if (y[v] > t1) t2 = t1, t1 = y[v], i1 = v;
+        else if (y[v] > t2) t2 = y[v];
+        if (x[v] > o1) o1 = x[v], j1 = v;
+      }
+      rel.push_back(y2 > 0 ? std::sqrt(d2 / y2) : std::sqrt(d2));
+      maxabs.push_back(mx);
+      top.push_back(i1);
+      top_logit.push_back(t1);
+      gap.push_back(double(t1) - double(t2));
+      own.push_back(picks[b * (S + 1) + s]);
+      agrees.push_back(j1 == i1);
+    }
+    out_seqs.push_back({{"prompt_len", prompts[b].size()}, {"tokens", forced[b]}, {"picks", own}, {"rel_l2", rel},
+                        {"max_abs", maxabs}, {"ref_top", top}, {"ref_top_logit", top_logit}, {"ref_gap", gap},
+                        {"top_agrees", agrees}});
+  }
+  if (nonfinite > 0) std::cerr << "fk_model: " << nonfinite << " non-finite logits differences (recorded as NaN/inf errors)\n";
+  const double n = double(B) * double(S + 1) * double(V), mean = sum / n;
+  nlohmann::json j = {{"tool", "fk_model"}, {"mode", "teacher-forced"}, {"arch", o.arch}, {"task", m.task_name()},
+                      {"layers", m.num_layers()}, {"seed", o.seed}, {"steps", S}, {"graph", !o.no_graph},
+                      {"forced_from", o.force_tokens.empty() ? std::string("own greedy tokens") : o.force_tokens},
+                      {"ref_logit_mean", mean}, {"ref_logit_std", std::sqrt(std::max(0.0, sum2 / n - mean * mean))},
+                      {"sequences", out_seqs}, {"env", fk::environment_json(0)}};
+  const std::string tmp = o.teacher_forced + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << j.dump() << "\n";  // NaN/inf errors are written as null by nlohmann::json
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), o.teacher_forced.c_str()) != 0)
+    throw std::runtime_error("cannot rename " + tmp + " to " + o.teacher_forced);
+  std::cerr << "fk_model: wrote " << o.teacher_forced << " (" << B << " sequences, " << S + 1 << " teacher-forced rows each)\n";
   return fk::kExitOk;
 }
 
@@ -353,6 +539,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-graph", o.no_graph, "dump/greedy: decode eagerly instead of replaying a CUDA graph");
   app.add_option("--greedy", o.greedy,
                  "write greedy tokens and top-2 logit gaps (prompts of --prompt-lens, --decode-steps) as JSON here");
+  app.add_option("--teacher-forced", o.teacher_forced,
+                 "feed fixed tokens at every decode step and write each step's logits error against the fp32 reference "
+                 "(Note [Teacher-forced check]) as JSON here");
+  app.add_option("--force-tokens", o.force_tokens,
+                 "teacher-forced: the tokens to feed, from an fk_model --greedy file of the same run settings "
+                 "(default: this build's own greedy tokens)");
   app.add_flag("--bench", o.bench, "measure decode and prefill throughput and memory");
   app.add_option("--decode-batches", o.decode_batches, "bench: decode batch sizes")->delimiter(',');
   app.add_option("--prompt-len", o.prompt_len, "bench: prompt length before decoding")->check(CLI::Range(1, 1 << 20));
@@ -385,8 +577,12 @@ int main(int argc, char** argv) {
       return fk::kExitUsage;
     }
   }
-  if (o.dump.empty() && !o.bench && o.save_weights.empty() && o.greedy.empty()) {
-    std::cerr << "fk_model: nothing to do: give --dump, --greedy, --bench or --save-weights\n";
+  if (o.dump.empty() && !o.bench && o.save_weights.empty() && o.greedy.empty() && o.teacher_forced.empty()) {
+    std::cerr << "fk_model: nothing to do: give --dump, --greedy, --teacher-forced, --bench or --save-weights\n";
+    return fk::kExitUsage;
+  }
+  if (!o.force_tokens.empty() && o.teacher_forced.empty()) {
+    std::cerr << "fk_model: --force-tokens needs --teacher-forced\n";
     return fk::kExitUsage;
   }
   const fk::TaskInfo* task = find_model(o.arch);
@@ -414,6 +610,7 @@ int main(int argc, char** argv) {
     int rc = fk::kExitOk;
     if (!o.dump.empty()) rc = run_dump(*model, o);
     if (rc == fk::kExitOk && !o.greedy.empty()) rc = run_greedy(*model, o);
+    if (rc == fk::kExitOk && !o.teacher_forced.empty()) rc = run_teacher_forced(*model, o);
     if (rc == fk::kExitOk && o.bench) rc = run_bench(*model, o);
     return rc;
   } catch (const std::exception& e) {

@@ -13,12 +13,14 @@ namespace {
 constexpr int kArgmaxThreads = 1024;
 
 // One block per sequence: the greedy token of logits row b (lowest index on ties), recorded at
-// column `step` of the history; then the sequence's step buffers advance by one token.
+// column `step` of the history; then the sequence's step buffers advance by one token, and the
+// token fed next is the pick, or forced[b][step] when teacher forcing.
 template <class T>
 __global__ void __launch_bounds__(kArgmaxThreads)
 pick_and_advance_kernel(const T* __restrict__ logits, int64_t vocab, const int32_t* __restrict__ step, int64_t hist_cols,
                         int64_t* __restrict__ hist_tok, float* __restrict__ hist_logit, int64_t* __restrict__ ids,
-                        int64_t* __restrict__ pos, int64_t* __restrict__ slot, int32_t* __restrict__ seqlens, int advance) {
+                        int64_t* __restrict__ pos, int64_t* __restrict__ slot, int32_t* __restrict__ seqlens, int advance,
+                        const int64_t* __restrict__ forced) {
   const int b = blockIdx.x;
   const T* row = logits + b * vocab;
   float best = -FLT_MAX;
@@ -55,7 +57,7 @@ pick_and_advance_kernel(const T* __restrict__ logits, int64_t vocab, const int32
     const int64_t col = *step;
     hist_tok[b * hist_cols + col] = arg;
     hist_logit[b * hist_cols + col] = best;
-    ids[b] = arg;
+    ids[b] = forced ? forced[b * hist_cols + col] : arg;
     if (advance) {  // the new token sits at the next position of the sequence
       pos[b] += 1;
       slot[b] += 1;
@@ -155,13 +157,14 @@ Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
     pick_and_advance_kernel<T><<<batch, kArgmaxThreads, 0, stream_>>>(
         logits.data<T>(), model_.vocab_size(), step_.data<int32_t>(), max_steps_ + 1, hist_tok_.data<int64_t>(),
         hist_logit_.data<float>(), ids_.data<int64_t>(), pos_.data<int64_t>(), slot_.data<int64_t>(),
-        seqlens_.data<int32_t>(), /*advance=*/0);
+        seqlens_.data<int32_t>(), /*advance=*/0, forced_.defined() ? forced_.data<int64_t>() : nullptr);
   });
   FK_CHECK_LAUNCH();
   increment_kernel<<<1, 1, 0, stream_>>>(step_.data<int32_t>());
   FK_CHECK_LAUNCH();
   batch_ = batch;
   steps_ = 0;
+  cache_overwritten_ = false;
   decode_meta_ = tasks::AttnMetadata();
   decode_meta_.is_prefill = false;
   decode_meta_.num_seqs = batch;
@@ -184,7 +187,7 @@ void Engine::run_decode_body() {
     pick_and_advance_kernel<T><<<batch_, kArgmaxThreads, 0, stream_>>>(
         logits.data<T>(), model_.vocab_size(), step_.data<int32_t>(), max_steps_ + 1, hist_tok_.data<int64_t>(),
         hist_logit_.data<float>(), ids_.data<int64_t>(), pos_.data<int64_t>(), slot_.data<int64_t>(),
-        seqlens_.data<int32_t>(), /*advance=*/1);
+        seqlens_.data<int32_t>(), /*advance=*/1, forced_.defined() ? forced_.data<int64_t>() : nullptr);
   });
   FK_CHECK_LAUNCH();
   increment_kernel<<<1, 1, 0, stream_>>>(step_.data<int32_t>());
@@ -194,6 +197,7 @@ void Engine::run_decode_body() {
 
 void Engine::decode_step(bool use_graph) {
   FK_CHECK(batch_ > 0, "decode_step before prefill");
+  FK_CHECK(!cache_overwritten_, "decode_step after reference_logits: prefill again first");
   FK_CHECK(steps_ < max_steps_, "decode_step: the engine was sized for " + std::to_string(max_steps_) + " steps");
   StreamGuard g(stream_);
   auto it = graphs_.find(batch_);
@@ -222,6 +226,78 @@ void Engine::decode_step(bool use_graph) {
   FK_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   last_logits_ = it->second.logits;
   ++steps_;
+}
+
+void Engine::force_tokens(const std::vector<std::vector<int64_t>>& tokens) {
+  StreamGuard g(stream_);
+  for (auto& [b, c] : graphs_) FK_CUDA_CHECK(cudaGraphExecDestroy(c.exec));
+  graphs_.clear();
+  batch_ = 0;  // a prefill must come first
+  if (tokens.empty()) {
+    forced_ = Tensor();
+    return;
+  }
+  FK_CHECK(static_cast<int64_t>(tokens.size()) <= max_seqs_, "force_tokens: " + std::to_string(tokens.size()) +
+                                                                 " sequences; the engine holds " + std::to_string(max_seqs_));
+  std::vector<int64_t> flat(static_cast<size_t>(max_seqs_ * (max_steps_ + 1)), 0);
+  for (size_t b = 0; b < tokens.size(); ++b) {
+    FK_CHECK(static_cast<int64_t>(tokens[b].size()) == max_steps_ + 1,
+             "force_tokens: sequence " + std::to_string(b) + " has " + std::to_string(tokens[b].size()) +
+                 " token ids; expected max_steps + 1 = " + std::to_string(max_steps_ + 1));
+    for (size_t s = 0; s < tokens[b].size(); ++s) {
+      FK_CHECK(tokens[b][s] >= 0 && tokens[b][s] < model_.vocab_size(),
+               "force_tokens: token id " + std::to_string(tokens[b][s]) + " of sequence " + std::to_string(b) +
+                   " is outside the vocabulary of " + std::to_string(model_.vocab_size()));
+      flat[b * (max_steps_ + 1) + s] = tokens[b][s];
+    }
+  }
+  forced_ = to_device(flat, {max_seqs_, max_steps_ + 1});
+  FK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+Tensor Engine::reference_logits(const std::vector<std::vector<int64_t>>& seqs, const std::vector<std::vector<int64_t>>& rows) {
+  const int64_t batch = static_cast<int64_t>(seqs.size());
+  FK_CHECK(batch > 0 && batch <= max_seqs_ && rows.size() == seqs.size(),
+           "reference_logits: " + std::to_string(batch) + " sequences with " + std::to_string(rows.size()) +
+               " row lists; the engine holds " + std::to_string(max_seqs_));
+  StreamGuard g(stream_);
+  std::vector<int64_t> ids, pos, slot;
+  std::vector<int32_t> cu{0}, picked;
+  int64_t max_seqlen = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = static_cast<int64_t>(seqs[b].size());
+    FK_CHECK(n > 0 && n <= max_len_, "reference_logits: sequence " + std::to_string(b) + " has " + std::to_string(n) +
+                                         " tokens; the engine holds " + std::to_string(max_len_));
+    for (int64_t p = 0; p < n; ++p) {
+      FK_CHECK(seqs[b][p] >= 0 && seqs[b][p] < model_.vocab_size(), "reference_logits: token id out of range");
+      ids.push_back(seqs[b][p]);
+      pos.push_back(p);
+      slot.push_back(b * max_len_ + p);
+    }
+    for (int64_t r : rows[b]) {
+      FK_CHECK(r >= 0 && r < n, "reference_logits: row " + std::to_string(r) + " outside sequence " + std::to_string(b));
+      picked.push_back(static_cast<int32_t>(cu.back() + r));
+    }
+    cu.push_back(static_cast<int32_t>(cu.back() + n));
+    max_seqlen = std::max(max_seqlen, n);
+  }
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  tasks::AttnMetadata meta;
+  meta.is_prefill = true;
+  meta.num_seqs = batch;
+  meta.num_tokens = tokens;
+  meta.cu_seqlens = to_device(cu, {batch + 1});
+  meta.max_seqlen = max_seqlen;
+  meta.slot_mapping = to_device(slot, {tokens});
+  Tensor input_ids = to_device(ids, {tokens}), positions = to_device(pos, {tokens});
+  Tensor picked_rows = to_device(picked, {static_cast<int64_t>(picked.size())});
+  Tensor out;
+  {
+    tasks::ForwardContextGuard ctx(&meta);
+    out = model_.reference_logits(input_ids, positions, cu, picked_rows);
+  }
+  cache_overwritten_ = true;  // the KV cache no longer holds the decoded sequences
+  return out;
 }
 
 std::vector<int64_t> Engine::tokens() const {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -299,7 +300,7 @@ TEST(Compare, NearTieBoundIsReportedPerGreedyCheck) {
            "near-tie 6/10\n"
            "  set nolog, org/llama-tiny: near-tie bound 0.3 (fixed: no L4 check of model_l in nolog/bench.jsonl): "
            "INCORRECT 6/10\n",
-           "near      | mlp_l | 2     | PASSED    | 1.250x (1.250-1.250)      | -/1.000x/1.000x | near-tie 6/10  | -             |\n",
+           "near      | mlp_l | 2     | PASSED    | 1.250x (1.250-1.250)      | -/1.000x/1.000x | near-tie 6/10  | -              | -             |\n",
        })
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "\n---\n" << out;
 
@@ -421,6 +422,70 @@ TEST(Compare, InfraErrorIsNeverASpeedup) {
   EXPECT_EQ(llama->correct, 1) << "norm only";
 }
 
+// ---- the teacher-forced check (teacher/: 2 sequences x 25 rows, the baseline's rows all 0.01) ----
+
+TEST(Compare, TeacherForcedLogitsAreHeldToTheBaselinesErrorRowByRow) {
+  const cmp::Report r = judge("teacher");
+  auto check = [&](const std::string& set) -> const cmp::TeacherForcedCheck& {
+    const cmp::CandidateResult* c = candidate(r, set, "mlp_l");
+    EXPECT_NE(c, nullptr) << set;
+    EXPECT_EQ(c->teacher.size(), 1u) << set;
+    return c->teacher.at(0);
+  };
+  // honest: 0.011 and 0.0105 against 0.01 (one row left out of the RMS as the allowed outlier).
+  const cmp::TeacherForcedCheck& h = check("honest");
+  EXPECT_EQ(candidate(r, "honest", "mlp_l")->status, "PASSED") << candidate(r, "honest", "mlp_l")->reason;
+  EXPECT_EQ(h.outcome, "match");
+  EXPECT_EQ(h.rows, 50);
+  EXPECT_EQ(h.allowed_outliers, 1);
+  EXPECT_EQ(h.outliers, 0);
+  ASSERT_TRUE(h.ratio);
+  EXPECT_NEAR(*h.ratio, std::sqrt((24 * 0.011 * 0.011 + 25 * 0.0105 * 0.0105) / 49) / 0.01, 1e-12);
+  // oneoff: one row at 0.2 is the one allowed outlier; the rest match.
+  const cmp::TeacherForcedCheck& o = check("oneoff");
+  EXPECT_EQ(candidate(r, "oneoff", "mlp_l")->status, "PASSED");
+  EXPECT_EQ(o.outliers, 1);
+  EXPECT_NEAR(*o.ratio, 1.0, 1e-12);
+  EXPECT_EQ(o.worst_sequence, 0);
+  EXPECT_EQ(o.worst_step, 3);
+  // drift: every row 1.6-2x the baseline's: the RMS ratio fails.
+  const cmp::CandidateResult* d = candidate(r, "drift", "mlp_l");
+  EXPECT_EQ(d->status, "INCORRECT");
+  EXPECT_EQ(d->reason,
+            "teacher-forced logits: RMS relative L2 error 0.0181 vs the baseline's 0.0100 (1.81x > 1.5x) (model_l, 50 rows)");
+  // local: two rows past 3 x 0.01 + 0.002, one allowed; the RMS alone (1.14x) would pass.
+  const cmp::CandidateResult* l = candidate(r, "local", "mlp_l");
+  EXPECT_EQ(l->status, "INCORRECT");
+  EXPECT_EQ(l->reason,
+            "teacher-forced logits: 2 rows beyond 3 x the baseline's error + 0.002 (at most 1 allowed); worst: sequence 1 step "
+            "21, 0.0500 vs 0.0100 (model_l, 50 rows)");
+  EXPECT_LT(*check("local").ratio, cmp::kTeacherRmsRatio);
+  // nan: a non-finite row; refdiff: the fp32 reference's top token differs at one row.
+  EXPECT_EQ(candidate(r, "nan", "mlp_l")->reason, "teacher-forced logits: 1 rows with a non-finite error (model_l, 50 rows)");
+  EXPECT_EQ(candidate(r, "refdiff", "mlp_l")->reason,
+            "teacher-forced logits: the fp32 reference differs from the baseline's at 1 rows: the candidate run changed the weights "
+            "or inputs under it (model_l, 50 rows)");
+}
+
+TEST(Compare, TeacherForcedRunsMustMatchTheBaselinesSettings) {
+  const fs::path tmp = fs::path(::testing::TempDir()) / "teacher_mismatch";
+  fs::remove_all(tmp);
+  fs::copy(dir("teacher"), tmp, fs::copy_options::recursive);
+  const fs::path f = tmp / "honest" / "teacher-org__llama-tiny.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(f));
+  j["seed"] = 2;
+  j["sequences"][1]["tokens"][4] = 7;
+  std::ofstream(f) << j.dump();
+  Diagnostics diag;
+  auto graph = cmp::load_manifest(dir("manifest.json"), diag);
+  auto session = cmp::load_session(tmp, diag);
+  ASSERT_TRUE(diag.ok()) << diag.text();
+  cmp::evaluate(*session, *graph, {}, diag);
+  const std::string all = diag.text();
+  EXPECT_NE(all.find(f.generic_string() + ": $.seed: expected the baseline's 1, got 2"), std::string::npos) << all;
+  EXPECT_NE(all.find(f.generic_string() + ": $.sequences[1].tokens: expected the tokens the baseline was fed"), std::string::npos) << all;
+}
+
 TEST(Compare, ScoreTwoFamiliesWithPartialCoverage) {
   // One set `a`: norm (both families) PASSED x2.0; act_l (llama) PASSED x1.25; act_q (qwen) INCORRECT.
   const cmp::Report all = judge("score");
@@ -523,10 +588,10 @@ TEST(Compare, SetsSharingATaskAreJudgedAndScoredSeparately) {
   std::string out;
   ASSERT_EQ(run(compare_cmd("alternatives") + " --jsonl " + q(jsonl) + " --markdown " + q(md), &out), 1) << out;
   for (const char* line : {
-           "v1        | norm  | 1     | PASSED    | 2.000x (2.000-2.000)      | -/1.000x/1.000x      | -      | -             |\n",
-           "v2        | norm  | 1     | INCORRECT | 1.000x (1.000-1.000)      | -/1.000x/1.000x      | -      | -             | "
+           "v1        | norm  | 1     | PASSED    | 2.000x (2.000-2.000)      | -/1.000x/1.000x      | -      | -              | -             |\n",
+           "v2        | norm  | 1     | INCORRECT | 1.000x (1.000-1.000)      | -/1.000x/1.000x      | -      | -              | -             | "
            "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 7]\n",
-           "v2        | act_l | 1     | PASSED    | 1.250x (1.250-1.250)      | 1.000x/1.000x/1.000x | -      | -             |\n",
+           "v2        | act_l | 1     | PASSED    | 1.250x (1.250-1.250)      | 1.000x/1.000x/1.000x | -      | -              | -             |\n",
            "3 candidate(s): 2 PASSED, 1 INCORRECT\n",
            "set v1: 1 candidate(s): 1 PASSED\n"
            "  llama: 0.200 = 2.000 x 1.000 (1/1) x 0.100 (1/10)\n"
@@ -565,8 +630,8 @@ TEST(Compare, SetsSharingATaskAreJudgedAndScoredSeparately) {
 
   const std::string m = slurp(md);
   for (const char* line : {
-           "| v1 | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - |  |\n",
-           "| v2 | norm | 1 | INCORRECT | 1.000x (1.000-1.000) | -/1.000x/1.000x | - | - | "
+           "| v1 | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - | - |  |\n",
+           "| v2 | norm | 1 | INCORRECT | 1.000x (1.000-1.000) | -/1.000x/1.000x | - | - | - | "
            "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 7] |\n",
            "### Set `v1`\n\n1 candidate(s): 1 PASSED\n\n",
            "| qwen | 0.333 | 2.000 | 1.000 (1/1) | 0.167 (1/6) |\n",
@@ -594,7 +659,7 @@ TEST(Compare, ExitCodesTerminalJsonlAndMarkdown) {
            "  llama: 0.316 = 1.581 x 1.000 (2/2) x 0.200 (2/10)\n"
            "  qwen: 0.333 = 2.000 x 0.500 (1/2) x 0.333 (2/6)\n"
            "  overall score of set a: 0.325 (mean over 2 families)\n",
-           "a         | act_q | 1     | INCORRECT | 1.000x (1.000-1.000)      | 1.000x/1.000x/1.000x | -      | -             | "
+           "a         | act_q | 1     | INCORRECT | 1.000x (1.000-1.000)      | 1.000x/1.000x/1.000x | -      | -              | -             | "
            "case decode_b1: INCORRECT (nonfinite): output 0 holds NaN at [0, 0]\n",
        })
     EXPECT_NE(out.find(line), std::string::npos) << "missing: " << line << "\n---\n" << out;
@@ -625,7 +690,7 @@ TEST(Compare, ExitCodesTerminalJsonlAndMarkdown) {
            "- gpu: NVIDIA H100 80GB HBM3\n",
            "- baseline: commit b0a5e11, date 2025-06-01\n",
            "- set `a`: c4nd1da (2025-06-02)\n",
-           "| a | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - |  |\n",
+           "| a | norm | 1 | PASSED | 2.000x (2.000-2.000) | -/1.000x/1.000x | - | - | - |  |\n",
            "| qwen | 0.333 | 2.000 | 0.500 (1/2) | 0.333 (2/6) |\n",
            "**Overall score of set `a`: 0.325** (mean over 2 families)\n",
            "| decode_b1 | decode | PASSED | INCORRECT (nonfinite) | 10.00 | - | - | output 0 holds NaN at [0, 0] |\n",

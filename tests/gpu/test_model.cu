@@ -88,6 +88,72 @@ TEST_P(WholeModel, GraphDecodeEqualsEagerAndPrefill) {
   EXPECT_GE(agree, 2) << "greedy tokens after prefill and after decode disagree for most sequences";
 }
 
+// Note [Teacher-forced check] (runtime/runner/model_main.cu): forcing a build's own greedy tokens
+// replays its greedy run exactly; forcing other tokens feeds them (the logits follow them); the
+// fp32 reference over prompt + fed tokens scores every step's row within the whole-model bound.
+TEST_P(WholeModel, TeacherForcedStepsMatchTheReferenceOverTheForcedSequence) {
+  FK_REQUIRE_GPU();
+  auto model = GetParam()->make_model(2);
+  fk::tasks::init_params(model->named_parameters(), 11);
+  const auto p = prompts(model->vocab_size());
+  constexpr int kSteps = 5;
+  const int64_t V = model->vocab_size(), B = static_cast<int64_t>(p.size());
+  fk::Engine free_run(*model, B, 64, kSteps);
+  free_run.prefill(p);
+  for (int s = 0; s < kSteps; ++s) free_run.decode_step(true);
+  const std::vector<int64_t> own = free_run.tokens();
+  std::vector<std::vector<int64_t>> own_rows, other_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    own_rows.emplace_back(own.begin() + b * (kSteps + 1), own.begin() + (b + 1) * (kSteps + 1));
+    std::vector<int64_t> o;
+    for (int s = 0; s <= kSteps; ++s) o.push_back((own_rows.back()[s] + 7 * s + 1) % V);  // never the own pick
+    other_rows.push_back(o);
+  }
+  for (int variant = 0; variant < 2; ++variant) {
+    const auto& fed = variant == 0 ? own_rows : other_rows;
+    fk::Engine e(*model, B, 64, kSteps);
+    e.force_tokens(fed);
+    std::vector<std::vector<float>> rows(B);  // [b] -> (kSteps + 1) x V
+    auto record = [&](const fk::Tensor& logits) {
+      const auto h = host_f32(logits, e.stream());
+      for (int64_t b = 0; b < B; ++b) rows[b].insert(rows[b].end(), h.begin() + b * V, h.begin() + (b + 1) * V);
+    };
+    record(e.prefill(p));
+    for (int s = 0; s < kSteps; ++s) {
+      e.decode_step(true);
+      record(e.last_logits());
+    }
+    if (variant == 0) EXPECT_EQ(e.tokens(), own) << "forcing the own greedy tokens must replay the greedy run";
+    std::vector<std::vector<int64_t>> seqs, at;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<int64_t> q = p[b];
+      q.insert(q.end(), fed[b].begin(), fed[b].begin() + kSteps);
+      seqs.push_back(q);
+      std::vector<int64_t> r;
+      for (int s = 0; s <= kSteps; ++s) r.push_back(static_cast<int64_t>(p[b].size()) - 1 + s);
+      at.push_back(r);
+    }
+    const std::vector<float> ref = fk::to_host<float>(e.reference_logits(seqs, at));
+    ASSERT_EQ(ref.size(), static_cast<size_t>(B * (kSteps + 1) * V));
+    // The whole-model bound of the L4 checks; one row may exceed it (an MoE token routed to another
+    // expert than fp32 routes it: the reference here adopts no routing), by at most 5x.
+    const double bound = fk::tasks::depth_tolerance(2).max_rel_l2;
+    int beyond = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int s = 0; s <= kSteps; ++s) {
+        const std::vector<float> got(rows[b].begin() + s * V, rows[b].begin() + (s + 1) * V);
+        const std::vector<float> want(ref.begin() + (b * (kSteps + 1) + s) * V, ref.begin() + (b * (kSteps + 1) + s + 1) * V);
+        const double err = rel_l2(got, want);
+        beyond += err > bound;
+        EXPECT_LE(err, 5 * bound) << (variant ? "other" : "own") << " tokens, sequence " << b << " step " << s;
+      }
+    EXPECT_LE(beyond, 1) << (variant ? "other" : "own") << " tokens: rows beyond the bound " << bound;
+    EXPECT_THROW(e.decode_step(true), std::exception) << "the reference overwrote the KV cache: decoding on must be refused";
+  }
+  fk::Engine e(*model, B, 64, kSteps);
+  EXPECT_THROW(e.force_tokens({{1, 2}}), std::exception) << "a row of the wrong length must be refused";
+}
+
 TEST_P(WholeModel, WeightsRoundTripByHFName) {
   FK_REQUIRE_GPU();
   auto model = GetParam()->make_model(1);

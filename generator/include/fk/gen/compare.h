@@ -81,6 +81,27 @@ struct GreedyRun {
   std::vector<GreedySequence> sequences;
 };
 
+/// One sequence of an `fk_model --teacher-forced` run: every step's row scored against the
+/// composite fp32 reference (Note [Teacher-forced check] in runtime/runner/model_main.cu).
+struct TeacherForcedSequence {
+  int64_t prompt_len = 0;
+  std::vector<int64_t> tokens;                ///< the tokens fed (steps + 1; the last is not fed)
+  std::vector<std::optional<double>> rel_l2;  ///< per row; nullopt: non-finite
+  std::vector<int64_t> ref_top;               ///< the reference's top token per row
+  std::vector<double> ref_top_logit;          ///< and its logit
+};
+
+/// `fk_model --teacher-forced` output: teacher.json, or teacher-<tag>.json per architecture.
+struct TeacherForcedRun {
+  std::string file;
+  std::string arch, task;
+  int64_t layers = 0, steps = 0;
+  uint64_t seed = 0;
+  bool graph = true;
+  double ref_logit_std = 0;
+  std::vector<TeacherForcedSequence> sequences;
+};
+
 /// A candidate as status.json lists it.
 struct SetCandidate {
   std::string task;
@@ -109,6 +130,7 @@ struct CandidateSet {
   std::optional<BenchRun> bench;      ///< absent when the build failed
   std::optional<ModelRun> model;
   std::vector<GreedyRun> greedy;      ///< at most one per architecture
+  std::vector<TeacherForcedRun> teacher;  ///< at most one per architecture
 };
 
 /// Everything under <results-dir>.
@@ -117,6 +139,7 @@ struct Session {
   BenchRun baseline;
   std::optional<ModelRun> baseline_model;
   std::vector<GreedyRun> baseline_greedy;  ///< at most one per architecture
+  std::vector<TeacherForcedRun> baseline_teacher;  ///< at most one per architecture
   std::vector<CandidateSet> sets;  ///< sorted by folder name
 };
 
@@ -203,6 +226,28 @@ struct GreedyCheck {
   std::optional<double> baseline_logits_err, candidate_logits_err;
 };
 
+/// Bounds of the teacher-forced check (Note [Teacher-forced bound] in compare.cc).
+constexpr double kTeacherRmsRatio = 1.5;    ///< RMS of the candidate's row errors over the baseline's
+constexpr double kTeacherRowRatio = 3.0;    ///< a row is an outlier past 3 x the baseline's error there ...
+constexpr double kTeacherRowFloor = 0.002;  ///< ... plus 0.2% (relative L2)
+constexpr double kTeacherOutlierShare = 0.02;  ///< outlier rows allowed: this share of the rows, at least 1
+
+/// The L4 teacher-forced check of one architecture, shown for each candidate its model includes.
+struct TeacherForcedCheck {
+  std::string arch;
+  std::string task;     ///< the L4 task
+  std::string outcome;  ///< match | INCORRECT
+  std::string message;  ///< why INCORRECT ("" on a match)
+  int64_t rows = 0;
+  double baseline_rms = 0, candidate_rms = 0;  ///< RMS of the rows' relative L2 errors
+  std::optional<double> ratio;                 ///< candidate_rms / baseline_rms
+  int64_t outliers = 0, allowed_outliers = 0;
+  int64_t reference_mismatches = 0, nonfinite_rows = 0;
+  /// The row where the candidate's error exceeds the baseline's most (sequence, step, errors).
+  int64_t worst_sequence = 0, worst_step = 0;
+  double worst_candidate = 0, worst_baseline = 0;
+};
+
 /// One fk_model --bench record matched between the two runs.
 struct EndToEnd {
   std::string key;  ///< ModelRecord::key()
@@ -228,6 +273,7 @@ struct CandidateResult {
   Speedup speedup;
   std::vector<LevelEffect> effects;  ///< levels 2..4 that hold a task including the candidate
   std::vector<GreedyCheck> greedy;  ///< one per model (architecture) that includes the candidate
+  std::vector<TeacherForcedCheck> teacher;  ///< likewise
   std::vector<EndToEnd> e2e;
   std::optional<double> e2e_decode_b1;  ///< geomean over the "decode b1 graph" rows
   std::vector<CaseResult> cases;        ///< the own task's cases, baseline order

@@ -42,6 +42,15 @@ class Engine {
   const Tensor& last_logits() const { return last_logits_; }
   int64_t batch() const { return batch_; }
   int64_t steps_done() const { return steps_; }
+  /// Teacher forcing (Note [Teacher-forced check] in runtime/runner/model_main.cu): from the
+  /// next prefill on, the token fed to sequence b after pick s is tokens[b][s] instead of its own
+  /// greedy pick (tokens() still records the picks). Every row holds max_steps + 1 token ids;
+  /// an empty list turns forcing off. Drops captured decode graphs (they hold the old choice).
+  void force_tokens(const std::vector<std::vector<int64_t>>& tokens);
+  /// fp32 reference logits (CausalLM::reference_logits) of whole sequences `seqs` (one prefill
+  /// of them, on the engine's stream) at rows[b]: positions within sequence b, concatenated in
+  /// order. Overwrites the KV cache; a later decode step needs a new prefill first.
+  Tensor reference_logits(const std::vector<std::vector<int64_t>>& seqs, const std::vector<std::vector<int64_t>>& rows);
   /// Greedy tokens [B, steps_done + 1] and the logit of each when chosen (host copies).
   std::vector<int64_t> tokens() const;
   std::vector<float> token_logits() const;
@@ -54,9 +63,11 @@ class Engine {
   int64_t max_seqs_, max_len_, max_steps_;
   cudaStream_t stream_ = nullptr;
   Tensor ids_, pos_, slot_, seqlens_, step_, hist_tok_, hist_logit_;
+  Tensor forced_;  ///< [max_seqs, max_steps + 1] i64 while forcing, else undefined
   Tensor last_logits_;
   tasks::AttnMetadata decode_meta_;
   int64_t batch_ = 0, steps_ = 0;
+  bool cache_overwritten_ = false;  ///< by reference_logits, until the next prefill
   struct Captured {
     cudaGraphExec_t exec = nullptr;
     Tensor logits;  ///< the captured step's output, kept alive with the graph

@@ -38,6 +38,13 @@ class CausalLM {
   virtual void allocate_kv_cache(int64_t max_seqs, int64_t max_len) = 0;
   virtual Tensor forward(const Tensor& input_ids, const Tensor& positions) = 0;
   virtual Tensor compute_logits(const Tensor& hidden_states) = 0;
+  /// The composite fp32 reference of the whole model (runtime reference operators only, no task
+  /// kernel; Note [Composite references] in fk/tasks/llama.h) over a prefill of whole sequences:
+  /// call it under the forward context of that prefill (cu_seqlens, slot_mapping as for forward;
+  /// it overwrites the KV cache at those slots). Returns fp32 logits [rows.numel(), V] of the
+  /// token rows `rows` (i32). cu_seqlens is the host copy of the context's offsets.
+  virtual Tensor reference_logits(const Tensor& input_ids, const Tensor& positions, const std::vector<int32_t>& cu_seqlens,
+                                  const Tensor& rows) = 0;
 };
 
 class SafetensorsWriter;

@@ -584,16 +584,8 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
   std::vector<CheckedOutput> reference(int) override {
     ForwardContextGuard ctx(&step_.meta);
     TaskRoutingGuard routing(&routing_);
-    auto& m = model_->model;
-    Tensor h = ref::embedding(ids_, m.embed_tokens.weight), res;
-    m.for_each_layer([&](auto& layer) {
-      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
-      h = hr.first;
-      res = hr.second;
-    });
-    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon).first;
-    Tensor logits = ref::linear(gather_rows(normed, last_rows_), model_->lm_head.weight, model_->lm_head.bias);
-    return {{"logits", logits_, to_f32(logits), depth_tolerance(static_cast<size_t>(m.num_layers()))}};
+    Tensor logits = ref_causal_lm_logits<Cfg>(*model_, step_.host, ids_, step_.positions, last_rows_);
+    return {{"logits", logits_, logits, depth_tolerance(static_cast<size_t>(model_->model.num_layers()))}};
   }
   Cost cost() const override {
     const double t = double(step_.tokens()), b = double(step_.meta.num_seqs);

@@ -658,6 +658,26 @@ template <class Cfg> constexpr double final_softcap_of() {
   else return 0.0;
 }
 
+/// The composite fp32 reference of a whole causal LM (Note [Composite references]) over the
+/// step of the current forward context (`rm` its host copy): fp32 logits of the token rows
+/// `rows`. Gemma: scaled embeddings (the embedding's own factor), GemmaRMSNorm final norm,
+/// soft-capped logits (Note [Gemma model] in templates/gemma_for_causal_lm.h.mustache).
+template <class Cfg, class Model>
+Tensor ref_causal_lm_logits(Model& model, const RefMeta& rm, const Tensor& ids, const Tensor& positions, const Tensor& rows) {
+  auto& m = model.model;
+  constexpr bool kGemma = IsGemmaModel<Cfg>::value;
+  Tensor h = ref::embedding(ids, m.embed_tokens.weight, m.embed_tokens.embed_scale()), res;
+  m.for_each_layer([&](auto& layer) {
+    std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, rm, positions, h, res);
+    h = hr.first;
+    res = hr.second;
+  });
+  Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon, kGemma ? 1.f : 0.f).first;
+  Tensor logits = ref::linear(gather_rows(normed, rows), model.lm_head.weight, model.lm_head.bias);
+  if (final_softcap_of<Cfg>() > 0) logits = ref::softcap(logits, final_softcap_of<Cfg>());
+  return to_f32(logits);
+}
+
 /// The whole model (L4) as vLLM's model runner calls it for one step: forward over the step's
 /// tokens, then compute_logits on each sequence's last token. Checked against the composite
 /// reference over every layer (Note [Composite references]); HF transformers is the external
@@ -706,20 +726,8 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   std::vector<CheckedOutput> reference(int) override {
     ForwardContextGuard ctx(&step_.meta);
     TaskRoutingGuard routing(&routing_);
-    auto& m = model_->model;
-    constexpr bool kGemma = IsGemmaModel<Cfg>::value;
-    // Gemma: scaled embeddings (the embedding's own factor), GemmaRMSNorm final norm, soft-capped
-    // logits (Note [Gemma model] in templates/gemma_for_causal_lm.h.mustache).
-    Tensor h = ref::embedding(ids_, m.embed_tokens.weight, m.embed_tokens.embed_scale()), res;
-    m.for_each_layer([&](auto& layer) {
-      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, step_.host, step_.positions, h, res);
-      h = hr.first;
-      res = hr.second;
-    });
-    Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon, kGemma ? 1.f : 0.f).first;
-    Tensor logits = ref::linear(gather_last(normed), model_->lm_head.weight, model_->lm_head.bias);
-    if (final_softcap_of<Cfg>() > 0) logits = ref::softcap(logits, final_softcap_of<Cfg>());
-    return {{"logits", logits_, to_f32(logits), depth_tolerance(static_cast<size_t>(m.num_layers()))}};
+    Tensor logits = ref_causal_lm_logits<Cfg>(*model_, step_.host, ids_, step_.positions, last_rows_);
+    return {{"logits", logits_, logits, depth_tolerance(static_cast<size_t>(model_->model.num_layers()))}};
   }
   Cost cost() const override {
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
@@ -775,6 +783,13 @@ template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM 
   }
   Tensor forward(const Tensor& input_ids, const Tensor& positions) override { return m_.forward(input_ids, positions); }
   Tensor compute_logits(const Tensor& hidden_states) override { return m_.compute_logits(hidden_states); }
+  Tensor reference_logits(const Tensor& input_ids, const Tensor& positions, const std::vector<int32_t>& cu_seqlens,
+                          const Tensor& rows) override {
+    RefMeta rm;
+    rm.is_prefill = true;
+    rm.cu = cu_seqlens;
+    return ref_causal_lm_logits<Cfg>(m_, rm, input_ids, positions, rows);
+  }
 
  private:
   std::string name_;
