@@ -1036,15 +1036,22 @@ class Evaluator {
   // own error at that row: same depth, batch, position, KV length and graph setting. The candidate
   // is INCORRECT when
   //   (a) a row's error is not finite;
-  //   (b) RMS_r e_C(r) > 1.5 RMS_r e_B(r), over the rows less the allowed outliers of (c) (those
+  //   (b) RMS_r e_C(r) > 1.3 RMS_r e_B(r), over the rows less the allowed outliers of (c) (those
   //       where e_C - e_B is largest, so that one bad row cannot swamp the mean): on the whole its
-  //       logits are half again further from fp32 than the baseline's. Two honest builds round at the same points (bf16 activations between
-  //       the same operators) and differ only in accumulation order, which leaves the error's size
-  //       unchanged; a corruption that each L1 check tolerates (a bias, a per-channel scale just
-  //       under the elementwise tolerance) compounds over the layers and shows here;
+  //       logits are 30% further from fp32 than the baseline's. Two honest builds round at the same
+  //       points (bf16 activations between the same operators) and differ in accumulation order,
+  //       which leaves the error's size about the same: measured 0.88-1.00 for the honest norm and
+  //       flash-decode candidates on Llama-3.1-8B, Mistral-7B and Qwen2.5-7B at 4 layers (H100,
+  //       bench/results/2026-11-26-h100-teacher-forced/). A corruption that each L1 check tolerates
+  //       (bad_layer_drift: a +-0.7% per-channel scale in the norm, within the L1 tolerance)
+  //       compounds over the layers: 1.55 there, while its greedy tokens diverge only at top-2 gaps
+  //       of 0.03 or less, which the greedy check accepts;
   //   (c) more than max(1, 2% of the rows) rows have e_C(r) > 3 e_B(r) + 0.002: damage to some steps,
   //       positions or sequences only, which the RMS dilutes. The allowance absorbs the rows where
-  //       one build routes a token to another expert than fp32 does (an MoE router near-tie).
+  //       one build routes a token to another expert than fp32 does (an MoE router near-tie: the
+  //       reference adopts no routing, so on MoE models these rows dominate the RMS, and (c) is
+  //       what judges; Mixtral at 4 layers: 3 outlier rows for the honest norm, 10 for
+  //       bad_layer_drift, 5 allowed of 260).
   // The measured ratios of honest candidates are in bench/results (docs/candidates.md).
 
   /// The candidate's teacher-forced run `c` against the baseline's run of the same architecture.

@@ -227,7 +227,7 @@ struct GreedyCheck {
 };
 
 /// Bounds of the teacher-forced check (Note [Teacher-forced bound] in compare.cc).
-constexpr double kTeacherRmsRatio = 1.5;    ///< RMS of the candidate's row errors over the baseline's
+constexpr double kTeacherRmsRatio = 1.3;    ///< RMS of the candidate's row errors over the baseline's
 constexpr double kTeacherRowRatio = 3.0;    ///< a row is an outlier past 3 x the baseline's error there ...
 constexpr double kTeacherRowFloor = 0.002;  ///< ... plus 0.2% (relative L2)
 constexpr double kTeacherOutlierShare = 0.02;  ///< outlier rows allowed: this share of the rows, at least 1
