@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", opt.timing.max_iters, "timed calls per case at most")->check(CLI::Range(1, 100000));
   app.add_option("--target-ms", opt.timing.target_ms, "stop timing a case after this much measured time");
   app.add_flag("--graph", opt.graph, "also time CUDA-graph replays for launch-bound cases (< 50 us)");
+  app.add_flag("--cupti", opt.cupti,
+               "record with CUPTI the kernels, copies and memsets of every checked and timed call: a timed call that "
+               "ran other GPU work than every checked call, or event times shorter than the work, is SUSPECT "
+               "(kernel-set, event-time)");
   app.add_flag("--no-time", no_time, "check correctness only");
   app.add_option("--case-timeout", opt.case_timeout_s,
                  "seconds a case may take (check + timing); past it the case is TIMEOUT and the process ends "

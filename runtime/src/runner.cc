@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checking_modes.h"
+#include "kernel_trace.h"
 #include "fk/runtime/check.h"
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/env.h"
@@ -90,8 +91,16 @@ class TaskCode {
   int depth_;
 };
 
-/// One call of task code.
-void task_run(TaskInstance& inst, int set) {
+/// One call of task code; with fk_bench --cupti, its GPU work is attributed to it (Note [CUPTI
+/// cross-check] in kernel_trace.cc).
+void task_run(TaskInstance& inst, int set, CallKind kind = CallKind::kChecked) {
+  struct TraceScope {
+    KernelTrace* t;
+    ~TraceScope() {
+      if (t) t->end_call();
+    }
+  } trace{KernelTrace::active()};
+  if (trace.t) trace.t->begin_call(kind, current_stream());
   TaskCode tc;
   inst.run(set);
 }
@@ -648,6 +657,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
   cudaStream_t s = current_stream();
   const auto wall0 = std::chrono::steady_clock::now();
   g_task_threw = false;
+  if (KernelTrace* trace = KernelTrace::active()) trace->take();  // calls of earlier cases
   auto fail = [&](const Failure& f) {
     out.status = f.status;
     out.reason = f.reason;
@@ -682,13 +692,22 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       // Timed calls on fresh inputs, checked (Note [Timed calls are checked]).
       TimedCalls timed(*inst, mix_seed(case_seed, 0x71D3));
       const TimingResult t =
-          time_calls([&](int i) { task_run(*inst, i % nsets); }, s, flusher, opt.timing, timed.hooks(true));
+          time_calls([&](int i) { task_run(*inst, i % nsets, CallKind::kTimed); }, s, flusher, opt.timing, timed.hooks(true));
       const Failure timed_failure = timed.finish();
       rec["timed_check"] = timed.record();
       if (timed_failure.failed()) fail(timed_failure);
       auto fail_if_passed = [&](const Failure& f) {
         if (out.status == "PASSED") fail(f);
       };
+      if (KernelTrace* trace = KernelTrace::active()) {  // Note [CUPTI cross-check]
+        uint64_t dropped = 0;
+        std::string suspect;
+        json cupti = cross_check(trace->take(&dropped), t.median_us, &suspect);
+        cupti["dropped_records"] = dropped;
+        if (dropped > 0) cupti["verdict"] = "inconclusive";
+        else if (!suspect.empty()) fail_if_passed({"SUSPECT", cupti["verdict"].get<std::string>(), suspect});
+        rec["cupti"] = cupti;
+      }
       size_t persisting = 0;
       cudaDeviceGetLimit(&persisting, cudaLimitPersistingL2CacheSize);
       if (persisting != initial_persisting_l2()) {
@@ -1077,6 +1096,15 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
   }
   std::mutex io_mu;
   initial_persisting_l2();  // before any task runs
+  std::unique_ptr<KernelTrace> trace;  // Note [CUPTI cross-check]
+  if (opt.cupti) {
+    try {
+      trace = std::make_unique<KernelTrace>();
+    } catch (const std::exception& e) {
+      log << "fk_bench: --cupti: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
   L2Flusher flusher;
   const ClockReading clk0 = read_clocks(0);
   const double copy_tbps = measure_copy_tbps(stream);
@@ -1085,6 +1113,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
   env["date"] = today_utc();
   env["command"] = opt.command;
   env["copy_tbps"] = copy_tbps;
+  env["cupti"] = opt.cupti;
   // Note [Device peaks]: the datasheet's dense bf16 peak for % of peak, a computed bound for the limit.
   const DevicePeak peak = device_peak();
   const double peak_tflops = peak.datasheet_tflops;

@@ -13,6 +13,7 @@
 #include "fk/runtime/runner.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
+#include "kernel_trace.h"
 #include "fk/tasks/moe.h"
 #include "gpu_test_util.h"
 
@@ -269,3 +270,98 @@ TEST(RoutingNearTie, AcceptsOnlySelectionsWithinTheTie) {
 }
 
 }  // namespace
+
+// ---- Note [CUPTI cross-check] (runtime/src/kernel_trace.cc) ------------------------------------
+
+namespace cupti_test {
+
+using fk::detail::CallKind;
+using fk::detail::TracedCall;
+using fk::detail::TracedOp;
+
+TracedCall call(CallKind kind, std::vector<std::string> names, uint64_t t0 = 0, uint64_t each_ns = 10000) {
+  TracedCall c;
+  c.kind = kind;
+  for (const auto& n : names) {
+    c.ops.push_back({n, t0, t0 + each_ns});
+    t0 += each_ns;
+  }
+  return c;
+}
+
+TEST(CuptiCrossCheck, TimedCallsMustRunWhatSomeCheckedCallRan) {
+  // Host-only. A tuning first call runs an extra kernel; the timed calls run what later checked calls ran.
+  std::vector<TracedCall> calls = {call(CallKind::kChecked, {"tune", "gemm", "norm"}), call(CallKind::kChecked, {"gemm", "norm"}),
+                                   call(CallKind::kTimed, {"gemm", "norm"}), call(CallKind::kTimed, {"norm", "gemm"})};
+  std::string suspect;
+  nlohmann::json r = fk::detail::cross_check(calls, 25.0, &suspect);
+  EXPECT_EQ(r["verdict"], "consistent") << suspect;
+  EXPECT_TRUE(suspect.empty());
+  EXPECT_EQ(r["timed_mismatches"], 0);
+  EXPECT_EQ(r["distinct_checked_sets"], 2);
+  EXPECT_DOUBLE_EQ(r["median_span_us"].get<double>(), 20.0);
+  // A timed call that skips a kernel, or runs another one.
+  calls.push_back(call(CallKind::kTimed, {"gemm"}));
+  calls.push_back(call(CallKind::kTimed, {"gemm", "cheap"}));
+  r = fk::detail::cross_check(calls, 25.0, &suspect);
+  EXPECT_EQ(r["verdict"], "kernel-set");
+  EXPECT_EQ(r["timed_mismatches"], 2);
+  EXPECT_NE(suspect.find("2 of 4 timed calls ran other GPU work than any checked call (timed call 2: gemm; the last checked call: "
+                         "gemm, norm)"),
+            std::string::npos)
+      << suspect;
+  // Twice the same kernel where the checked calls ran it once is another multiset.
+  r = fk::detail::cross_check({call(CallKind::kChecked, {"k"}), call(CallKind::kTimed, {"k", "k"})}, 25.0, &suspect);
+  EXPECT_EQ(r["verdict"], "kernel-set");
+  EXPECT_NE(suspect.find("timed call 0: k x2"), std::string::npos) << suspect;
+}
+
+TEST(CuptiCrossCheck, EventTimesShorterThanTheWorkAreSuspect) {
+  // Host-only. The timed calls' own work spans 40 us; events that say 20 us did not time it.
+  const std::vector<TracedCall> calls = {call(CallKind::kChecked, {"a", "b"}, 0, 20000), call(CallKind::kTimed, {"a", "b"}, 0, 20000)};
+  std::string suspect;
+  EXPECT_EQ(fk::detail::cross_check(calls, 40.5, &suspect)["verdict"], "consistent") << suspect;
+  nlohmann::json r = fk::detail::cross_check(calls, 20.0, &suspect);
+  EXPECT_EQ(r["verdict"], "event-time");
+  EXPECT_NE(suspect.find("below 0.8 x the median span"), std::string::npos) << suspect;
+}
+
+__global__ void traced_kernel(float* x) { x[threadIdx.x] += 1.f; }
+
+TEST(CuptiCrossCheck, TraceAttributesEachCallsWorkOnItsStream) {
+  FK_REQUIRE_GPU();
+  if (!fk::detail::KernelTrace::built_with_cupti()) GTEST_SKIP() << "built without CUPTI";
+  fk::Tensor x = fk::empty({32}, fk::DType::kF32);
+  FK_CUDA_CHECK(cudaMemset(x.data<float>(), 0, 32 * sizeof(float)));
+  cudaStream_t s;
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    fk::detail::KernelTrace trace;
+    ASSERT_EQ(fk::detail::KernelTrace::active(), &trace);
+    traced_kernel<<<1, 32, 0, s>>>(x.data<float>());  // outside any call: not counted
+    trace.begin_call(CallKind::kChecked, s);
+    traced_kernel<<<1, 32, 0, s>>>(x.data<float>());
+    FK_CUDA_CHECK(cudaMemsetAsync(x.data<float>(), 0, 4, s));
+    traced_kernel<<<1, 32, 0, nullptr>>>(x.data<float>());  // another stream: not counted
+    trace.end_call();
+    trace.begin_call(CallKind::kTimed, s);
+    traced_kernel<<<1, 32, 0, s>>>(x.data<float>());
+    trace.end_call();
+    uint64_t dropped = 1;
+    const std::vector<TracedCall> calls = trace.take(&dropped);
+    EXPECT_EQ(dropped, 0u);
+    ASSERT_EQ(calls.size(), 2u);
+    ASSERT_EQ(calls[0].ops.size(), 2u);
+    EXPECT_NE(calls[0].ops[0].name.find("traced_kernel"), std::string::npos) << calls[0].ops[0].name;
+    EXPECT_EQ(calls[0].ops[1].name, "[memset]");
+    ASSERT_EQ(calls[1].ops.size(), 1u);
+    EXPECT_GE(calls[1].ops[0].end, calls[1].ops[0].start);
+    std::string suspect;
+    EXPECT_EQ(fk::detail::cross_check(calls, 1000.0, &suspect)["verdict"], "kernel-set") << "the memset is missing in the timed call";
+    EXPECT_TRUE(trace.take().empty()) << "a take empties the trace";
+  }
+  EXPECT_EQ(fk::detail::KernelTrace::active(), nullptr);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace cupti_test

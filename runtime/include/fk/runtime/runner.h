@@ -25,6 +25,7 @@ struct RunnerOptions {
   int smallest = 0;          ///< > 0: only each task's N smallest selected registry cases (product of dims)
   bool time = true;          ///< false: check only
   bool graph = false;        ///< also time CUDA-graph replays for launch-bound cases
+  bool cupti = false;        ///< CUPTI cross-check of the GPU work of checked and timed calls (Note [CUPTI cross-check])
   double graph_below_us = 50; ///< ... whose median is below this
   std::string jsonl_path;    ///< results as JSON lines ("" = none)
   std::string markdown_path; ///< markdown table ("" = none)
@@ -49,7 +50,8 @@ enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu =
 //                  Note [Timed calls are checked])
 //   SUSPECT        foreign-stream (memory changed while the task's stream was held back) |
 //                  beyond-hardware-limit (faster than DRAM bandwidth / tensor peak allow) |
-//                  persisting-l2 (the task left a persisting-L2 set-aside: Note [Persisting L2])
+//                  persisting-l2 (the task left a persisting-L2 set-aside: Note [Persisting L2]) |
+//                  kernel-set, event-time (with --cupti: Note [CUPTI cross-check])
 //   RUNTIME_ERROR  error (a CUDA error or exception in task code) | context-lost (sticky CUDA error)
 //   INFRA_ERROR    infra (the runner, a reference or a peer failed, not the task: never a result)
 //   TIMEOUT        timeout (--case-timeout)
