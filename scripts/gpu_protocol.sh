@@ -13,7 +13,8 @@
 #                           included, on GPU G in the background (resumed after a TIMEOUT or a
 #                           lost context)
 #     candidates@G          scripts/bench_candidates.py over the bad suite on GPU G (background)
-#     candidates-l4@G       good_rms_norm and bad_layer_drift (own L1 cases; the whole models through fk_model)
+#     candidates-l4@G       good_rms_norm and bad_layer_drift at every level (one decode case per task, so that
+#                           compare can judge), the whole models also through fk_model's
 #                           greedy and teacher-forced checks on 4-layer models (background)
 #     sanitizer@G           compute-sanitizer memcheck, racecheck, initcheck over every L1 task's
 #                           smallest registry case, on GPU G (background)
@@ -89,7 +90,7 @@ for step in "${steps[@]}"; do
       S=tests/fixtures/candidates_runtime
       bg candidates-l4 "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/good_rms_norm $S/bad_layer_drift --out '$P/cand-l4' --build-dir build/cand-l4 --max-level 4 --model --model-layers 4 \
         --model-checks-only --case-timeout 120 --run-timeout 1500 --static-results $S/static.jsonl \
-        --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^t256\$' --bench-arg=--off-registry=0 --seed $seed --jobs $(nproc)"
+        --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t256|b1_kv2048)\$' --bench-arg=--off-registry=0 --seed $seed --jobs $(nproc)"
       ;;
     sanitizer@*)
       bg sanitizer "export CUDA_VISIBLE_DEVICES=${step#*@} FK_UNDER_SANITIZER=1; for tool in memcheck racecheck initcheck; do \
