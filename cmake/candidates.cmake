@@ -146,6 +146,8 @@ if(FK_CANDIDATE_SETS)
       endif()
     endforeach()
     string(REPLACE ";" "," _task_list "${_tasks}")
+    # Candidate code stays in translation units of its own (no unity units): a candidate's macros
+    # or declarations must not reach another source's (Note [Unity task sources]).
     add_library(fk_generated_${_set} OBJECT ${_sources})
     target_include_directories(fk_generated_${_set} BEFORE PUBLIC "${_shadow}")
     target_include_directories(fk_generated_${_set} PUBLIC "${CMAKE_SOURCE_DIR}/generated")
@@ -173,7 +175,8 @@ if(FK_CANDIDATE_SETS)
   endforeach()
   # The reference side: the same tasks without candidates (fk_bench_baseline, fk_model_baseline).
   list(REMOVE_DUPLICATES _fk_union_sources)
-  add_library(fk_generated_baseline OBJECT ${_fk_union_sources})
+  fk_unity_sources(_fk_units fk_generated_baseline ${_fk_union_sources})
+  add_library(fk_generated_baseline OBJECT ${_fk_units})
   target_include_directories(fk_generated_baseline PUBLIC "${CMAKE_SOURCE_DIR}/generated")
   target_link_libraries(fk_generated_baseline PUBLIC fk_runtime)
   fk_add_runner(fk_bench_baseline main.cc $<TARGET_OBJECTS:fk_generated_baseline>)

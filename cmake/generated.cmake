@@ -33,11 +33,70 @@ endif()
 list(LENGTH FK_GENERATED_SOURCES _fk_count)
 message(STATUS "FastKernels: ${_fk_count} generated task sources from generated/manifest.json")
 
+# Note [Unity task sources]
+# nvcc spends most of a generated source's compile time on what every source shares (the runtime
+# and task headers, host and device passes): six L1 sources took 24.9 s one by one and 8.5 s as one
+# translation unit (2-core machine, 2026-11-26). So the generated sources of each level are
+# compiled as unity units of FK_UNITY_BATCH sources each at L1, half as many at each level up (a
+# unit #includes them in manifest order; every task lives in its own namespace and registers
+# under it, so units cannot clash). Every
+# generated source is still compiled; an error names the source and line. FK_UNITY_BATCH=1 compiles
+# each source alone. Units are rewritten only when their list changes. Builds with candidates
+# (FK_CANDIDATES_DIR, and each set of FK_CANDIDATE_SETS) keep one unit per source: a candidate's
+# macros or declarations must not reach another task's source.
+set(FK_UNITY_BATCH 16 CACHE STRING "Generated task sources per unity translation unit (1: none)")
+
+# fk_unity_sources(<out var> <name> <sources...>): the unity units over `sources` (grouped by their
+# level folder, in order), written under <build>/unity/<name>/.
+function(fk_unity_sources out name)
+  if(FK_UNITY_BATCH LESS_EQUAL 1 OR FK_CANDIDATES_DIR)
+    set(${out} ${ARGN} PARENT_SCOPE)
+    return()
+  endif()
+  set(_units "")
+  set(_dir "${CMAKE_BINARY_DIR}/unity/${name}")
+  file(MAKE_DIRECTORY "${_dir}")
+  set(_size ${FK_UNITY_BATCH})
+  foreach(_level L1 L2 L3 L4)
+    set(_batch "")
+    set(_n 0)
+    set(_k 0)
+    set(_srcs ${ARGN})
+    list(FILTER _srcs INCLUDE REGEX "/${_level}/[^/]+$")
+    list(LENGTH _srcs _count)
+    foreach(_src ${_srcs})
+      string(APPEND _batch "#include \"${_src}\"\n")
+      math(EXPR _n "${_n} + 1")
+      math(EXPR _count "${_count} - 1")
+      if(_n EQUAL _size OR _count EQUAL 0)
+        set(_unit "${_dir}/${_level}_${_k}.cu")
+        set(_text "// Unity unit of generated task sources (Note [Unity task sources] in cmake/generated.cmake).\n${_batch}")
+        set(_old "")
+        if(EXISTS "${_unit}")
+          file(READ "${_unit}" _old)
+        endif()
+        if(NOT _old STREQUAL _text)
+          file(WRITE "${_unit}" "${_text}")
+        endif()
+        list(APPEND _units "${_unit}")
+        set(_batch "")
+        set(_n 0)
+        math(EXPR _k "${_k} + 1")
+      endif()
+    endforeach()
+    # Composite tasks instantiate more per source (a whole model at L4): half as many per unit at
+    # each level up, so the heaviest units stay short and a many-core build stays parallel.
+    math(EXPR _size "(${_size} + 1) / 2")
+  endforeach()
+  set(${out} ${_units} PARENT_SCOPE)
+endfunction()
+
 # Object library: every task registers itself at static-initialisation time, so its object file
 # must be linked whole into the runner and the GPU tests.
 # FK_GENERATED_OBJECTS is what executables add to their sources (empty when nothing is generated).
 if(FK_GENERATED_SOURCES)
-  add_library(fk_generated OBJECT ${FK_GENERATED_SOURCES})
+  fk_unity_sources(_fk_units fk_generated ${FK_GENERATED_SOURCES})
+  add_library(fk_generated OBJECT ${_fk_units})
   target_include_directories(fk_generated PUBLIC "${CMAKE_SOURCE_DIR}/generated")
   target_link_libraries(fk_generated PUBLIC fk_runtime)
   set(FK_GENERATED_OBJECTS $<TARGET_OBJECTS:fk_generated>)
