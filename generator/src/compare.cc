@@ -390,8 +390,6 @@ std::vector<fs::path> model_run_files(const fs::path& folder, const std::string&
   std::sort(files.begin(), files.end());
   return files;
 }
-std::vector<fs::path> greedy_files(const fs::path& folder) { return model_run_files(folder, "greedy"); }
-std::vector<fs::path> teacher_files(const fs::path& folder) { return model_run_files(folder, "teacher"); }
 
 /// An `fk_model --teacher-forced` JSON file; nullopt when it cannot be read.
 std::optional<TeacherForcedRun> load_teacher(const fs::path& p, Diagnostics& diag) {
@@ -448,37 +446,33 @@ std::optional<TeacherForcedRun> load_teacher(const fs::path& p, Diagnostics& dia
   return t;
 }
 
-std::vector<TeacherForcedRun> load_teacher_files(const fs::path& folder, Diagnostics& diag) {
-  std::vector<TeacherForcedRun> out;
-  for (const auto& f : teacher_files(folder)) {
-    auto t = load_teacher(f, diag);
-    if (!t) {
+/// Every <stem>*.json run of a folder through `load`, at most one per architecture (`what` names
+/// the kind of run in the message).
+template <class Run, class Load>
+std::vector<Run> load_model_runs(const fs::path& folder, const std::string& stem, const std::string& what, Load load,
+                                 Diagnostics& diag) {
+  std::vector<Run> out;
+  for (const auto& f : model_run_files(folder, stem)) {
+    std::optional<Run> r = load(f, diag);
+    if (!r) {
       diag.error(f.generic_string() + ": cannot read");
       continue;
     }
     for (const auto& prev : out)
-      if (!t->arch.empty() && prev.arch == t->arch)
-        diag.error(t->file + ": $.arch: expected one teacher-forced run per architecture, got " + json_quote(t->arch) + " again (" +
+      if (!r->arch.empty() && prev.arch == r->arch)
+        diag.error(r->file + ": $.arch: expected one " + what + " run per architecture, got " + json_quote(r->arch) + " again (" +
                    prev.file + ")");
-    out.push_back(std::move(*t));
+    out.push_back(std::move(*r));
   }
   return out;
 }
 
 std::vector<GreedyRun> load_greedy_files(const fs::path& folder, Diagnostics& diag) {
-  std::vector<GreedyRun> out;
-  for (const auto& f : greedy_files(folder)) {
-    auto g = load_greedy(f, diag);
-    if (!g) {
-      diag.error(f.generic_string() + ": cannot read");
-      continue;
-    }
-    for (const auto& prev : out)
-      if (!g->arch.empty() && prev.arch == g->arch)
-        diag.error(g->file + ": $.arch: expected one greedy run per architecture, got " + json_quote(g->arch) + " again (" + prev.file + ")");
-    out.push_back(std::move(*g));
-  }
-  return out;
+  return load_model_runs<GreedyRun>(folder, "greedy", "greedy", load_greedy, diag);
+}
+
+std::vector<TeacherForcedRun> load_teacher_files(const fs::path& folder, Diagnostics& diag) {
+  return load_model_runs<TeacherForcedRun>(folder, "teacher", "teacher-forced", load_teacher, diag);
 }
 
 /// <dir>/<name>/status.json and the candidate run's outputs beside it.
@@ -551,8 +545,8 @@ CandidateSet load_set(const fs::path& dir, const std::string& name, Diagnostics&
     std::vector<std::string> stale;
     for (const char* f : {"bench.jsonl", "model.jsonl"})
       if (fs::exists(folder / f)) stale.push_back((folder / f).generic_string());
-    for (const auto& g : greedy_files(folder)) stale.push_back(g.generic_string());
-    for (const auto& g : teacher_files(folder)) stale.push_back(g.generic_string());
+    for (const char* stem : {"greedy", "teacher"})
+      for (const auto& g : model_run_files(folder, stem)) stale.push_back(g.generic_string());
     for (const auto& f : stale)
       diag.error(f + ": expected no run output, since " + set.status_file + " says the build failed (a file left from an earlier session?)");
   }
@@ -967,21 +961,25 @@ class Evaluator {
     gc.tie_gap_source = "fixed: " + join(why, "; ");
   }
 
+  /// The baseline's run of `c`'s architecture among `runs` (of kind `what`), or nullptr and a message.
+  template <class Run>
+  const Run* baseline_run(const std::vector<Run>& runs, const Run& c, const std::string& what, const CandidateSet& set) {
+    std::vector<std::string> archs;
+    for (const auto& b : runs) {
+      if (b.arch == c.arch) return &b;
+      archs.push_back(json_quote(b.arch));
+    }
+    diag_.error(c.file + ": $.arch: expected an architecture of the baseline's " + what + " runs (" +
+                (archs.empty() ? "none in " + s_.dir + "/baseline/" : join(archs, ", ")) + ") to compare with, got " +
+                json_quote(c.arch) + " (set " + set.name + ")");
+    return nullptr;
+  }
+
   /// The candidate's greedy run `c` against the baseline's run of the same architecture; `cand`
   /// indexes the candidate's bench.jsonl (for the near-tie bound).
   std::optional<GreedyCheck> greedy_check(const CandidateSet& set, const GreedyRun& c, const RunIndex& cand) {
-    const GreedyRun* base = nullptr;
-    std::vector<std::string> archs;
-    for (const auto& b : s_.baseline_greedy) {
-      if (b.arch == c.arch) base = &b;
-      archs.push_back(json_quote(b.arch));
-    }
-    if (!base) {
-      diag_.error(c.file + ": $.arch: expected an architecture of the baseline's greedy runs (" +
-                  (archs.empty() ? "none in " + s_.dir + "/baseline/" : join(archs, ", ")) + ") to compare with, got " +
-                  json_quote(c.arch) + " (set " + set.name + ")");
-      return std::nullopt;
-    }
+    const GreedyRun* base = baseline_run(s_.baseline_greedy, c, "greedy", set);
+    if (!base) return std::nullopt;
     const GreedyRun& b = *base;
     const size_t errors = diag_.errors().size();
     auto differ = [&](const std::string& path, const std::string& want, const std::string& have) {
@@ -1056,18 +1054,8 @@ class Evaluator {
 
   /// The candidate's teacher-forced run `c` against the baseline's run of the same architecture.
   std::optional<TeacherForcedCheck> teacher_check(const CandidateSet& set, const TeacherForcedRun& c) {
-    const TeacherForcedRun* base = nullptr;
-    std::vector<std::string> archs;
-    for (const auto& b : s_.baseline_teacher) {
-      if (b.arch == c.arch) base = &b;
-      archs.push_back(json_quote(b.arch));
-    }
-    if (!base) {
-      diag_.error(c.file + ": $.arch: expected an architecture of the baseline's teacher-forced runs (" +
-                  (archs.empty() ? "none in " + s_.dir + "/baseline/" : join(archs, ", ")) + ") to compare with, got " +
-                  json_quote(c.arch) + " (set " + set.name + ")");
-      return std::nullopt;
-    }
+    const TeacherForcedRun* base = baseline_run(s_.baseline_teacher, c, "teacher-forced", set);
+    if (!base) return std::nullopt;
     const TeacherForcedRun& b = *base;
     const size_t errors = diag_.errors().size();
     auto differ = [&](const std::string& path, const std::string& want, const std::string& have) {

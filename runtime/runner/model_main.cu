@@ -163,6 +163,18 @@ std::vector<float> top2_gaps(const Tensor& logits, cudaStream_t s) {
   return out;
 }
 
+/// `j` as one line into `path`, through a temporary file and a rename (never half-written).
+void write_json_file(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+    f << j.dump() << "\n";
+    if (!f) throw std::runtime_error("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
+}
+
 int run_greedy(fk::CausalLM& m, const Options& o) {
   const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
   int64_t longest = 0;
@@ -188,14 +200,7 @@ int run_greedy(fk::CausalLM& m, const Options& o) {
   nlohmann::json j = {{"tool", "fk_model"}, {"arch", o.arch}, {"task", m.task_name()}, {"layers", m.num_layers()},
                       {"seed", o.seed}, {"steps", S}, {"graph", !o.no_graph}, {"sequences", seqs},
                       {"env", fk::environment_json(0)}};
-  const std::string tmp = o.greedy + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-    f << j.dump() << "\n";
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), o.greedy.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + o.greedy);
+  write_json_file(o.greedy, j);
   std::cerr << "fk_model: wrote " << o.greedy << " (" << B << " sequences, " << S << " greedy steps)\n";
   return fk::kExitOk;
 }
@@ -372,15 +377,7 @@ int run_teacher_forced(fk::CausalLM& m, const Options& o) {
                       {"forced_from", o.force_tokens.empty() ? std::string("own greedy tokens") : o.force_tokens},
                       {"ref_logit_mean", mean}, {"ref_logit_std", std::sqrt(std::max(0.0, sum2 / n - mean * mean))},
                       {"sequences", out_seqs}, {"env", fk::environment_json(0)}};
-  const std::string tmp = o.teacher_forced + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-    f << j.dump() << "\n";  // NaN/inf errors are written as null by nlohmann::json
-    if (!f) throw std::runtime_error("cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), o.teacher_forced.c_str()) != 0)
-    throw std::runtime_error("cannot rename " + tmp + " to " + o.teacher_forced);
+  write_json_file(o.teacher_forced, j);  // NaN/inf errors are written as null by nlohmann::json
   std::cerr << "fk_model: wrote " << o.teacher_forced << " (" << B << " sequences, " << S + 1 << " teacher-forced rows each)\n";
   return fk::kExitOk;
 }

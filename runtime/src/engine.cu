@@ -2,6 +2,7 @@
 #include "fk/runtime/engine.h"
 
 #include <cfloat>
+#include <functional>
 #include <string>
 
 #include "fk/runtime/cuda_check.h"
@@ -104,45 +105,59 @@ template <class F> void with_model_dtype(DType d, F&& f) {
 }
 }  // namespace
 
+Engine::Packed Engine::pack(const std::vector<std::vector<int64_t>>& seqs, int64_t limit, const std::string& what,
+                           const std::function<std::string(int64_t, int64_t)>& too_long) const {
+  Packed out;
+  std::vector<int64_t> ids, pos, slot;
+  out.cu = {0};
+  int64_t max_seqlen = 0;
+  const int64_t batch = static_cast<int64_t>(seqs.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t n = static_cast<int64_t>(seqs[b].size());
+    FK_CHECK(n > 0 && n <= limit, too_long(b, n));
+    for (int64_t p = 0; p < n; ++p) {
+      FK_CHECK(seqs[b][p] >= 0 && seqs[b][p] < model_.vocab_size(), what + " token id out of range");
+      ids.push_back(seqs[b][p]);
+      pos.push_back(p);
+      slot.push_back(b * max_len_ + p);
+    }
+    out.cu.push_back(static_cast<int32_t>(out.cu.back() + n));
+    max_seqlen = std::max(max_seqlen, n);
+  }
+  const int64_t tokens = static_cast<int64_t>(ids.size());
+  out.meta.is_prefill = true;
+  out.meta.num_seqs = batch;
+  out.meta.num_tokens = tokens;
+  out.meta.cu_seqlens = to_device(out.cu, {batch + 1});
+  out.meta.max_seqlen = max_seqlen;
+  out.meta.slot_mapping = to_device(slot, {tokens});
+  out.ids = to_device(ids, {tokens});
+  out.positions = to_device(pos, {tokens});
+  return out;
+}
+
 Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
   const int64_t batch = static_cast<int64_t>(prompts.size());
   FK_CHECK(batch > 0 && batch <= max_seqs_, "prefill of " + std::to_string(batch) + " sequences; the engine holds " +
                                                 std::to_string(max_seqs_));
   StreamGuard g(stream_);
-  std::vector<int64_t> ids, pos, slot, next_pos, next_slot;
-  std::vector<int32_t> cu{0}, last, next_len;
-  int64_t max_seqlen = 0;
+  Packed in = pack(prompts, max_len_ - max_steps_, "prompt", [&](int64_t b, int64_t n) {
+    return "prompt " + std::to_string(b) + " has " + std::to_string(n) + " tokens; with " + std::to_string(max_steps_) +
+           " decode steps the engine holds " + std::to_string(max_len_);
+  });
+  std::vector<int64_t> next_pos, next_slot;
+  std::vector<int32_t> last, next_len;
   for (int64_t b = 0; b < batch; ++b) {
-    const int64_t n = static_cast<int64_t>(prompts[b].size());
-    FK_CHECK(n > 0 && n + max_steps_ <= max_len_, "prompt " + std::to_string(b) + " has " + std::to_string(n) +
-                                                      " tokens; with " + std::to_string(max_steps_) +
-                                                      " decode steps the engine holds " + std::to_string(max_len_));
-    for (int64_t p = 0; p < n; ++p) {
-      FK_CHECK(prompts[b][p] >= 0 && prompts[b][p] < model_.vocab_size(), "prompt token id out of range");
-      ids.push_back(prompts[b][p]);
-      pos.push_back(p);
-      slot.push_back(b * max_len_ + p);
-    }
-    cu.push_back(static_cast<int32_t>(cu.back() + n));
-    last.push_back(cu.back() - 1);
+    const int64_t n = in.cu[b + 1] - in.cu[b];
+    last.push_back(in.cu[b + 1] - 1);
     next_pos.push_back(n);
     next_slot.push_back(b * max_len_ + n);
     next_len.push_back(static_cast<int32_t>(n + 1));
-    max_seqlen = std::max(max_seqlen, n);
   }
-  const int64_t tokens = static_cast<int64_t>(ids.size());
-  tasks::AttnMetadata meta;
-  meta.is_prefill = true;
-  meta.num_seqs = batch;
-  meta.num_tokens = tokens;
-  meta.cu_seqlens = to_device(cu, {batch + 1});
-  meta.max_seqlen = max_seqlen;
-  meta.slot_mapping = to_device(slot, {tokens});
-  Tensor input_ids = to_device(ids, {tokens}), positions = to_device(pos, {tokens});
   Tensor hidden;
   {
-    tasks::ForwardContextGuard ctx(&meta);
-    hidden = model_.forward(input_ids, positions);
+    tasks::ForwardContextGuard ctx(&in.meta);
+    hidden = model_.forward(in.ids, in.positions);
   }
   Tensor last_hidden = tasks::gather_rows(hidden, to_device(last, {batch}));
   Tensor logits = model_.compute_logits(last_hidden);
@@ -261,40 +276,22 @@ Tensor Engine::reference_logits(const std::vector<std::vector<int64_t>>& seqs, c
            "reference_logits: " + std::to_string(batch) + " sequences with " + std::to_string(rows.size()) +
                " row lists; the engine holds " + std::to_string(max_seqs_));
   StreamGuard g(stream_);
-  std::vector<int64_t> ids, pos, slot;
-  std::vector<int32_t> cu{0}, picked;
-  int64_t max_seqlen = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t n = static_cast<int64_t>(seqs[b].size());
-    FK_CHECK(n > 0 && n <= max_len_, "reference_logits: sequence " + std::to_string(b) + " has " + std::to_string(n) +
-                                         " tokens; the engine holds " + std::to_string(max_len_));
-    for (int64_t p = 0; p < n; ++p) {
-      FK_CHECK(seqs[b][p] >= 0 && seqs[b][p] < model_.vocab_size(), "reference_logits: token id out of range");
-      ids.push_back(seqs[b][p]);
-      pos.push_back(p);
-      slot.push_back(b * max_len_ + p);
-    }
+  Packed in = pack(seqs, max_len_, "reference_logits:", [&](int64_t b, int64_t n) {
+    return "reference_logits: sequence " + std::to_string(b) + " has " + std::to_string(n) + " tokens; the engine holds " +
+           std::to_string(max_len_);
+  });
+  std::vector<int32_t> picked;
+  for (int64_t b = 0; b < batch; ++b)
     for (int64_t r : rows[b]) {
-      FK_CHECK(r >= 0 && r < n, "reference_logits: row " + std::to_string(r) + " outside sequence " + std::to_string(b));
-      picked.push_back(static_cast<int32_t>(cu.back() + r));
+      FK_CHECK(r >= 0 && r < in.cu[b + 1] - in.cu[b],
+               "reference_logits: row " + std::to_string(r) + " outside sequence " + std::to_string(b));
+      picked.push_back(static_cast<int32_t>(in.cu[b] + r));
     }
-    cu.push_back(static_cast<int32_t>(cu.back() + n));
-    max_seqlen = std::max(max_seqlen, n);
-  }
-  const int64_t tokens = static_cast<int64_t>(ids.size());
-  tasks::AttnMetadata meta;
-  meta.is_prefill = true;
-  meta.num_seqs = batch;
-  meta.num_tokens = tokens;
-  meta.cu_seqlens = to_device(cu, {batch + 1});
-  meta.max_seqlen = max_seqlen;
-  meta.slot_mapping = to_device(slot, {tokens});
-  Tensor input_ids = to_device(ids, {tokens}), positions = to_device(pos, {tokens});
   Tensor picked_rows = to_device(picked, {static_cast<int64_t>(picked.size())});
   Tensor out;
   {
-    tasks::ForwardContextGuard ctx(&meta);
-    out = model_.reference_logits(input_ids, positions, cu, picked_rows);
+    tasks::ForwardContextGuard ctx(&in.meta);
+    out = model_.reference_logits(in.ids, in.positions, in.cu, picked_rows);
   }
   cache_overwritten_ = true;  // the KV cache no longer holds the decoded sequences
   return out;

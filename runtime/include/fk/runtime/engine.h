@@ -16,6 +16,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <map>
 #include <vector>
 
@@ -58,6 +60,16 @@ class Engine {
 
  private:
   void run_decode_body();
+  /// One prefill of whole sequences: token ids, positions, slots (sequence b at row b of the
+  /// cache) and the forward context; each sequence holds 1..limit tokens (too_long(b, n) says why
+  /// not), every id in the vocabulary (`what` names the caller in that message).
+  struct Packed {
+    tasks::AttnMetadata meta;
+    Tensor ids, positions;
+    std::vector<int32_t> cu;  ///< host copy of meta.cu_seqlens
+  };
+  Packed pack(const std::vector<std::vector<int64_t>>& seqs, int64_t limit, const std::string& what,
+              const std::function<std::string(int64_t, int64_t)>& too_long) const;
 
   CausalLM& model_;
   int64_t max_seqs_, max_len_, max_steps_;
