@@ -14,6 +14,12 @@
 //    last one's end (CUPTI's GPU timestamps) is compared with the event-timed median: events
 //    bracket the call, so an event median below 0.8 x the span means the events did not time the
 //    work: SUSPECT, reason event-time. Both medians and the sum of kernel time are recorded.
+//  - nothing recorded: a timed call with no operation at all on its stream (every task launches
+//    something) is SUSPECT, reason no-work; so that this cannot be a broken trace, the trace
+//    proves itself when it starts (a probe memset in a traced call must come back attributed,
+//    else fk_bench --cupti stops with an error).
+// CUPTI writes an external-correlation record only beside a driver or runtime API record, so
+// the API activity kinds are enabled too (their records are read for nothing else).
 // What it does not see: a kernel that keeps its name and launch but does less inside (that is
 // what the output checks of timed calls are for), and work outside CUDA streams. Off by default:
 // CUPTI adds a few microseconds per launch, so it cross-checks rather than replaces event timing.
@@ -95,7 +101,11 @@ nlohmann::json cross_check(const std::vector<TracedCall>& calls, double event_me
                         {"median_span_us", span}, {"median_kernel_us", median(sums)}, {"event_median_us", event_median_us},
                         {"ops_per_timed_call", timed ? double(ops) / timed : 0.0}};
   if (suspect) suspect->clear();
-  if (mismatches > 0 && suspect) {
+  if (timed > 0 && ops == 0 && suspect) {
+    *suspect = "CUPTI recorded no GPU work on the task's stream in any of " + std::to_string(timed) +
+               " timed calls (Note [CUPTI cross-check])";
+    rec["verdict"] = "no-work";
+  } else if (mismatches > 0 && suspect) {
     *suspect = std::to_string(mismatches) + " of " + std::to_string(timed) + " timed calls ran other GPU work than any checked call (timed call " +
                std::to_string(first_mismatch) + ": " + describe(first_sig) + "; the last checked call: " +
                (checked.empty() ? std::string("none recorded") : describe(checked.back())) + ") (Note [CUPTI cross-check])";
@@ -122,6 +132,9 @@ void cupti_ok(CUptiResult r, const char* what) {
 }
 
 constexpr size_t kBufferBytes = 8u << 20;
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                         CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+                                         CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
 
@@ -188,18 +201,32 @@ bool KernelTrace::built_with_cupti() { return true; }
 KernelTrace::KernelTrace() : impl_(std::make_unique<Impl>()) {
   if (g_active) throw std::logic_error("KernelTrace: one trace at a time");
   cupti_ok(cuptiActivityRegisterCallbacks(Impl::requested, Impl::completed), "register buffer callbacks");
-  for (CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION})
-    cupti_ok(cuptiActivityEnable(k), "enable an activity kind (is another profiler attached?)");
+  for (CUpti_ActivityKind k : kKinds) cupti_ok(cuptiActivityEnable(k), "enable an activity kind (is another profiler attached?)");
   g_active = this;
+  probe();
+}
+
+void KernelTrace::probe() {
+  void* scratch = nullptr;
+  cudaStream_t s = nullptr;
+  if (cudaMalloc(&scratch, 16) != cudaSuccess || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    throw std::runtime_error("fk_bench --cupti: no memory or stream for the trace's probe");
+  begin_call(CallKind::kChecked, s);
+  const cudaError_t e = cudaMemsetAsync(scratch, 0, 16, s);
+  end_call();
+  const std::vector<TracedCall> calls = take();
+  cudaStreamDestroy(s);
+  cudaFree(scratch);
+  if (e != cudaSuccess || calls.size() != 1 || calls[0].ops.size() != 1 || calls[0].ops[0].name != "[memset]")
+    throw std::runtime_error("fk_bench --cupti: CUPTI did not attribute a probe memset to its traced call (" +
+                             std::to_string(calls.empty() ? 0 : calls[0].ops.size()) +
+                             " operations came back): the trace cannot judge this machine (Note [CUPTI cross-check])");
 }
 
 KernelTrace::~KernelTrace() {
   cudaDeviceSynchronize();
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  for (CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-                               CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION})
-    cuptiActivityDisable(k);
+  for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
   g_active = nullptr;
 }
 
@@ -259,6 +286,7 @@ KernelTrace::KernelTrace() {
                            "toolkit's CUPTI installed");
 }
 KernelTrace::~KernelTrace() = default;
+void KernelTrace::probe() {}
 void KernelTrace::begin_call(CallKind, cudaStream_t) {}
 void KernelTrace::end_call() {}
 std::vector<TracedCall> KernelTrace::take(uint64_t* dropped) {

@@ -34,8 +34,8 @@ class KernelTrace {
   static bool built_with_cupti();
   /// The trace task calls report to, or nullptr.
   static KernelTrace* active();
-  /// Enables the activity kinds and makes this the active trace; throws when CUPTI is missing or
-  /// refuses (another profiler attached, say), naming why.
+  /// Enables the activity kinds, makes this the active trace and proves it with a probe; throws
+  /// when CUPTI is missing, refuses (another profiler attached, say) or attributes nothing, naming why.
   KernelTrace();
   ~KernelTrace();
   KernelTrace(const KernelTrace&) = delete;
@@ -50,10 +50,11 @@ class KernelTrace {
   struct Impl;
 
  private:
+  void probe();
   std::unique_ptr<Impl> impl_;
 };
 
-/// The verdict on one case's calls (host-only): every timed call must have run a multiset of
+/// The verdict on one case's calls (host-only): timed calls must have run something, every timed call a multiset of
 /// operations that some checked call ran, and the event-timed median must not be shorter than the
 /// kernels' own median span. Returns the record for "cupti"; `suspect` gets a message when not.
 nlohmann::json cross_check(const std::vector<TracedCall>& calls, double event_median_us, std::string* suspect);

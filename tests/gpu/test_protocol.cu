@@ -316,6 +316,17 @@ TEST(CuptiCrossCheck, TimedCallsMustRunWhatSomeCheckedCallRan) {
   EXPECT_NE(suspect.find("timed call 0: k x2"), std::string::npos) << suspect;
 }
 
+TEST(CuptiCrossCheck, TimedCallsThatRanNothingAreSuspect) {
+  // Host-only. Every task launches something on its stream; a case whose timed calls ran nothing
+  // there (and whose checked calls did not either, so the kernel sets agree) is not consistent.
+  std::string suspect;
+  nlohmann::json r = fk::detail::cross_check({call(CallKind::kChecked, {}), call(CallKind::kTimed, {})}, 25.0, &suspect);
+  EXPECT_EQ(r["verdict"], "no-work");
+  EXPECT_NE(suspect.find("no GPU work on the task's stream in any of 1 timed calls"), std::string::npos) << suspect;
+  r = fk::detail::cross_check({call(CallKind::kChecked, {"k"}), call(CallKind::kTimed, {"k"})}, 25.0, &suspect);
+  EXPECT_EQ(r["verdict"], "consistent") << suspect;
+}
+
 TEST(CuptiCrossCheck, EventTimesShorterThanTheWorkAreSuspect) {
   // Host-only. The timed calls' own work spans 40 us; events that say 20 us did not time it.
   const std::vector<TracedCall> calls = {call(CallKind::kChecked, {"a", "b"}, 0, 20000), call(CallKind::kTimed, {"a", "b"}, 0, 20000)};
