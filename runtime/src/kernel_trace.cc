@@ -3,8 +3,10 @@
 // code puts on its stream, per call: the runner pushes an external correlation id around each
 // checked and each timed call (TaskRun in runner.cc), and CUPTI ties every API call made inside
 // to that id. Work of the runner itself (refreshes, fingerprints, flushes, the stream gate) is
-// launched outside those scopes, and the allocator's poison fills run on a private stream, so
-// neither is counted. After the timed calls of a case:
+// launched outside those scopes, and the allocator's fills and guard checks, launched inside a
+// call, set the call's id aside while they are enqueued (KernelTrace::Untraced), so neither is
+// counted (seen on H100 before they did: a guarded tensor freed in one timed call in five put the
+// guard check into that call's kernel set, a false kernel-set alarm). After the timed calls of a case:
 //  - kernel set: each timed call must have run exactly the operations (kernel names with their
 //    counts, copies, memsets) of at least one checked call. A kernel that does less, or other
 //    work, only when it is not watched shows up as a timed call no checked call looks like:
@@ -243,11 +245,28 @@ void KernelTrace::begin_call(CallKind kind, cudaStream_t stream) {
     impl_->call_stream[id] = sid;
   }
   cupti_ok(cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id), "push correlation id");
+  open_ = id;
 }
 
 void KernelTrace::end_call() {
   uint64_t last = 0;
   cupti_ok(cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last), "pop correlation id");
+  open_ = 0;
+}
+
+KernelTrace::Untraced::Untraced() {
+  KernelTrace* t = active();
+  if (!t || !t->open_ || t->aside_) return;
+  uint64_t last = 0;
+  if (cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last) != CUPTI_SUCCESS) return;
+  t->aside_ = true;
+  t_ = t;
+}
+
+KernelTrace::Untraced::~Untraced() {
+  if (!t_) return;
+  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, t_->open_);
+  t_->aside_ = false;
 }
 
 std::vector<TracedCall> KernelTrace::take(uint64_t* dropped) {
@@ -287,6 +306,8 @@ KernelTrace::KernelTrace() {
 }
 KernelTrace::~KernelTrace() = default;
 void KernelTrace::probe() {}
+KernelTrace::Untraced::Untraced() {}
+KernelTrace::Untraced::~Untraced() {}
 void KernelTrace::begin_call(CallKind, cudaStream_t) {}
 void KernelTrace::end_call() {}
 std::vector<TracedCall> KernelTrace::take(uint64_t* dropped) {

@@ -47,10 +47,25 @@ class KernelTrace {
   /// take, in order; `dropped` receives the records CUPTI reported lost.
   std::vector<TracedCall> take(uint64_t* dropped = nullptr);
 
+  /// Runtime work launched inside a call (the allocator's poison and guard fills, the guard check
+  /// of a guarded tensor freed there) is not the call's: it runs with the call's id set aside.
+  class Untraced {
+   public:
+    Untraced();
+    ~Untraced();
+    Untraced(const Untraced&) = delete;
+    Untraced& operator=(const Untraced&) = delete;
+
+   private:
+    KernelTrace* t_ = nullptr;
+  };
+
   struct Impl;
 
  private:
   void probe();
+  uint64_t open_ = 0;   ///< the id of the call begun and not ended, or 0
+  bool aside_ = false;  ///< an Untraced scope has set open_ aside
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "checking_modes.h"
+#include "kernel_trace.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
 
@@ -163,6 +164,7 @@ std::map<uint8_t*, GuardedBlock> g_guarded;  // base (guard start) -> block
 unsigned long long g_serial = 0;
 
 void launch_guard_check(uint8_t* base, const GuardedBlock& b) {
+  detail::KernelTrace::Untraced runtime_work;  // Note [CUPTI cross-check]
   check_guard_kernel<<<16, 256, 0, b.stream>>>(base, b.bytes, b.serial);
 }
 
@@ -177,6 +179,7 @@ cudaStream_t side_stream() {
 
 /// Fills on `s`, or (side fills) on a private stream, synchronously; see Note [Stream gate] in runner.cc.
 void fill_bytes(void* p, uint8_t v, size_t n, cudaStream_t s) {
+  detail::KernelTrace::Untraced runtime_work;  // Note [CUPTI cross-check]
   if (g_side_fills) {
     FK_CUDA_CHECK(cudaMemsetAsync(p, v, n, side_stream()));
     FK_CUDA_CHECK(cudaStreamSynchronize(side_stream()));

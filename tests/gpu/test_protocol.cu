@@ -13,6 +13,7 @@
 #include "fk/runtime/runner.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
+#include "checking_modes.h"
 #include "kernel_trace.h"
 #include "fk/tasks/moe.h"
 #include "gpu_test_util.h"
@@ -354,6 +355,16 @@ TEST(CuptiCrossCheck, TraceAttributesEachCallsWorkOnItsStream) {
     traced_kernel<<<1, 32, 0, s>>>(x.data<float>());
     FK_CUDA_CHECK(cudaMemsetAsync(x.data<float>(), 0, 4, s));
     traced_kernel<<<1, 32, 0, nullptr>>>(x.data<float>());  // another stream: not counted
+    {
+      // The allocator's guard and poison fills, and the guard check of a guarded tensor freed
+      // inside the call, are the runtime's work: not counted.
+      fk::StreamGuard on_s(s);
+      fk::detail::set_guard_allocations(true);
+      fk::detail::set_poison_allocations(true);
+      fk::Tensor scratch = fk::empty({64}, fk::DType::kF32);
+      fk::detail::set_poison_allocations(false);
+      fk::detail::set_guard_allocations(false);
+    }
     trace.end_call();
     trace.begin_call(CallKind::kTimed, s);
     traced_kernel<<<1, 32, 0, s>>>(x.data<float>());
