@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fk/gen/config.h"
 #include "fk/gen/descriptor.h"
 #include "fk/gen/format.h"
 #include "fk/gen/kinds.h"
@@ -1506,7 +1507,7 @@ std::string render_add_report(const std::string& model_type, const Summary* s, c
 }
 
 std::optional<std::string> unknown_model_type_report(const fs::path& root, const std::string& config_file, const std::string& config_text) {
-  json j = json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  json j = json::parse(python_json_text(config_text), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return std::nullopt;
   const std::string model_type = j["model_type"];
   Diagnostics descriptor_diag;

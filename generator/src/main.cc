@@ -180,6 +180,12 @@ std::string name_from_path(const fs::path& p) {
   return "";
 }
 
+/// `<org>/<model>` as the hub spells ids: letters, digits, `.`, `_`, `-`, no `..`.
+bool is_model_id(const std::string& s) {
+  static const std::regex id_re("[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*");
+  return std::regex_match(s, id_re) && s.find("..") == std::string::npos;
+}
+
 int cmd_add(const fs::path& root, const std::string& path, std::string name, const UserChoices& asked) {
   auto text = read_text(path);
   if (!text) {
@@ -195,21 +201,24 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
   if (name.empty()) {
     auto parsed = parse_config(path, *text, diag);
     if (!diag.ok()) return report(diag);
-    name = parsed->name_or_path;
-    if (!name.empty()) {
+    // A hub id in _name_or_path names it; a local path there (a checkpoint folder) does not.
+    const std::string hub = parsed->name_or_path;
+    if (is_model_id(hub)) {
+      name = hub;
       std::cout << "name     " << name << " (from the config's _name_or_path)\n";
     } else {
       name = name_from_path(path);
+      const std::string why = hub.empty() ? "no `_name_or_path` in the config"
+                                          : "the config's `_name_or_path` " + json_quote(hub) + " is no <org>/<model>";
       if (name.empty()) {
-        std::cerr << path << ": no `_name_or_path` in the config, and its file name says no <org>/<model> "
+        std::cerr << path << ": " << why << ", and its file name says no <org>/<model> "
                   << "(org__model.json or <org>/<model>/config.json); pass --name <org>/<model>\n";
         return kInvalid;
       }
-      std::cout << "name     " << name << " (from the file name " << path << ")\n";
+      std::cout << "name     " << name << " (from the file name " << path << (hub.empty() ? "" : "; " + why) << ")\n";
     }
   }
-  static const std::regex id_re("[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*");
-  if (!std::regex_match(name, id_re) || name.find("..") != std::string::npos) {
+  if (!is_model_id(name)) {
     std::cerr << path << ": expected <org>/<model> (letters, digits, . _ -), got " << json_quote(name)
               << "; pass --name <org>/<model>\n";
     return kInvalid;
@@ -239,6 +248,7 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
   } else {
     std::cout << rel << " is already present (identical)\n";
   }
+  const std::optional<std::string> side_before = read_text(root / side_rel);
   if (!asked.empty()) {
     write_if_changed(root, side_rel, user_choices_text(choices), diag);
     if (!diag.ok()) return report(diag);
@@ -246,7 +256,21 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
     for (const auto& k : choices.allow_unknown) std::cout << " (allow " << k << ")";
     std::cout << "\n";
   }
-  if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) return rc;
+  if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) {
+    // Nothing half-added: the config (and the choices recorded now) go again, so that the next
+    // add or generate does not trip over a config that never generated.
+    std::error_code ec;
+    if (!existing) {
+      fs::remove(root / rel, ec);
+      for (fs::path dir = (root / rel).parent_path(); dir != root / "hf_configs" && fs::is_empty(dir, ec); dir = dir.parent_path())
+        fs::remove(dir, ec);
+    }
+    if (side_before) write_if_changed(root, side_rel, *side_before, diag);
+    else if (!asked.empty()) fs::remove(root / side_rel, ec);
+    std::cerr << "fastkernels add: generation failed, so " << (existing ? "the choices recorded now were undone" : rel + " was removed again")
+              << "; nothing was added\n";
+    return rc;
+  }
   // The new architecture changes the coverage audit; keep docs/coverage.md current (CI checks it).
   AuditArgs docs;
   docs.write_docs = true;

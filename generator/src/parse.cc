@@ -400,6 +400,8 @@ std::string user_choices_text(const UserChoices& c) {
   return j.dump(2) + "\n";
 }
 
+std::string python_json_text(const std::string& text) { return mark_nonfinite_literals(text); }
+
 std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag) {
   json root;
   try {
@@ -413,6 +415,14 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
   }
   if (!root.is_object()) {
     diag.error(file + ": $: expected object, got " + got(root));
+    return std::nullopt;
+  }
+  // Neither a model type nor an architecture anywhere: not a transformers model config (a
+  // diffusers component, a timm model). Say that once, not every field that then looks wrong.
+  auto names_family = [](const json& o) { return o.is_object() && (o.contains("model_type") || o.contains("architectures")); };
+  if (!names_family(root) && !(root.contains("text_config") && names_family(root["text_config"]))) {
+    diag.error(file + ": $.model_type: expected a model type, got nothing, and no architectures to tell the family by " +
+               "(diffusers component and timm configs name neither; no descriptor reads those yet)");
     return std::nullopt;
   }
   ParsedConfig out;

@@ -185,3 +185,29 @@ TEST(Cli, ListCountsConfigsAndTasks) {
 
 }  // namespace
 }  // namespace fk::gen
+
+namespace fk::gen {
+namespace {
+using namespace fk::gen::testing;
+
+TEST(Cli, AddThatFailsToGenerateLeavesNothingBehind) {
+  // The golden root has no Gemma templates: the config validates, generation then fails, and the
+  // config stored for it goes again, so that later adds and generates do not trip over it.
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  ASSERT_EQ(run(bin() + " generate --root " + q(tmp.path()), &out), 0) << out;
+  const auto before = read_tree(tmp.path() / "hf_configs");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(fixtures() / "config_corpus" / "google__gemma-3-1b-it.json"), &out), 1);
+  EXPECT_NE(out.find("template templates/gemma_decoder_layer.h.mustache not found"), std::string::npos) << out;
+  EXPECT_NE(out.find("fastkernels add: generation failed, so hf_configs/google/gemma-3-1b-it/config.json was removed again; "
+                     "nothing was added"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(read_tree(tmp.path() / "hf_configs"), before);
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "google"));
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+}
+
+}  // namespace
+}  // namespace fk::gen

@@ -135,6 +135,9 @@ struct ParsedConfig {
 /// Returns nullopt when the file is not a JSON object at all; otherwise a config holding every
 /// field that did parse (the caller checks diag.ok()).
 std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag);
+/// `text` with Python's NaN, Infinity and -Infinity literals made into (marked) strings, so that
+/// any JSON parser reads it (Note [Python JSON literals] in parse.cc).
+std::string python_json_text(const std::string& text);
 
 /// Short JSON text of a value for messages ("4096", "\"4096\"", null; long values cut with "...").
 std::string short_json(const std::string& dumped);
