@@ -2,9 +2,12 @@
 // Mirrors docs/task-kinds.md; change both together.
 #include "fk/gen/kinds.h"
 
+#include "kind_data.h"
+
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <stdexcept>
 
 #include "fk/gen/diag.h"
 #include "fk/gen/format.h"
@@ -94,53 +97,6 @@ using PH = std::vector<std::pair<std::string, std::string>>;
 
 std::string bias_word(bool b) { return b ? "bias" : "nobias"; }
 
-// rms_norm, fused_add_rms_norm and their Gemma forms (GemmaRMSNorm: weight used as 1 + w, one
-// rounding at the end) share templates/rms_norm.
-KindSpec rms_norm_kind(bool fused, bool gemma = false) {
-  KindSpec k;
-  k.kind = std::string(gemma ? "gemma_" : "") + (fused ? "fused_add_rms_norm" : "rms_norm");
-  k.template_name = "rms_norm";
-  k.class_name = gemma ? "GemmaRMSNorm" : "RMSNorm";
-  k.params = {{"hidden_size", ParamType::kInt}, {"eps", ParamType::kFloat}};
-  std::string prefix = k.kind;
-  k.name = [prefix](const Params& p, const std::string& dt) {
-    return prefix + "_h" + i2s(I(p, "hidden_size")) + "_eps" + nf(F(p, "eps")) + "_" + dt;
-  };
-  k.production = [gemma](const Params&) {
-    return std::string("vllm.model_executor.layers.layernorm.") + (gemma ? "GemmaRMSNorm" : "RMSNorm");
-  };
-  k.placeholders = [fused, gemma, cls = k.class_name](const Params& p) {
-    return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"eps", cf(F(p, "eps"))}, {"fused_add", b2s(fused)},
-              {"gemma", b2s(gemma)}, {"class_name", cls}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// qk_norm and gemma_qk_norm (GemmaRMSNorm(head_dim) per head: 1 + w) share templates/qk_norm.
-KindSpec qk_norm_kind(bool gemma = false) {
-  KindSpec k;
-  k.kind = gemma ? "gemma_qk_norm" : "qk_norm";
-  k.template_name = "qk_norm";
-  k.class_name = gemma ? "GemmaQKNorm" : "QKNorm";
-  k.params = {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}, {"eps", ParamType::kFloat}};
-  std::string prefix = k.kind;
-  k.name = [prefix](const Params& p, const std::string& dt) {
-    return prefix + "_hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) +
-           "_eps" + nf(F(p, "eps")) + "_" + dt;
-  };
-  k.production = [gemma](const Params&) {
-    return std::string(gemma ? "vllm.model_executor.models.gemma3.Gemma3Attention.q_norm/k_norm (GemmaRMSNorm)"
-                             : "vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm");
-  };
-  k.placeholders = [gemma, cls = k.class_name](const Params& p) {
-    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"head_dim", i2s(I(p, "head_dim"))}, {"eps", cf(F(p, "eps"))}, {"gemma", b2s(gemma)}, {"class_name", cls}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
 // The rope constants as names spell them (docs/task-kinds.md, rotary_embedding):
 // rot{rotary_dim}_pos{max_position}_base{base}_{scaling}_{neox|gptj}, where `base_key` names the
 // base parameter (rotary_embedding: base, composite kinds: rope_theta).
@@ -168,221 +124,6 @@ std::string rope_scaling_enum(const std::string& type) {
   return "fk::tasks::RopeScaling::" + enum_name.at(type);
 }
 
-KindSpec rotary_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "rotary_embedding";
-  k.class_name = "RotaryEmbedding";
-  k.params = {{"head_size", ParamType::kInt},         {"rotary_dim", ParamType::kInt},
-              {"max_position", ParamType::kInt},      {"base", ParamType::kFloat},
-              {"is_neox_style", ParamType::kBool},    {"num_heads", ParamType::kInt},
-              {"num_kv_heads", ParamType::kInt},      {"scaling_type", ParamType::kString},
-              {"scaling_factor", ParamType::kFloat},  {"low_freq_factor", ParamType::kFloat},
-              {"high_freq_factor", ParamType::kFloat}, {"original_max_position", ParamType::kInt},
-              {"beta_fast", ParamType::kFloat},       {"beta_slow", ParamType::kFloat}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "rotary_embedding_d" + i2s(I(p, "head_size")) + "_" + rope_spelling(p, "base") + "_hq" +
-           i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_" + dt;
-  };
-  k.production = [](const Params& p) {
-    static const std::map<std::string, std::string> cls = {{"none", "RotaryEmbedding"},
-                                                           {"llama3", "Llama3RotaryEmbedding"},
-                                                           {"linear", "LinearScalingRotaryEmbedding"},
-                                                           {"yarn", "YaRNScalingRotaryEmbedding"},
-                                                           {"yarn_notrunc", "YaRNScalingRotaryEmbedding(truncate=False)"},
-                                                           {"deepseek_yarn", "DeepseekScalingRotaryEmbedding"}};
-    return "vllm.model_executor.layers.rotary_embedding." + cls.at(S(p, "scaling_type"));
-  };
-  k.placeholders = [](const Params& p) {
-    return PH{{"head_size", i2s(I(p, "head_size"))},
-              {"rotary_dim", i2s(I(p, "rotary_dim"))},
-              {"max_position", i2s(I(p, "max_position"))},
-              {"base", cf(F(p, "base"))},
-              {"is_neox_style", b2s(B(p, "is_neox_style"))},
-              {"num_heads", i2s(I(p, "num_heads"))},
-              {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"scaling_type", rope_scaling_enum(S(p, "scaling_type"))},
-              {"scaling_factor", cf(F(p, "scaling_factor"))},
-              {"low_freq_factor", cf(F(p, "low_freq_factor"))},
-              {"high_freq_factor", cf(F(p, "high_freq_factor"))},
-              {"original_max_position", i2s(I(p, "original_max_position"))},
-              {"beta_fast", cf(F(p, "beta_fast"))},
-              {"beta_slow", cf(F(p, "beta_slow"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// silu_and_mul, gelu_tanh_and_mul (GeluAndMul(approximate="tanh"), Gemma) and
-// swigluoai_and_mul (vLLM SwigluOAIAndMul, gpt-oss experts: interleaved gate/up halves, clamped,
-// (up + 1) * gate * sigmoid(alpha * gate)) share templates/silu_and_mul.
-enum class ActKind { kSilu, kGeluTanh, kSwigluOai };
-KindSpec silu_kind(ActKind act = ActKind::kSilu) {
-  KindSpec k;
-  const bool oai = act == ActKind::kSwigluOai;
-  k.kind = act == ActKind::kSilu ? "silu_and_mul" : act == ActKind::kGeluTanh ? "gelu_tanh_and_mul" : "swigluoai_and_mul";
-  k.template_name = "silu_and_mul";
-  k.class_name = act == ActKind::kSilu ? "SiluAndMul" : act == ActKind::kGeluTanh ? "GeluAndMul" : "SwigluOAIAndMul";
-  k.params = {{"intermediate_size", ParamType::kInt}};
-  if (oai) k.params.insert(k.params.end(), {{"alpha", ParamType::kFloat}, {"limit", ParamType::kFloat}});
-  std::string prefix = k.kind;
-  k.name = [prefix, oai](const Params& p, const std::string& dt) {
-    std::string extra;
-    if (oai) {
-      if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))
-        throw GenError{"swigluoai_and_mul needs alpha > 0 and limit > 0, got " + cf(F(p, "alpha")) + ", " + cf(F(p, "limit"))};
-      extra = "_a" + nf(F(p, "alpha")) + "_lim" + nf(F(p, "limit"));
-    }
-    return prefix + "_i" + i2s(I(p, "intermediate_size")) + extra + "_" + dt;
-  };
-  k.production = [act](const Params&) {
-    return std::string("vllm.model_executor.layers.activation.") +
-           (act == ActKind::kSilu ? "SiluAndMul" : act == ActKind::kGeluTanh ? "GeluAndMul(approximate='tanh')" : "SwigluOAIAndMul");
-  };
-  k.placeholders = [act, oai, cls = k.class_name](const Params& p) {
-    return PH{{"intermediate_size", i2s(I(p, "intermediate_size"))},
-              {"activation", act == ActKind::kSilu       ? "fk::kernels::GatedAct::kSilu"
-                             : act == ActKind::kGeluTanh ? "fk::kernels::GatedAct::kGeluTanh"
-                                                         : "fk::kernels::GatedAct::kSwigluOai"},
-              {"alpha", oai ? cf(F(p, "alpha")) : "0"},
-              {"limit", oai ? cf(F(p, "limit")) : "0"},
-              {"class_name", cls}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// vocab_parallel_embedding and scaled_word_embedding (Gemma: rows times embed_scale rounded to
-// the model dtype) share templates/vocab_parallel_embedding.
-KindSpec embedding_kind(bool scaled = false) {
-  KindSpec k;
-  k.kind = scaled ? "scaled_word_embedding" : "vocab_parallel_embedding";
-  k.template_name = "vocab_parallel_embedding";
-  k.class_name = scaled ? "ScaledWordEmbedding" : "VocabParallelEmbedding";
-  k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
-  if (scaled) k.params.push_back({"embed_scale", ParamType::kFloat});
-  std::string prefix = k.kind;
-  k.name = [prefix, scaled](const Params& p, const std::string& dt) {
-    std::string scale;
-    if (scaled) {  // "_scaled" for Gemma's sqrt(embedding_dim), else the factor
-      const double s = F(p, "embed_scale"), gemma = std::sqrt(double(I(p, "embedding_dim")));
-      scale = std::fabs(s - gemma) <= 1e-12 * gemma ? "_scaled" : "_s" + nf(s);
-    }
-    return prefix + "_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + scale + "_" + dt;
-  };
-  k.production = [scaled](const Params&) {
-    return std::string(scaled ? "transformers Gemma3TextScaledWordEmbedding (vLLM: VocabParallelEmbedding, then *= normalizer)"
-                              : "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding");
-  };
-  k.placeholders = [scaled, cls = k.class_name](const Params& p) {
-    return PH{{"num_embeddings", i2s(I(p, "num_embeddings"))}, {"embedding_dim", i2s(I(p, "embedding_dim"))},
-              {"embed_scale", scaled ? cf(F(p, "embed_scale")) : "0"}, {"class_name", cls}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// The four linear kinds share templates/linear.{h,cu}.mustache; see docs/task-kinds.md "Linear layers".
-PH linear_placeholders(const std::string& cls, const std::string& ctor_params, const std::string& ctor_check,
-                       int64_t in, int64_t out, bool has_bias, bool returns_bias) {
-  return PH{{"class_name", cls}, {"ctor_params", ctor_params}, {"ctor_check", ctor_check},
-            {"in_features", i2s(in)}, {"out_features", i2s(out)}, {"has_bias", b2s(has_bias)},
-            {"returns_bias", b2s(returns_bias)}};
-}
-
-// RowParallelLinear, ReplicatedLinear and ColumnParallelLinear(input_size, output_size, bias):
-// `{kind}_k{input_size}_n{output_size}_{bias|nobias}_{dtype}`.
-KindSpec in_out_linear_kind(const std::string& kind, const std::string& cls) {
-  KindSpec k;
-  k.kind = kind;
-  k.template_name = "linear";
-  k.class_name = cls;
-  k.params = {{"input_size", ParamType::kInt}, {"output_size", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [kind](const Params& p, const std::string& dt) {
-    return kind + "_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "output_size")) + "_" + bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [cls](const Params&) { return "vllm.model_executor.layers.linear." + cls; };
-  k.placeholders = [cls](const Params& p) {
-    int64_t in = I(p, "input_size"), out = I(p, "output_size");
-    bool bias = B(p, "bias");
-    return linear_placeholders(cls, "int64_t input_size, int64_t output_size, bool bias",
-                               "input_size == " + i2s(in) + " && output_size == " + i2s(out) + " && bias == " + b2s(bias),
-                               in, out, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec qkv_kind() {
-  KindSpec k;
-  k.kind = "qkv_parallel_linear";
-  k.template_name = "linear";
-  k.class_name = "QKVParallelLinear";
-  k.params = {{"hidden_size", ParamType::kInt}, {"head_size", ParamType::kInt}, {"num_heads", ParamType::kInt},
-              {"num_kv_heads", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "qkv_parallel_linear_h" + i2s(I(p, "hidden_size")) + "_d" + i2s(I(p, "head_size")) + "_hq" +
-           i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_" + bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.QKVParallelLinear"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t h = I(p, "hidden_size"), d = I(p, "head_size"), hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads");
-    bool bias = B(p, "bias");
-    return linear_placeholders(
-        cls,
-        "int64_t hidden_size, int64_t head_size, int64_t total_num_heads, int64_t total_num_kv_heads, bool bias",
-        "hidden_size == " + i2s(h) + " && head_size == " + i2s(d) + " && total_num_heads == " + i2s(hq) +
-            " && total_num_kv_heads == " + i2s(hkv) + " && bias == " + b2s(bias),
-        h, (hq + 2 * hkv) * d, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec merged_kind() {
-  KindSpec k;
-  k.kind = "merged_column_parallel_linear";
-  k.template_name = "linear";
-  k.class_name = "MergedColumnParallelLinear";
-  k.params = {{"input_size", ParamType::kInt}, {"n0", ParamType::kInt}, {"n1", ParamType::kInt}, {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "merged_column_parallel_linear_k" + i2s(I(p, "input_size")) + "_n" + i2s(I(p, "n0")) + "_" + i2s(I(p, "n1")) +
-           "_" + bias_word(B(p, "bias")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.linear.MergedColumnParallelLinear"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t in = I(p, "input_size"), n0 = I(p, "n0"), n1 = I(p, "n1");
-    bool bias = B(p, "bias");
-    return linear_placeholders(cls,
-                               "int64_t input_size, std::vector<int64_t> output_sizes, bool bias",
-                               "input_size == " + i2s(in) + " && output_sizes == std::vector<int64_t>{" + i2s(n0) + ", " +
-                                   i2s(n1) + "} && bias == " + b2s(bias),
-                               in, n0 + n1, bias, true);
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec row_kind() { return in_out_linear_kind("row_parallel_linear", "RowParallelLinear"); }
-
-KindSpec lm_head_kind() {
-  KindSpec k;
-  k.kind = "parallel_lm_head";
-  k.template_name = "linear";
-  k.class_name = "ParallelLMHead";
-  k.params = {{"num_embeddings", ParamType::kInt}, {"embedding_dim", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "parallel_lm_head_v" + i2s(I(p, "num_embeddings")) + "_h" + i2s(I(p, "embedding_dim")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead"; };
-  k.placeholders = [cls = k.class_name](const Params& p) {
-    int64_t v = I(p, "num_embeddings"), h = I(p, "embedding_dim");
-    return linear_placeholders(cls, "int64_t num_embeddings, int64_t embedding_dim",
-                               "num_embeddings == " + i2s(v) + " && embedding_dim == " + i2s(h), h, v, false, false);
-  };
-  k.cases = [](const Params&) { return token_cases(true); };
-  return k;
-}
-
 // `_sw{W}` when a sliding window of W keys applies (0: none; Note [Sliding window] in
 // fk/tasks/attention.h). Kinds without the parameter spell nothing.
 std::string window_spelling(const Params& p) {
@@ -407,86 +148,7 @@ std::string attn_extra_spelling(const Params& p) {
   return out;
 }
 
-KindSpec attn_kind(bool prefill) {
-  KindSpec k;
-  k.kind = k.template_name = prefill ? "flash_attn_prefill" : "flash_attn_decode";
-  k.class_name = prefill ? "FlashAttnPrefill" : "FlashAttnDecode";
-  k.params = {{"num_heads", ParamType::kInt},       {"num_kv_heads", ParamType::kInt},
-              {"head_dim", ParamType::kInt},        {"softmax_scale", ParamType::kFloat},
-              {"sliding_window", ParamType::kInt},  {"softcap", ParamType::kFloat},
-              {"sinks", ParamType::kBool},          {"max_position", ParamType::kInt, /*is_constant=*/false}};
-  k.name = [prefill](const Params& p, const std::string& dt) {
-    return std::string(prefill ? "flash_attn_prefill" : "flash_attn_decode") + "_hq" + i2s(I(p, "num_heads")) + "_hkv" +
-           i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + (prefill ? "_causal" : "") + window_spelling(p) +
-           attn_extra_spelling(p) + "_" + dt;
-  };
-  k.production = [prefill](const Params&) {
-    return std::string(prefill ? "vllm.vllm_flash_attn.flash_attn_varlen_func" : "vllm.vllm_flash_attn.flash_attn_with_kvcache");
-  };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"num_kv_heads", i2s(I(p, "num_kv_heads"))},
-              {"head_dim", i2s(I(p, "head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))},
-              {"sliding_window", i2s(I(p, "sliding_window"))}, {"softcap", cf(F(p, "softcap"))},
-              {"sinks", b2s(B(p, "sinks"))}};
-  };
-  k.cases = [prefill](const Params& p) {
-    return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
-  };
-  // Note [Served constants]: the kernels' static_asserts, said at generate time instead
-  // (fk/kernels/flash_decode.cuh, flash_prefill.cuh; cuDNN's SDPA for plain prefill).
-  k.served = [prefill](const Params& p, const std::string& dtype) -> std::string {
-    const int64_t hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads"), d = I(p, "head_dim");
-    if (hkv <= 0 || hq % hkv != 0)
-      return "num_heads " + i2s(hq) + " is not a multiple of num_kv_heads " + i2s(hkv) + " (grouped-query attention needs one)";
-    if (d % 8 != 0 || d > 256) return "head_dim " + i2s(d) + ": attention kernels serve multiples of 8 up to 256";
-    const bool own = prefill && (F(p, "softcap") > 0 || B(p, "sinks"));
-    if (own && d != 64 && d != 128 && d != 192 && d != 256)
-      return "head_dim " + i2s(d) + ": prefill with soft-capping or sinks (own kernel, fk/kernels/flash_prefill.cuh) serves "
-             "head_dim 64, 128, 192 or 256";
-    if (own && dtype != "bfloat16") return "dtype " + dtype + ": prefill with soft-capping or sinks serves bfloat16 only";
-    return "";
-  };
-  return k;
-}
-
-KindSpec store_kvcache_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "store_kvcache";
-  k.class_name = "StoreKVCache";
-  k.params = {{"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "store_kvcache_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm._custom_ops.reshape_and_cache_flash"; };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_kv_heads", i2s(I(p, "num_kv_heads"))}, {"head_dim", i2s(I(p, "head_dim"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec replicated_kind() { return in_out_linear_kind("replicated_linear", "ReplicatedLinear"); }
-
-KindSpec column_kind() { return in_out_linear_kind("column_parallel_linear", "ColumnParallelLinear"); }
-
 // --- multi-head latent attention (DeepSeek-V2/V3; docs/task-kinds.md "Multi-head latent attention")
-
-// concat_and_cache_mla: vLLM's op writing [kv_c_normed | k_pe] rows into the latent cache.
-KindSpec concat_and_cache_mla_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "concat_and_cache_mla";
-  k.class_name = "ConcatAndCacheMLA";
-  k.params = {{"kv_lora_rank", ParamType::kInt}, {"qk_rope_head_dim", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "concat_and_cache_mla_kv" + i2s(I(p, "kv_lora_rank")) + "_r" + i2s(I(p, "qk_rope_head_dim")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm._custom_ops.concat_and_cache_mla"; };
-  k.placeholders = [](const Params& p) {
-    return PH{{"kv_lora_rank", i2s(I(p, "kv_lora_rank"))}, {"qk_rope_head_dim", i2s(I(p, "qk_rope_head_dim"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
 
 // `_scale{s}` unless s is the standard dim^-0.5.
 std::string scale_spelling(double s, int64_t dim) {
@@ -494,160 +156,9 @@ std::string scale_spelling(double s, int64_t dim) {
   return std::fabs(s - standard) > 1e-12 * standard ? "_scale" + nf(s) : "";
 }
 
-// mla_prefill: the non-absorbed MLA prefill (q and the kv_b_proj-expanded k of qk_head_dim, v of
-// v_head_dim, causal, packed varlen); mla_decode: the absorbed decode over the latent cache
-// (FlashMLA), whose scale always differs from (kv_lora_rank + rope)^-0.5 and is always spelled.
-KindSpec mla_attn_kind(bool prefill) {
-  KindSpec k;
-  k.kind = k.template_name = prefill ? "mla_prefill" : "mla_decode";
-  k.class_name = prefill ? "MLAPrefill" : "MLADecode";
-  if (prefill)
-    k.params = {{"num_heads", ParamType::kInt},      {"qk_head_dim", ParamType::kInt},
-                {"v_head_dim", ParamType::kInt},     {"softmax_scale", ParamType::kFloat},
-                {"max_position", ParamType::kInt, /*is_constant=*/false}};
-  else
-    k.params = {{"num_heads", ParamType::kInt},        {"kv_lora_rank", ParamType::kInt},
-                {"qk_rope_head_dim", ParamType::kInt}, {"softmax_scale", ParamType::kFloat},
-                {"max_position", ParamType::kInt, /*is_constant=*/false}};
-  k.name = [prefill](const Params& p, const std::string& dt) {
-    if (!(F(p, "softmax_scale") > 0)) throw GenError{"softmax_scale must be > 0, got " + cf(F(p, "softmax_scale"))};
-    if (prefill)
-      return "mla_prefill_hq" + i2s(I(p, "num_heads")) + "_dqk" + i2s(I(p, "qk_head_dim")) + "_dv" + i2s(I(p, "v_head_dim")) +
-             "_causal" + scale_spelling(F(p, "softmax_scale"), I(p, "qk_head_dim")) + "_" + dt;
-    return "mla_decode_hq" + i2s(I(p, "num_heads")) + "_kv" + i2s(I(p, "kv_lora_rank")) + "_r" +
-           i2s(I(p, "qk_rope_head_dim")) + "_scale" + nf(F(p, "softmax_scale")) + "_" + dt;
-  };
-  k.production = [prefill](const Params&) {
-    return std::string(prefill ? "vllm MLACommonImpl._forward_prefill (flash_attn_varlen_func, v head dim != qk head dim)"
-                               : "vllm FlashMLAImpl._forward_decode (flash_mla_with_kvcache, absorbed latent cache)");
-  };
-  k.placeholders = [prefill](const Params& p) {
-    if (prefill)
-      return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"qk_head_dim", i2s(I(p, "qk_head_dim"))},
-                {"v_head_dim", i2s(I(p, "v_head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
-    return PH{{"num_heads", i2s(I(p, "num_heads"))}, {"kv_lora_rank", i2s(I(p, "kv_lora_rank"))},
-              {"qk_rope_head_dim", i2s(I(p, "qk_rope_head_dim"))}, {"softmax_scale", cf(F(p, "softmax_scale"))}};
-  };
-  k.cases = [prefill](const Params& p) {
-    return prefill ? prefill_attn_cases(I(p, "max_position")) : decode_attn_cases(I(p, "max_position"));
-  };
-  return k;
-}
-
 // --- mixture of experts (docs/task-kinds.md "Mixture of experts") ---------------------------
 
 std::string renorm_word(bool b) { return b ? "renorm" : "norenorm"; }
-
-KindSpec topk_softmax_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "topk_softmax";
-  k.class_name = "TopKSoftmax";
-  k.params = {{"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt}, {"renormalize", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "topk_softmax_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_" +
-           renorm_word(B(p, "renormalize")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.fused_moe.fused_moe.fused_topk (topk_softmax)"; };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_experts", i2s(I(p, "num_experts"))}, {"top_k", i2s(I(p, "top_k"))}, {"renormalize", b2s(B(p, "renormalize"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// Routing indices are int32 whatever the model dtype: the name ends in _i32.
-KindSpec moe_align_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "moe_align_block_size";
-  k.class_name = "MoeAlignBlockSize";
-  k.params = {{"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string&) {
-    return "moe_align_block_size_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_i32";
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.fused_moe.moe_align_block_size"; };
-  k.placeholders = [](const Params& p) { return PH{{"num_experts", i2s(I(p, "num_experts"))}, {"top_k", i2s(I(p, "top_k"))}}; };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec moe_grouped_gemm_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "moe_grouped_gemm";
-  k.class_name = "MoeGroupedGemm";
-  k.params = {{"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt},      {"n", ParamType::kInt},
-              {"k", ParamType::kInt},           {"per_slot_rows", ParamType::kBool}, {"mul_routed_weight", ParamType::kBool},
-              {"bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "moe_grouped_gemm_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_n" + i2s(I(p, "n")) + "_k" +
-           i2s(I(p, "k")) + (B(p, "per_slot_rows") ? "_perslot" : "") + (B(p, "mul_routed_weight") ? "_weighted" : "") +
-           (B(p, "bias") ? "_bias" : "") + "_" + dt;
-  };
-  k.production = [](const Params&) {
-    return "vllm.model_executor.layers.fused_moe.fused_moe.invoke_fused_moe_kernel (fused_moe_kernel)";
-  };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_experts", i2s(I(p, "num_experts"))}, {"top_k", i2s(I(p, "top_k"))},
-              {"n", i2s(I(p, "n"))},                     {"k", i2s(I(p, "k"))},
-              {"per_slot_rows", b2s(B(p, "per_slot_rows"))}, {"mul_routed_weight", b2s(B(p, "mul_routed_weight"))},
-              {"bias", b2s(B(p, "bias"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-KindSpec moe_sum_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "moe_sum";
-  k.class_name = "MoeSum";
-  k.params = {{"hidden_size", ParamType::kInt}, {"top_k", ParamType::kInt}};
-  k.name = [](const Params& p, const std::string& dt) {
-    return "moe_sum_h" + i2s(I(p, "hidden_size")) + "_top" + i2s(I(p, "top_k")) + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm._custom_ops.moe_sum"; };
-  k.placeholders = [](const Params& p) { return PH{{"hidden_size", i2s(I(p, "hidden_size"))}, {"top_k", i2s(I(p, "top_k"))}}; };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// grouped_topk: vLLM's grouped_topk (DeepSeek-V2/V3): scores by sigmoid or softmax, plus an
-// optional correction bias for the choice, the topk_group best expert groups, then top_k.
-KindSpec grouped_topk_kind() {
-  KindSpec k;
-  k.kind = k.template_name = "grouped_topk";
-  k.class_name = "GroupedTopK";
-  k.params = {{"num_experts", ParamType::kInt},   {"top_k", ParamType::kInt},
-              {"num_expert_group", ParamType::kInt}, {"topk_group", ParamType::kInt},
-              {"scoring_func", ParamType::kString}, {"renormalize", ParamType::kBool},
-              {"routed_scaling_factor", ParamType::kFloat}, {"correction_bias", ParamType::kBool}};
-  k.name = [](const Params& p, const std::string& dt) {
-    const std::string& sf = S(p, "scoring_func");
-    if (sf != "sigmoid" && sf != "softmax")
-      throw GenError{"grouped_topk scoring_func is " + json_quote(sf) + ", expected \"sigmoid\" or \"softmax\""};
-    const int64_t e = I(p, "num_experts"), g = I(p, "num_expert_group"), tg = I(p, "topk_group"), top = I(p, "top_k");
-    if (g <= 0 || e % g != 0) throw GenError{"grouped_topk: num_expert_group " + i2s(g) + " must divide num_experts " + i2s(e)};
-    if (tg < 1 || tg > g) throw GenError{"grouped_topk: topk_group " + i2s(tg) + " must be in [1, " + i2s(g) + "]"};
-    if (top < 1 || top > tg * (e / g))
-      throw GenError{"grouped_topk: top_k " + i2s(top) + " must be in [1, topk_group * experts per group = " + i2s(tg * (e / g)) + "]"};
-    if (!(F(p, "routed_scaling_factor") > 0))
-      throw GenError{"grouped_topk: routed_scaling_factor must be > 0, got " + cf(F(p, "routed_scaling_factor"))};
-    return "grouped_topk_e" + i2s(e) + "_top" + i2s(top) + "_g" + i2s(g) + "_tg" + i2s(tg) + "_" + sf + "_" +
-           renorm_word(B(p, "renormalize")) + "_rs" + nf(F(p, "routed_scaling_factor")) +
-           (B(p, "correction_bias") ? "_bias" : "") + "_" + dt;
-  };
-  k.production = [](const Params&) { return "vllm.model_executor.layers.fused_moe.fused_moe.grouped_topk"; };
-  k.placeholders = [](const Params& p) {
-    return PH{{"num_experts", i2s(I(p, "num_experts"))},
-              {"top_k", i2s(I(p, "top_k"))},
-              {"num_expert_group", i2s(I(p, "num_expert_group"))},
-              {"topk_group", i2s(I(p, "topk_group"))},
-              {"sigmoid", b2s(S(p, "scoring_func") == "sigmoid")},
-              {"renormalize", b2s(B(p, "renormalize"))},
-              {"routed_scaling_factor", cf(F(p, "routed_scaling_factor"))},
-              {"correction_bias", b2s(B(p, "correction_bias"))}};
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
 
 // --- composite kinds (Note [Composite kinds], docs/task-kinds.md "Composite kinds") ----------
 
@@ -1198,22 +709,83 @@ KindSpec deepseek_for_causal_lm_kind() {
   return k;
 }
 
+// --- Kind hooks: what the entries of generator/kinds/*.json cannot say as data --------------
+// (Note [Kinds as data] in kind_data.cc). Each is named by its key in an entry.
+
+// Note [Served constants]: the attention kernels' static_asserts, said at generate time instead
+// (fk/kernels/flash_decode.cuh, flash_prefill.cuh; cuDNN's SDPA for plain prefill).
+std::string attention_served(const Params& p, const std::string& dtype, bool prefill) {
+  const int64_t hq = I(p, "num_heads"), hkv = I(p, "num_kv_heads"), d = I(p, "head_dim");
+  if (hkv <= 0 || hq % hkv != 0)
+    return "num_heads " + i2s(hq) + " is not a multiple of num_kv_heads " + i2s(hkv) + " (grouped-query attention needs one)";
+  if (d % 8 != 0 || d > 256) return "head_dim " + i2s(d) + ": attention kernels serve multiples of 8 up to 256";
+  const bool own = prefill && (F(p, "softcap") > 0 || B(p, "sinks"));
+  if (own && d != 64 && d != 128 && d != 192 && d != 256)
+    return "head_dim " + i2s(d) + ": prefill with soft-capping or sinks (own kernel, fk/kernels/flash_prefill.cuh) serves "
+           "head_dim 64, 128, 192 or 256";
+  if (own && dtype != "bfloat16") return "dtype " + dtype + ": prefill with soft-capping or sinks serves bfloat16 only";
+  return "";
+}
+
+const KindHooks& kind_hooks() {
+  static const KindHooks hooks = [] {
+    KindHooks h;
+    h.spell["rope"] = [](const Params& p) { return rope_spelling(p, "base"); };
+    h.spell["window"] = window_spelling;
+    h.spell["attn_extra"] = attn_extra_spelling;
+    // "_scaled" for Gemma's sqrt(embedding_dim), else "_s{factor}".
+    h.spell["embed_scale"] = [](const Params& p) {
+      const double s = F(p, "embed_scale"), gemma = std::sqrt(double(I(p, "embedding_dim")));
+      return std::fabs(s - gemma) <= 1e-12 * gemma ? std::string("_scaled") : "_s" + nf(s);
+    };
+    h.spell["mla_prefill_scale"] = [](const Params& p) { return scale_spelling(F(p, "softmax_scale"), I(p, "qk_head_dim")); };
+    h.spell["qkv_out_features"] = [](const Params& p) {
+      return i2s((I(p, "num_heads") + 2 * I(p, "num_kv_heads")) * I(p, "head_size"));
+    };
+    h.spell["merged_out_features"] = [](const Params& p) { return i2s(I(p, "n0") + I(p, "n1")); };
+    h.checks["swigluoai"] = [](const Params& p) {
+      if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))
+        throw GenError{"swigluoai_and_mul needs alpha > 0 and limit > 0, got " + cf(F(p, "alpha")) + ", " + cf(F(p, "limit"))};
+    };
+    h.checks["softmax_scale_positive"] = [](const Params& p) {
+      if (!(F(p, "softmax_scale") > 0)) throw GenError{"softmax_scale must be > 0, got " + cf(F(p, "softmax_scale"))};
+    };
+    h.checks["grouped_topk"] = [](const Params& p) {
+      const std::string& sf = S(p, "scoring_func");
+      if (sf != "sigmoid" && sf != "softmax")
+        throw GenError{"grouped_topk scoring_func is " + json_quote(sf) + ", expected \"sigmoid\" or \"softmax\""};
+      const int64_t e = I(p, "num_experts"), g = I(p, "num_expert_group"), tg = I(p, "topk_group"), top = I(p, "top_k");
+      if (g <= 0 || e % g != 0) throw GenError{"grouped_topk: num_expert_group " + i2s(g) + " must divide num_experts " + i2s(e)};
+      if (tg < 1 || tg > g) throw GenError{"grouped_topk: topk_group " + i2s(tg) + " must be in [1, " + i2s(g) + "]"};
+      if (top < 1 || top > tg * (e / g))
+        throw GenError{"grouped_topk: top_k " + i2s(top) + " must be in [1, topk_group * experts per group = " + i2s(tg * (e / g)) + "]"};
+      if (!(F(p, "routed_scaling_factor") > 0))
+        throw GenError{"grouped_topk: routed_scaling_factor must be > 0, got " + cf(F(p, "routed_scaling_factor"))};
+    };
+    h.cases["tokens"] = [](const Params&) { return token_cases(false); };
+    h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
+    h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position")); };
+    h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };
+    h.served["attention_prefill"] = [](const Params& p, const std::string& d) { return attention_served(p, d, true); };
+    h.served["attention_decode"] = [](const Params& p, const std::string& d) { return attention_served(p, d, false); };
+    return h;
+  }();
+  return hooks;
+}
+
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
-    for (KindSpec k : {rms_norm_kind(false), rms_norm_kind(true), rms_norm_kind(false, true), rms_norm_kind(true, true),
-                       qk_norm_kind(), qk_norm_kind(true), rotary_kind(), silu_kind(), silu_kind(ActKind::kGeluTanh), silu_kind(ActKind::kSwigluOai),
-                       embedding_kind(), embedding_kind(true), qkv_kind(), merged_kind(), row_kind(), lm_head_kind(), attn_kind(true),
-                       attn_kind(false), store_kvcache_kind(), qkv_rope_cache_kind(), attention_o_proj_kind(),
-                       mlp_kind(false), mlp_kind(true), llama_attention_kind(), llama_decoder_layer_kind(),
-                       llama_for_causal_lm_kind(), replicated_kind(), topk_softmax_kind(), moe_align_kind(),
-                       moe_grouped_gemm_kind(), moe_sum_kind(), fused_experts_kind(), sparse_moe_block_kind(),
+    // L1 kinds: data (generator/kinds/l1.json). Composite kinds: C++ below, until they move too.
+    for (KindSpec k : kinds_from_data(kL1KindData, "generator/kinds/l1.json", kind_hooks()))
+      if (!t.emplace(k.kind, k).second) throw std::invalid_argument("generator/kinds/l1.json: kind " + k.kind + " twice");
+    for (KindSpec k : {qkv_rope_cache_kind(), attention_o_proj_kind(), mlp_kind(false), mlp_kind(true), llama_attention_kind(),
+                       llama_decoder_layer_kind(), llama_for_causal_lm_kind(), fused_experts_kind(), sparse_moe_block_kind(),
                        moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
                        gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind(),
-                       column_kind(), grouped_topk_kind(), concat_and_cache_mla_kind(), mla_attn_kind(true),
-                       mla_attn_kind(false), deepseek_mla_attention_kind(), deepseek_moe_kind(),
-                       deepseek_decoder_layer_kind(), deepseek_for_causal_lm_kind()})
-      t.emplace(k.kind, k);
+                       deepseek_mla_attention_kind(), deepseek_moe_kind(), deepseek_decoder_layer_kind(),
+                       deepseek_for_causal_lm_kind()})
+      if (!t.emplace(k.kind, k).second) throw std::invalid_argument("kind " + k.kind + " defined twice");
     return t;
   }();
   return table;

@@ -402,7 +402,7 @@ std::string user_choices_text(const UserChoices& c) {
 
 std::string python_json_text(const std::string& text) { return mark_nonfinite_literals(text); }
 
-std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag) {
+std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag, bool whole_config) {
   json root;
   try {
     root = json::parse(mark_nonfinite_literals(text));
@@ -420,7 +420,7 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
   // Neither a model type nor an architecture anywhere: not a transformers model config (a
   // diffusers component, a timm model). Say that once, not every field that then looks wrong.
   auto names_family = [](const json& o) { return o.is_object() && (o.contains("model_type") || o.contains("architectures")); };
-  if (!names_family(root) && !(root.contains("text_config") && names_family(root["text_config"]))) {
+  if (whole_config && !names_family(root) && !(root.contains("text_config") && names_family(root["text_config"]))) {
     diag.error(file + ": $.model_type: expected a model type, got nothing, and no architectures to tell the family by " +
                "(diffusers component and timm configs name neither; no descriptor reads those yet)");
     return std::nullopt;

@@ -107,7 +107,7 @@ TEST(Expr, Errors) {
 // --- parse: the alias table and text_config ---------------------------------------------------
 ParsedConfig parse_ok(const std::string& text) {
   Diagnostics diag;
-  auto p = parse_config("x/config.json", text, diag);
+  auto p = parse_config("x/config.json", text, diag, /*whole_config=*/false);
   EXPECT_TRUE(diag.ok()) << diag.text();
   return p ? *p : ParsedConfig{};
 }

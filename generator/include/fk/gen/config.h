@@ -134,7 +134,10 @@ struct ParsedConfig {
 /// Parses `text` (the bytes of `file`); appends every problem to `diag`.
 /// Returns nullopt when the file is not a JSON object at all; otherwise a config holding every
 /// field that did parse (the caller checks diag.ok()).
-std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag);
+/// `whole_config`: a config file, which must name its family (model_type or architectures); false
+/// for a fragment (tests of single fields).
+std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag,
+                                         bool whole_config = true);
 /// `text` with Python's NaN, Infinity and -Infinity literals made into (marked) strings, so that
 /// any JSON parser reads it (Note [Python JSON literals] in parse.cc).
 std::string python_json_text(const std::string& text);

@@ -1,0 +1,232 @@
+// Note [Kinds as data]
+// A kind entry of generator/kinds/*.json says, as data, everything the C++ table used to say in
+// lambdas (docs/HOWTO-add-task-kind.md, "The entry"):
+//   kind, template, class, production       strings; production may use the template language
+//   params        [[name, "int"|"float"|"bool"|"string"(, "cases")]], in binding order; "cases"
+//                 marks a parameter that only selects input cases (not a constant, not named)
+//   name          the task name in the template language below (Note [Task naming])
+//   placeholders  {placeholder: template}: extra ones, or overrides of derived ones
+//   omit          constant parameters that are not placeholders
+//   maps          {map: {value: text}} for `{param:map}`
+//   checks, cases, served   keys of KindHooks
+// Placeholders are derived: every constant parameter not in `omit` is one, spelled as C++
+// (integers in decimal, numbers canonical, booleans true/false, strings as they are), unless
+// `placeholders` overrides it. The template language: `{param}` (numbers canonical; in names
+// without '+'), `{param?yes|no}` and `{param?yes}` for booleans, `{param:map}`, `{@hook}`,
+// `{dtype}` (names only: bf16, f16, f32), `{{` and `}}` for braces. Entries are checked when the
+// table is built: an unknown parameter, map or hook is an error naming the file and the entry.
+#include "kind_data.h"
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "fk/gen/diag.h"
+#include "fk/gen/format.h"
+
+namespace fk::gen {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct Entry {
+  std::string where;  // "<file>: kinds[i] (<kind>)"
+  std::map<std::string, ParamType> types;
+  std::map<std::string, std::map<std::string, std::string>> maps;
+};
+
+std::string value_text(const Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+  if (auto* s = std::get_if<std::string>(&v)) return *s;
+  return canonical_double(std::get<double>(v));
+}
+
+/// Renders `tmpl`; with `p` null, only checks it (unknown parameters, maps, hooks).
+std::string render(const std::string& tmpl, const Params* p, const std::string& dtype, bool in_name, const Entry& e,
+                   const KindHooks& hooks) {
+  auto bad = [&](const std::string& what) {
+    throw std::invalid_argument(e.where + ": " + what + " in " + json_quote(tmpl) + " (Note [Kinds as data])");
+  };
+  std::string out;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if ((c == '{' || c == '}') && i + 1 < tmpl.size() && tmpl[i + 1] == c) {
+      out += c;
+      ++i;
+      continue;
+    }
+    if (c == '}') bad("a lone '}'");
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    const size_t end = tmpl.find('}', i);
+    if (end == std::string::npos) bad("an unclosed '{'");
+    const std::string tok = tmpl.substr(i + 1, end - i - 1);
+    i = end;
+    if (tok == "dtype") {
+      if (!in_name) bad("{dtype} outside a name");
+      out += dtype;
+      continue;
+    }
+    if (!tok.empty() && tok[0] == '@') {
+      auto h = hooks.spell.find(tok.substr(1));
+      if (h == hooks.spell.end()) bad("unknown hook " + json_quote(tok));
+      if (p) out += h->second(*p);
+      continue;
+    }
+    const size_t q = tok.find('?'), colon = tok.find(':');
+    const std::string param = tok.substr(0, std::min(q, colon));
+    auto type = e.types.find(param);
+    if (type == e.types.end()) bad("unknown parameter " + json_quote(param));
+    if (q != std::string::npos) {  // {flag?yes|no}
+      if (type->second != ParamType::kBool) bad("{" + tok + "} on a parameter that is not a boolean");
+      const std::string alts = tok.substr(q + 1);
+      const size_t bar = alts.find('|');
+      if (p) {
+        const bool on = std::get<bool>(p->at(param));
+        out += on ? alts.substr(0, bar) : (bar == std::string::npos ? "" : alts.substr(bar + 1));
+      }
+      continue;
+    }
+    if (colon != std::string::npos) {  // {param:map}
+      auto m = e.maps.find(tok.substr(colon + 1));
+      if (m == e.maps.end()) bad("unknown map " + json_quote(tok.substr(colon + 1)));
+      if (p) {
+        const std::string v = value_text(p->at(param));
+        auto hit = m->second.find(v);
+        if (hit == m->second.end())
+          throw GenError{param + " " + json_quote(v) + " is not one of the values kind entry " + e.where + " knows"};
+        out += hit->second;
+      }
+      continue;
+    }
+    if (p) {
+      const Value& v = p->at(param);
+      out += type->second == ParamType::kFloat && in_name ? name_double(std::get<double>(v)) : value_text(v);
+    }
+  }
+  return out;
+}
+
+ParamType param_type(const std::string& s, const std::string& where) {
+  if (s == "int") return ParamType::kInt;
+  if (s == "float") return ParamType::kFloat;
+  if (s == "bool") return ParamType::kBool;
+  if (s == "string") return ParamType::kString;
+  throw std::invalid_argument(where + ": params: type " + json_quote(s) + ", expected int, float, bool or string");
+}
+
+std::string str(const ojson& j, const char* key, const std::string& where, bool required = true) {
+  if (!j.contains(key)) {
+    if (required) throw std::invalid_argument(where + ": missing \"" + key + "\"");
+    return "";
+  }
+  if (!j[key].is_string()) throw std::invalid_argument(where + ": \"" + key + "\" must be a string");
+  return j[key].get<std::string>();
+}
+
+KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks) {
+  static const std::set<std::string> known = {"kind", "template", "class", "production", "params", "name", "placeholders",
+                                              "omit", "maps", "checks", "cases", "served"};
+  if (!j.is_object()) throw std::invalid_argument(where0 + ": expected an object");
+  KindSpec k;
+  k.kind = str(j, "kind", where0);
+  auto e = std::make_shared<Entry>();
+  e->where = where0 + " (" + k.kind + ")";
+  const std::string& where = e->where;
+  for (const auto& [key, _] : j.items())
+    if (!known.count(key)) throw std::invalid_argument(where + ": unknown field " + json_quote(key));
+  k.template_name = str(j, "template", where);
+  k.class_name = str(j, "class", where);
+  k.level = 1;
+  if (!j.contains("params") || !j["params"].is_array()) throw std::invalid_argument(where + ": \"params\" must be an array");
+  for (const auto& p : j["params"]) {
+    if (!p.is_array() || p.size() < 2 || p.size() > 3 || !p[0].is_string() || !p[1].is_string() ||
+        (p.size() == 3 && p[2] != "cases"))
+      throw std::invalid_argument(where + ": params: expected [name, type] or [name, type, \"cases\"], got " + p.dump());
+    ParamSpec ps{p[0].get<std::string>(), param_type(p[1].get<std::string>(), where), p.size() == 2};
+    if (!e->types.emplace(ps.name, ps.type).second) throw std::invalid_argument(where + ": params: " + ps.name + " twice");
+    k.params.push_back(ps);
+  }
+  if (j.contains("maps"))
+    for (const auto& [m, vals] : j["maps"].items())
+      for (const auto& [v, text] : vals.items()) e->maps[m][v] = text.get<std::string>();
+  std::set<std::string> omit;
+  if (j.contains("omit"))
+    for (const auto& o : j["omit"]) {
+      if (!e->types.count(o.get<std::string>())) throw std::invalid_argument(where + ": omit: unknown parameter " + o.dump());
+      omit.insert(o.get<std::string>());
+    }
+  std::vector<std::pair<std::string, std::string>> extra;  // placeholder -> template
+  if (j.contains("placeholders"))
+    for (const auto& [ph, t] : j["placeholders"].items()) {
+      if (!t.is_string()) throw std::invalid_argument(where + ": placeholders." + ph + " must be a string");
+      extra.emplace_back(ph, t.get<std::string>());
+    }
+  std::vector<std::string> checks;
+  if (j.contains("checks"))
+    for (const auto& c : j["checks"]) {
+      if (!hooks.checks.count(c.get<std::string>())) throw std::invalid_argument(where + ": checks: unknown hook " + c.dump());
+      checks.push_back(c.get<std::string>());
+    }
+  const std::string name = str(j, "name", where), production = str(j, "production", where);
+  // Check every template now, so that a broken entry fails when the table is built.
+  render(name, nullptr, "", true, *e, hooks);
+  render(production, nullptr, "", false, *e, hooks);
+  for (const auto& [ph, t] : extra) render(t, nullptr, "", false, *e, hooks);
+
+  k.name = [e, name, checks, &hooks](const Params& p, const std::string& dt) {
+    for (const auto& c : checks) hooks.checks.at(c)(p);
+    return render(name, &p, dt, true, *e, hooks);
+  };
+  k.production = [e, production, &hooks](const Params& p) { return render(production, &p, "", false, *e, hooks); };
+  std::vector<std::string> derived;
+  for (const ParamSpec& ps : k.params)
+    if (ps.is_constant && !omit.count(ps.name)) derived.push_back(ps.name);
+  k.placeholders = [e, derived, extra, &hooks](const Params& p) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& n : derived) {
+      auto over = std::find_if(extra.begin(), extra.end(), [&](const auto& x) { return x.first == n; });
+      out.emplace_back(n, over != extra.end() ? render(over->second, &p, "", false, *e, hooks) : value_text(p.at(n)));
+    }
+    for (const auto& [ph, t] : extra)
+      if (std::find(derived.begin(), derived.end(), ph) == derived.end()) out.emplace_back(ph, render(t, &p, "", false, *e, hooks));
+    return out;
+  };
+  const std::string cases = str(j, "cases", where);
+  auto c = hooks.cases.find(cases);
+  if (c == hooks.cases.end()) throw std::invalid_argument(where + ": cases: unknown registry " + json_quote(cases));
+  k.cases = c->second;
+  const std::string served = str(j, "served", where, false);
+  if (!served.empty()) {
+    auto s = hooks.served.find(served);
+    if (s == hooks.served.end()) throw std::invalid_argument(where + ": served: unknown hook " + json_quote(served));
+    k.served = s->second;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::vector<KindSpec> kinds_from_data(const std::string& text, const std::string& file, const KindHooks& hooks) {
+  ojson doc;
+  try {
+    doc = ojson::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
+  } catch (const ojson::parse_error& err) {
+    throw std::invalid_argument(file + ": invalid JSON: " + err.what());
+  }
+  if (!doc.is_object() || !doc.contains("kinds") || !doc["kinds"].is_array())
+    throw std::invalid_argument(file + ": expected an object with an array \"kinds\"");
+  std::vector<KindSpec> out;
+  for (size_t i = 0; i < doc["kinds"].size(); ++i)
+    out.push_back(kind_from_entry(doc["kinds"][i], file + ": kinds[" + std::to_string(i) + "]", hooks));
+  return out;
+}
+
+}  // namespace fk::gen
