@@ -2,15 +2,19 @@
 // A kind entry of generator/kinds/*.json says, as data, everything the C++ table used to say in
 // lambdas (docs/HOWTO-add-task-kind.md, "The entry"):
 //   kind, template, class, production       strings; production may use the template language
+//   level, slots, source_template           composite kinds (Note [Composite kinds] in fk/gen/kinds.h):
+//                 slots [[name, class(, fallback)]]; source_template: another kind's .cu template
 //   params        [[name, "int"|"float"|"bool"|"string"(, "cases")]], in binding order; "cases"
-//                 marks a parameter that only selects input cases (not a constant, not named)
+//                 marks a parameter that only selects input cases (not a constant, not named);
+//                 "@set" splices a list of the file's top-level "param_sets"
+// A file's top-level "maps" are shared by its entries.
 //   name          the task name in the template language below (Note [Task naming])
 //   placeholders  {placeholder: template}: extra ones, or overrides of derived ones
 //   omit          constant parameters that are not placeholders
 //   maps          {map: {value: text}} for `{param:map}`
 //   checks, cases, served   keys of KindHooks
 // Placeholders are derived: every constant parameter not in `omit` is one, spelled as C++
-// (integers in decimal, numbers canonical, booleans true/false, strings as they are), unless
+// (integers in decimal, numbers canonical, booleans true/false, strings as C++ literals), unless
 // `placeholders` overrides it. The template language: `{param}` (numbers canonical; in names
 // without '+'), `{param?yes|no}` and `{param?yes}` for booleans, `{param:map}`, `{@hook}`,
 // `{dtype}` (names only: bf16, f16, f32), `{{` and `}}` for braces. Entries are checked when the
@@ -131,9 +135,28 @@ std::string str(const ojson& j, const char* key, const std::string& where, bool 
   return j[key].get<std::string>();
 }
 
-KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks) {
-  static const std::set<std::string> known = {"kind", "template", "class", "production", "params", "name", "placeholders",
-                                              "omit", "maps", "checks", "cases", "served"};
+struct DocContext {
+  std::map<std::string, std::map<std::string, std::string>> maps;  // shared by every entry
+  std::map<std::string, ojson> param_sets;
+};
+
+/// `params` with every "@set" replaced by the set's parameters (sets may use sets).
+void expand_params(const ojson& params, const DocContext& doc, const std::string& where, ojson& out, int depth = 0) {
+  if (depth > 8) throw std::invalid_argument(where + ": params: param_sets nest too deep (a cycle?)");
+  for (const auto& p : params) {
+    if (p.is_string() && p.get<std::string>().rfind('@', 0) == 0) {
+      auto set = doc.param_sets.find(p.get<std::string>().substr(1));
+      if (set == doc.param_sets.end()) throw std::invalid_argument(where + ": params: unknown param set " + p.dump());
+      expand_params(set->second, doc, where, out, depth + 1);
+    } else {
+      out.push_back(p);
+    }
+  }
+}
+
+KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks, const DocContext& doc) {
+  static const std::set<std::string> known = {"kind", "level", "template", "source_template", "class", "production", "slots",
+                                              "params", "name", "placeholders", "omit", "maps", "checks", "cases", "served"};
   if (!j.is_object()) throw std::invalid_argument(where0 + ": expected an object");
   KindSpec k;
   k.kind = str(j, "kind", where0);
@@ -143,10 +166,25 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   for (const auto& [key, _] : j.items())
     if (!known.count(key)) throw std::invalid_argument(where + ": unknown field " + json_quote(key));
   k.template_name = str(j, "template", where);
+  k.source_template_name = str(j, "source_template", where, false);
   k.class_name = str(j, "class", where);
   k.level = 1;
+  if (j.contains("level")) {
+    if (!j["level"].is_number_integer() || j["level"].get<int>() < 1 || j["level"] > 4)
+      throw std::invalid_argument(where + ": \"level\" must be 1, 2, 3 or 4");
+    k.level = j["level"].get<int>();
+  }
+  if (j.contains("slots") != (k.level > 1)) throw std::invalid_argument(where + ": composite kinds (level > 1), and only they, have \"slots\"");
+  if (j.contains("slots"))
+    for (const auto& sl : j["slots"]) {
+      if (!sl.is_array() || sl.size() < 2 || sl.size() > 3)
+        throw std::invalid_argument(where + ": slots: expected [name, class] or [name, class, fallback], got " + sl.dump());
+      k.slots.push_back({sl[0].get<std::string>(), sl[1].get<std::string>(), sl.size() == 3 ? sl[2].get<std::string>() : ""});
+    }
   if (!j.contains("params") || !j["params"].is_array()) throw std::invalid_argument(where + ": \"params\" must be an array");
-  for (const auto& p : j["params"]) {
+  ojson params = ojson::array();
+  expand_params(j["params"], doc, where, params);
+  for (const auto& p : params) {
     if (!p.is_array() || p.size() < 2 || p.size() > 3 || !p[0].is_string() || !p[1].is_string() ||
         (p.size() == 3 && p[2] != "cases"))
       throw std::invalid_argument(where + ": params: expected [name, type] or [name, type, \"cases\"], got " + p.dump());
@@ -154,6 +192,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
     if (!e->types.emplace(ps.name, ps.type).second) throw std::invalid_argument(where + ": params: " + ps.name + " twice");
     k.params.push_back(ps);
   }
+  e->maps = doc.maps;
   if (j.contains("maps"))
     for (const auto& [m, vals] : j["maps"].items())
       for (const auto& [v, text] : vals.items()) e->maps[m][v] = text.get<std::string>();
@@ -193,7 +232,10 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& n : derived) {
       auto over = std::find_if(extra.begin(), extra.end(), [&](const auto& x) { return x.first == n; });
-      out.emplace_back(n, over != extra.end() ? render(over->second, &p, "", false, *e, hooks) : value_text(p.at(n)));
+      const Value& v = p.at(n);
+      out.emplace_back(n, over != extra.end()                ? render(over->second, &p, "", false, *e, hooks)
+                          : std::holds_alternative<std::string>(v) ? cpp_string_literal(std::get<std::string>(v))
+                                                                   : value_text(v));
     }
     for (const auto& [ph, t] : extra)
       if (std::find(derived.begin(), derived.end(), ph) == derived.end()) out.emplace_back(ph, render(t, &p, "", false, *e, hooks));
@@ -223,9 +265,15 @@ std::vector<KindSpec> kinds_from_data(const std::string& text, const std::string
   }
   if (!doc.is_object() || !doc.contains("kinds") || !doc["kinds"].is_array())
     throw std::invalid_argument(file + ": expected an object with an array \"kinds\"");
+  DocContext ctx;
+  if (doc.contains("maps"))
+    for (const auto& [m, vals] : doc["maps"].items())
+      for (const auto& [v, text] : vals.items()) ctx.maps[m][v] = text.get<std::string>();
+  if (doc.contains("param_sets"))
+    for (const auto& [name, set] : doc["param_sets"].items()) ctx.param_sets[name] = set;
   std::vector<KindSpec> out;
   for (size_t i = 0; i < doc["kinds"].size(); ++i)
-    out.push_back(kind_from_entry(doc["kinds"][i], file + ": kinds[" + std::to_string(i) + "]", hooks));
+    out.push_back(kind_from_entry(doc["kinds"][i], file + ": kinds[" + std::to_string(i) + "]", hooks, ctx));
   return out;
 }
 

@@ -27,7 +27,8 @@ struct KindHooks {
 /// the file, the entry and the field when an entry is malformed or names an unknown hook.
 std::vector<KindSpec> kinds_from_data(const std::string& text, const std::string& file, const KindHooks& hooks);
 
-/// The embedded text of generator/kinds/l1.json (generated at build time).
+/// The embedded texts of generator/kinds/l1.json and composite.json (generated at build time).
 extern const char* const kL1KindData;
+extern const char* const kCompositeKindData;
 
 }  // namespace fk::gen

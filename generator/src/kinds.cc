@@ -56,7 +56,6 @@ bool B(const Params& p, const char* k) { return std::get<bool>(p.at(k)); }
 const std::string& S(const Params& p, const char* k) { return std::get<std::string>(p.at(k)); }
 
 std::string i2s(int64_t x) { return std::to_string(x); }
-std::string b2s(bool b) { return b ? "true" : "false"; }
 std::string nf(double x) { return name_double(x); }
 std::string cf(double x) { return canonical_double(x); }
 
@@ -116,14 +115,6 @@ std::string rope_spelling(const Params& p, const char* base_key) {
          scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
 }
 
-// The C++ enumerator of a rope scaling type.
-std::string rope_scaling_enum(const std::string& type) {
-  static const std::map<std::string, std::string> enum_name = {
-      {"none", "kNone"}, {"llama3", "kLlama3"}, {"linear", "kLinear"}, {"yarn", "kYarn"},
-      {"yarn_notrunc", "kYarnNoTrunc"}, {"deepseek_yarn", "kDeepseekYarn"}};
-  return "fk::tasks::RopeScaling::" + enum_name.at(type);
-}
-
 // `_sw{W}` when a sliding window of W keys applies (0: none; Note [Sliding window] in
 // fk/tasks/attention.h). Kinds without the parameter spell nothing.
 std::string window_spelling(const Params& p) {
@@ -181,35 +172,7 @@ std::vector<ShapeCase> step_cases(int64_t max_position, int64_t window) {
   return out;
 }
 
-using PS = std::vector<ParamSpec>;
-
-PS concat(PS a, const PS& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// Parameters shared by the attention-bearing composites, in placeholder order.
-PS qkv_rope_params() {
-  return {{"hidden_size", ParamType::kInt},          {"num_heads", ParamType::kInt},
-          {"num_kv_heads", ParamType::kInt},         {"head_dim", ParamType::kInt},
-          {"qkv_bias", ParamType::kBool},            {"qk_norm", ParamType::kBool},
-          {"rms_norm_eps", ParamType::kFloat},       {"rotary_dim", ParamType::kInt},
-          {"max_position", ParamType::kInt},         {"rope_theta", ParamType::kFloat},
-          {"is_neox_style", ParamType::kBool},       {"scaling_type", ParamType::kString},
-          {"scaling_factor", ParamType::kFloat},     {"low_freq_factor", ParamType::kFloat},
-          {"high_freq_factor", ParamType::kFloat},   {"original_max_position", ParamType::kInt},
-          {"beta_fast", ParamType::kFloat},          {"beta_slow", ParamType::kFloat}};
-}
-PS attention_params() {
-  return concat(qkv_rope_params(), {{"o_proj_bias", ParamType::kBool}, {"sliding_window", ParamType::kInt},
-                                    {"softmax_scale", ParamType::kFloat}, {"softcap", ParamType::kFloat},
-                                    {"sinks", ParamType::kBool}});
-}
-PS layer_params() {
-  return concat(attention_params(), {{"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}});
-}
-
-// A layer pattern as the C++ string literal of one letter per layer: 'S' for
+// A layer pattern: one letter per layer: 'S' for
 // "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
 std::string layer_pattern(const std::string& layer_types) {
   std::string out;
@@ -232,35 +195,6 @@ std::string layer_pattern_spelling(const std::string& pat) {
   }
   return pat;
 }
-std::string string_param_placeholder(const std::string& name, const std::string& value) {
-  if (name == "layer_types") return cpp_string_literal(layer_pattern(value));
-  return cpp_string_literal(value);
-}
-
-// A composite kind's own placeholders: every constant parameter, in order, as a C++ constant
-// (the only string parameter, scaling_type, as its enumerator). With `eps_needs_qk_norm`
-// rms_norm_eps is 0 unless qk_norm is set (nothing else reads it there, like unused rope scaling
-// constants), so configs that differ only in it share the task, as the name promises.
-std::function<PH(const Params&)> constant_placeholders(PS params, bool eps_needs_qk_norm) {
-  return [params, eps_needs_qk_norm](const Params& p) {
-    PH out;
-    for (const auto& ps : params) {
-      if (!ps.is_constant) continue;
-      const char* n = ps.name.c_str();
-      switch (ps.type) {
-        case ParamType::kInt: out.emplace_back(ps.name, i2s(I(p, n))); break;
-        case ParamType::kBool: out.emplace_back(ps.name, b2s(B(p, n))); break;
-        case ParamType::kString:
-          out.emplace_back(ps.name, ps.name == "scaling_type" ? rope_scaling_enum(S(p, n)) : string_param_placeholder(ps.name, S(p, n)));
-          break;
-        case ParamType::kFloat:
-          out.emplace_back(ps.name, eps_needs_qk_norm && ps.name == "rms_norm_eps" && !B(p, "qk_norm") ? "0" : cf(F(p, n)));
-          break;
-      }
-    }
-    return out;
-  };
-}
 
 std::string heads_spelling(const Params& p) {
   return "hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim"));
@@ -276,203 +210,7 @@ std::string layer_spelling(const Params& p) {
          bias_word(B(p, "o_proj_bias")) + "_mlp" + bias_word(B(p, "mlp_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
 }
 
-// Slots, by the production attribute names (Note [Composite kinds]).
-const SlotSpec kQKVProj{"qkv_proj", "QKVParallelLinear", ""};
-const SlotSpec kQKNorm{"qk_norm", "QKNorm|GemmaQKNorm", "fk::tasks::NoQKNorm"};
-const SlotSpec kRotaryEmb{"rotary_emb", "RotaryEmbedding", ""};
-const SlotSpec kKVCacheWrite{"kv_cache_write", "StoreKVCache", ""};
-const SlotSpec kAttnPrefill{"attn_prefill", "FlashAttnPrefill", ""};
-const SlotSpec kAttnDecode{"attn_decode", "FlashAttnDecode", ""};
-const SlotSpec kOProj{"o_proj", "RowParallelLinear", ""};
-const SlotSpec kGateUpProj{"gate_up_proj", "MergedColumnParallelLinear", ""};
-const SlotSpec kActFn{"act_fn", "SiluAndMul", ""};
-const SlotSpec kGeluActFn{"act_fn", "GeluAndMul", ""};
-const SlotSpec kDownProj{"down_proj", "RowParallelLinear", ""};
 
-KindSpec composite_kind(const std::string& kind, int level, const std::string& cls, const std::string& production,
-                        std::vector<SlotSpec> slots, PS params, bool eps_needs_qk_norm) {
-  KindSpec k;
-  k.kind = k.template_name = kind;
-  k.level = level;
-  k.class_name = cls;
-  k.slots = std::move(slots);
-  k.params = params;
-  k.production = [production](const Params&) { return production; };
-  k.placeholders = [ph = constant_placeholders(params, eps_needs_qk_norm), cls](const Params& p) {
-    PH out = ph(p);
-    out.emplace_back("class_name", cls);
-    return out;
-  };
-  k.cases = [](const Params& p) {
-    return step_cases(I(p, "max_position"), p.count("sliding_window") ? I(p, "sliding_window") : 0);
-  };
-  return k;
-}
-
-KindSpec qkv_rope_cache_kind() {
-  KindSpec k = composite_kind("qkv_rope_cache", 2, "QKVRopeCache",
-                              "vllm LlamaAttention.forward (qkv_proj, q/k norm, rotary_emb) + Attention KV-cache write",
-                              {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite}, qkv_rope_params(), true);
-  k.name = [](const Params& p, const std::string& dt) {
-    return "qkv_rope_cache_h" + i2s(I(p, "hidden_size")) + "_" + heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
-           "_" + bias_word(B(p, "qkv_bias")) + qk_norm_spelling(p) + "_" + dt;
-  };
-  return k;
-}
-
-KindSpec attention_o_proj_kind() {
-  KindSpec k = composite_kind("attention_o_proj", 2, "AttentionOProj",
-                              "vllm Attention.forward (flash-attn varlen prefill / paged decode) + LlamaAttention.o_proj",
-                              {kAttnPrefill, kAttnDecode, kOProj},
-                              {{"num_heads", ParamType::kInt}, {"num_kv_heads", ParamType::kInt}, {"head_dim", ParamType::kInt},
-                               {"hidden_size", ParamType::kInt}, {"o_proj_bias", ParamType::kBool},
-                               {"sliding_window", ParamType::kInt}, {"softmax_scale", ParamType::kFloat},
-                               {"softcap", ParamType::kFloat}, {"sinks", ParamType::kBool},
-                               {"max_position", ParamType::kInt, /*is_constant=*/false}},
-                              false);
-  k.name = [](const Params& p, const std::string& dt) {
-    return "attention_o_proj_" + attn_heads_spelling(p) + "_h" + i2s(I(p, "hidden_size")) + "_" + bias_word(B(p, "o_proj_bias")) +
-           "_" + dt;
-  };
-  return k;
-}
-
-// gate_up_silu, llama_mlp and gemma_mlp (GELU-tanh gating; templates/llama_mlp): token cases
-// like the L1 linear kinds.
-KindSpec mlp_kind(bool down, bool gemma = false) {
-  std::string kind = gemma ? "gemma_mlp" : down ? "llama_mlp" : "gate_up_silu";
-  KindSpec k = composite_kind(
-      kind, 2, gemma ? "GemmaMLP" : down ? "LlamaMLP" : "GateUpSilu",
-      gemma ? "vllm.model_executor.models.gemma2.Gemma2MLP / gemma3.Gemma3MLP"
-            : down ? "vllm.model_executor.models.llama.LlamaMLP" : "vllm LlamaMLP.gate_up_proj + SiluAndMul",
-      down ? std::vector<SlotSpec>{kGateUpProj, gemma ? kGeluActFn : kActFn, kDownProj} : std::vector<SlotSpec>{kGateUpProj, kActFn},
-      {{"hidden_size", ParamType::kInt}, {"intermediate_size", ParamType::kInt}, {"mlp_bias", ParamType::kBool}}, false);
-  k.template_name = gemma ? "llama_mlp" : kind;
-  if (down)
-    k.placeholders = [ph = k.placeholders, gemma](const Params& p) {
-      PH out = ph(p);
-      out.emplace_back("hidden_act", gemma ? "gelu_pytorch_tanh" : "silu");
-      return out;
-    };
-  k.name = [kind](const Params& p, const std::string& dt) {
-    return kind + "_h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_" +
-           bias_word(B(p, "mlp_bias")) + "_" + dt;
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// llama_attention and gemma_attention (Gemma 2/3: GemmaRMSNorm q/k norm, query_pre_attn_scalar,
-// soft-capping; the same children) share templates/llama_attention.
-KindSpec llama_attention_kind(bool gemma = false) {
-  std::string kind = gemma ? "gemma_attention" : "llama_attention";
-  KindSpec k = composite_kind(kind, 2, gemma ? "GemmaAttention" : "LlamaAttention",
-                              gemma ? "vllm.model_executor.models.gemma3.Gemma3Attention / gemma2.Gemma2Attention"
-                                    : "vllm.model_executor.models.llama.LlamaAttention",
-                              {kQKVProj, kQKNorm, kRotaryEmb, kKVCacheWrite, kAttnPrefill, kAttnDecode, kOProj},
-                              attention_params(), true);
-  k.template_name = "llama_attention";
-  k.name = [kind](const Params& p, const std::string& dt) {
-    return kind + "_h" + i2s(I(p, "hidden_size")) + "_" + attn_heads_spelling(p) + "_" + rope_spelling(p, "rope_theta") +
-           "_qkv" + bias_word(B(p, "qkv_bias")) + "_o" + bias_word(B(p, "o_proj_bias")) + qk_norm_spelling(p) + "_" + dt;
-  };
-  return k;
-}
-
-KindSpec llama_decoder_layer_kind() {
-  KindSpec k = composite_kind("llama_decoder_layer", 3, "LlamaDecoderLayer",
-                              "vllm.model_executor.models.llama.LlamaDecoderLayer",
-                              {{"input_layernorm", "RMSNorm", ""},
-                               {"self_attn", "LlamaAttention", ""},
-                               {"post_attention_layernorm", "RMSNorm", ""},
-                               {"mlp", "LlamaMLP", ""}},
-                              layer_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "llama_decoder_layer_" + layer_spelling(p) + "_" + dt; };
-  return k;
-}
-
-// The L4 kinds: embed_tokens, the decoder layer (of class `layer_class`), norm, lm_head; named
-// l{layers}_v{vocab}_{tied|untied}_{the layer's spelling}.
-KindSpec causal_lm_kind(const std::string& kind, const std::string& cls, const std::string& production,
-                        const std::string& layer_class, const PS& layer_ps, std::string (*spelling)(const Params&)) {
-  KindSpec k = composite_kind(kind, 4, cls, production,
-                              {{"embed_tokens", "VocabParallelEmbedding", ""},
-                               {"layers", layer_class, ""},
-                               {"norm", "RMSNorm", ""},
-                               {"lm_head", "ParallelLMHead", ""}},
-                              concat({{"num_hidden_layers", ParamType::kInt},
-                                      {"vocab_size", ParamType::kInt},
-                                      {"tie_word_embeddings", ParamType::kBool}},
-                                     layer_ps),
-                              false);
-  k.name = [kind, spelling](const Params& p, const std::string& dt) {
-    return kind + "_l" + i2s(I(p, "num_hidden_layers")) + "_v" + i2s(I(p, "vocab_size")) + "_" +
-           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + spelling(p) + "_" + dt;
-  };
-  return k;
-}
-
-KindSpec llama_for_causal_lm_kind() {
-  return causal_lm_kind("llama_for_causal_lm", "LlamaForCausalLM", "vllm.model_executor.models.llama.LlamaForCausalLM",
-                        "LlamaDecoderLayer", layer_params(), layer_spelling);
-}
-
-// Gemma 2/3 decoder layer: GemmaRMSNorm around attention and around the MLP (four norms).
-KindSpec gemma_decoder_layer_kind() {
-  KindSpec k = composite_kind("gemma_decoder_layer", 3, "GemmaDecoderLayer",
-                              "vllm.model_executor.models.gemma3.Gemma3DecoderLayer / gemma2.Gemma2DecoderLayer",
-                              {{"input_layernorm", "GemmaRMSNorm", ""},
-                               {"self_attn", "GemmaAttention", ""},
-                               {"post_attention_layernorm", "GemmaRMSNorm", ""},
-                               {"pre_feedforward_layernorm", "GemmaRMSNorm", ""},
-                               {"mlp", "GemmaMLP", ""},
-                               {"post_feedforward_layernorm", "GemmaRMSNorm", ""}},
-                              layer_params(), false);
-  k.source_template_name = "llama_decoder_layer";
-  k.name = [](const Params& p, const std::string& dt) { return "gemma_decoder_layer_" + layer_spelling(p) + "_" + dt; };
-  return k;
-}
-
-// Gemma 2/3 model: scaled embedding, sliding-window layers (window local_sliding_window, rope
-// base local_rope_theta, no rope scaling) between full-attention layers (the layer constants:
-// sliding_window 0, rope_theta and its scaling); layer i is a full one when
-// (i + 1) % full_every == 0. final_softcap > 0: logits soft-capped (Gemma 2).
-KindSpec gemma_for_causal_lm_kind() {
-  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool}},
-                 layer_params());
-  ps = concat(ps, {{"local_sliding_window", ParamType::kInt}, {"local_rope_theta", ParamType::kFloat},
-                   {"full_every", ParamType::kInt}, {"final_softcap", ParamType::kFloat}});
-  KindSpec k = composite_kind("gemma_for_causal_lm", 4, "GemmaForCausalLM",
-                              "vllm.model_executor.models.gemma3.Gemma3ForCausalLM / gemma2.Gemma2ForCausalLM",
-                              {{"embed_tokens", "ScaledWordEmbedding", ""},
-                               {"sliding_layers", "GemmaDecoderLayer", ""},
-                               {"full_layers", "GemmaDecoderLayer", ""},
-                               {"norm", "GemmaRMSNorm", ""},
-                               {"lm_head", "ParallelLMHead", ""}},
-                              ps, false);
-  k.source_template_name = "llama_for_causal_lm";
-  k.name = [](const Params& p, const std::string& dt) {
-    const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
-    if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};
-    if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
-    const double cap = F(p, "final_softcap");
-    return "gemma_for_causal_lm_l" + i2s(I(p, "num_hidden_layers")) + "_v" + i2s(I(p, "vocab_size")) + "_" +
-           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + layer_spelling(p) + "_local" +
-           (w > 0 ? "_sw" + i2s(w) : "") + "_base" + nf(F(p, "local_rope_theta")) + "_every" + i2s(every) +
-           (cap > 0 ? "_fcap" + nf(cap) : "") + "_" + dt;
-  };
-  k.cases = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
-  return k;
-}
-
-// The MoE composites: the expert constants every one of them spells.
-// swiglu_limit > 0: the experts' activation is SwigluOAIAndMul with that clamp (gpt-oss), else
-// SiluAndMul; expert_bias: the expert GEMMs add per-expert biases.
-PS moe_params() {
-  return {{"hidden_size", ParamType::kInt}, {"moe_intermediate_size", ParamType::kInt},
-          {"num_experts", ParamType::kInt}, {"top_k", ParamType::kInt},
-          {"swiglu_limit", ParamType::kFloat}, {"expert_bias", ParamType::kBool}};
-}
 // `_swigluoai{limit}` and `_ebias` only when set, so the Mixtral/Qwen3 names are unchanged.
 std::string expert_act_spelling(const Params& p) {
   const double lim = F(p, "swiglu_limit");
@@ -483,42 +221,11 @@ std::string moe_spelling(const Params& p) {
   return "e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_h" + i2s(I(p, "hidden_size")) + "_i" +
          i2s(I(p, "moe_intermediate_size")) + expert_act_spelling(p);
 }
-const SlotSpec kMoeAlign{"moe_align", "MoeAlignBlockSize", ""};
-const SlotSpec kMoeActFn{"act_fn", "SiluAndMul|SwigluOAIAndMul", ""};
-const SlotSpec kMoeW13{"w13", "MoeGroupedGemm", ""};
-const SlotSpec kMoeW2{"w2", "MoeGroupedGemm", ""};
-const SlotSpec kMoeSum{"moe_sum", "MoeSum", ""};
 
-KindSpec fused_experts_kind() {
-  KindSpec k = composite_kind("fused_experts", 2, "FusedExperts", "vllm.model_executor.layers.fused_moe.fused_moe.fused_experts",
-                              {kMoeAlign, kMoeW13, kMoeActFn, kMoeW2, kMoeSum}, moe_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "fused_experts_" + moe_spelling(p) + "_" + dt; };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-PS sparse_moe_params() { return concat(moe_params(), {{"renormalize", ParamType::kBool}, {"router_bias", ParamType::kBool}}); }
 std::string sparse_moe_spelling(const Params& p) {
   return moe_spelling(p) + "_" + renorm_word(B(p, "renormalize")) + (B(p, "router_bias") ? "_rbias" : "");
 }
 
-KindSpec sparse_moe_block_kind() {
-  KindSpec k = composite_kind("sparse_moe_block", 2, "SparseMoeBlock",
-                              "vllm MixtralMoE / Qwen3MoeSparseMoeBlock (ReplicatedLinear gate + FusedMoE)",
-                              {{"gate", "ReplicatedLinear", ""}, {"router", "TopKSoftmax", ""}, {"experts", "FusedExperts", ""}},
-                              sparse_moe_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "sparse_moe_block_" + sparse_moe_spelling(p) + "_" + dt; };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// The MoE decoder layer: attention constants as llama_decoder_layer, the MLP ones of sparse_moe_block.
-PS moe_layer_params() {
-  return concat(attention_params(), {{"moe_intermediate_size", ParamType::kInt}, {"num_experts", ParamType::kInt},
-                                     {"top_k", ParamType::kInt}, {"renormalize", ParamType::kBool},
-                                     {"swiglu_limit", ParamType::kFloat}, {"expert_bias", ParamType::kBool},
-                                     {"router_bias", ParamType::kBool}});
-}
 std::string moe_layer_spelling(const Params& p) {
   return "h" + i2s(I(p, "hidden_size")) + "_e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_i" +
          i2s(I(p, "moe_intermediate_size")) + expert_act_spelling(p) + "_" + renorm_word(B(p, "renormalize")) +
@@ -527,69 +234,8 @@ std::string moe_layer_spelling(const Params& p) {
          bias_word(B(p, "o_proj_bias")) + (B(p, "qk_norm") ? "_qknorm" : "");
 }
 
-KindSpec moe_decoder_layer_kind() {
-  KindSpec k = composite_kind("moe_decoder_layer", 3, "MoeDecoderLayer",
-                              "vllm MixtralDecoderLayer / Qwen3MoeDecoderLayer",
-                              {{"input_layernorm", "RMSNorm", ""},
-                               {"self_attn", "LlamaAttention", ""},
-                               {"post_attention_layernorm", "RMSNorm", ""},
-                               {"mlp", "SparseMoeBlock", ""}},
-                              moe_layer_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "moe_decoder_layer_" + moe_layer_spelling(p) + "_" + dt; };
-  return k;
-}
-
-KindSpec moe_for_causal_lm_kind() {
-  return causal_lm_kind("moe_for_causal_lm", "MoeForCausalLM", "vllm MixtralForCausalLM / Qwen3MoeForCausalLM",
-                        "MoeDecoderLayer", moe_layer_params(), moe_layer_spelling);
-}
-
-// gpt-oss model: MoE decoder layers of two variants, sliding-window (window local_sliding_window)
-// and full attention (the layer constants: sliding_window 0), in the order HF's layer_types lists
-// them (a string parameter, spelled `_layers{pattern}`: S sliding, F full, `SFx12` for twelve SF).
-KindSpec gpt_oss_for_causal_lm_kind() {
-  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool}},
-                 moe_layer_params());
-  ps = concat(ps, {{"local_sliding_window", ParamType::kInt}, {"layer_types", ParamType::kString}});
-  KindSpec k = composite_kind("gpt_oss_for_causal_lm", 4, "GptOssForCausalLM", "vllm.model_executor.models.gpt_oss.GptOssForCausalLM",
-                              {{"embed_tokens", "VocabParallelEmbedding", ""},
-                               {"sliding_layers", "MoeDecoderLayer", ""},
-                               {"full_layers", "MoeDecoderLayer", ""},
-                               {"norm", "RMSNorm", ""},
-                               {"lm_head", "ParallelLMHead", ""}},
-                              ps, false);
-  k.source_template_name = "llama_for_causal_lm";
-  k.name = [](const Params& p, const std::string& dt) {
-    const int64_t w = I(p, "local_sliding_window"), layers = I(p, "num_hidden_layers");
-    if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
-    const std::string pat = layer_pattern(S(p, "layer_types"));
-    if (static_cast<int64_t>(pat.size()) != layers)
-      throw GenError{"layer_types lists " + i2s(static_cast<int64_t>(pat.size())) + " layers, num_hidden_layers is " + i2s(layers)};
-    return "gpt_oss_for_causal_lm_l" + i2s(layers) + "_v" + i2s(I(p, "vocab_size")) + "_" +
-           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_" + moe_layer_spelling(p) +
-           (w > 0 ? "_sw" + i2s(w) : "") + "_layers" + layer_pattern_spelling(pat) + "_" + dt;
-  };
-  k.cases = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
-  return k;
-}
-
 // --- DeepSeek-V2/V3 composites (docs/task-kinds.md "Multi-head latent attention") ----------
 
-// The MLA attention constants (rope as the other attention composites: rotary_dim is the rope
-// head dim). Spelled h{hidden}_hq{H}_q{q_lora}_kv{kv_lora}_nope{P}_rope{R}_v{V}_eps_{rope}[_scale]_{bias}.
-PS mla_params() {
-  return {{"hidden_size", ParamType::kInt},        {"num_heads", ParamType::kInt},
-          {"q_lora_rank", ParamType::kInt},        {"kv_lora_rank", ParamType::kInt},
-          {"qk_nope_head_dim", ParamType::kInt},   {"qk_rope_head_dim", ParamType::kInt},
-          {"v_head_dim", ParamType::kInt},         {"attention_bias", ParamType::kBool},
-          {"rms_norm_eps", ParamType::kFloat},     {"rotary_dim", ParamType::kInt},
-          {"max_position", ParamType::kInt},       {"rope_theta", ParamType::kFloat},
-          {"is_neox_style", ParamType::kBool},     {"scaling_type", ParamType::kString},
-          {"scaling_factor", ParamType::kFloat},   {"low_freq_factor", ParamType::kFloat},
-          {"high_freq_factor", ParamType::kFloat}, {"original_max_position", ParamType::kInt},
-          {"beta_fast", ParamType::kFloat},        {"beta_slow", ParamType::kFloat},
-          {"softmax_scale", ParamType::kFloat}};
-}
 std::string mla_spelling(const Params& p) {
   if (I(p, "rotary_dim") != I(p, "qk_rope_head_dim"))
     throw GenError{"MLA rotary_dim " + i2s(I(p, "rotary_dim")) + " must equal qk_rope_head_dim " + i2s(I(p, "qk_rope_head_dim"))};
@@ -601,34 +247,6 @@ std::string mla_spelling(const Params& p) {
          bias_word(B(p, "attention_bias"));
 }
 
-KindSpec deepseek_mla_attention_kind() {
-  KindSpec k = composite_kind("deepseek_mla_attention", 2, "DeepseekV2MLAAttention",
-                              "vllm.model_executor.models.deepseek_v2.DeepseekV2MLAAttention (MLACommonImpl: prefill through "
-                              "kv_b_proj, absorbed FlashMLA decode)",
-                              {{"fused_qkv_a_proj", "MergedColumnParallelLinear", ""},
-                               {"q_a_layernorm", "RMSNorm", ""},
-                               {"q_b_proj", "ColumnParallelLinear", ""},
-                               {"kv_a_layernorm", "RMSNorm", ""},
-                               {"kv_b_proj", "ColumnParallelLinear", ""},
-                               {"rotary_emb", "RotaryEmbedding", ""},
-                               {"kv_cache_write", "ConcatAndCacheMLA", ""},
-                               {"attn_prefill", "MLAPrefill", ""},
-                               {"attn_decode", "MLADecode", ""},
-                               {"o_proj", "RowParallelLinear", ""}},
-                              mla_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "deepseek_mla_attention_" + mla_spelling(p) + "_" + dt; };
-  return k;
-}
-
-// DeepseekV2MoE: e{E}_top{K}_g{groups}_tg{topk_group}_{sigmoid|softmax}_{renorm}_rs{factor}[_bias]_h_i_shared{I_shared}.
-PS deepseek_moe_params() {
-  return {{"hidden_size", ParamType::kInt},       {"moe_intermediate_size", ParamType::kInt},
-          {"num_experts", ParamType::kInt},       {"top_k", ParamType::kInt},
-          {"num_expert_group", ParamType::kInt},  {"topk_group", ParamType::kInt},
-          {"sigmoid", ParamType::kBool},          {"renormalize", ParamType::kBool},
-          {"routed_scaling_factor", ParamType::kFloat}, {"correction_bias", ParamType::kBool},
-          {"shared_intermediate_size", ParamType::kInt}};
-}
 std::string deepseek_moe_spelling(const Params& p) {
   if (I(p, "num_experts") == 0) return "dense";
   return "e" + i2s(I(p, "num_experts")) + "_top" + i2s(I(p, "top_k")) + "_g" + i2s(I(p, "num_expert_group")) + "_tg" +
@@ -637,30 +255,6 @@ std::string deepseek_moe_spelling(const Params& p) {
          i2s(I(p, "moe_intermediate_size")) + "_shared" + i2s(I(p, "shared_intermediate_size"));
 }
 
-KindSpec deepseek_moe_kind() {
-  KindSpec k = composite_kind("deepseek_moe", 2, "DeepseekV2MoE",
-                              "vllm.model_executor.models.deepseek_v2.DeepseekV2MoE (ReplicatedLinear gate, grouped_topk "
-                              "FusedMoE, shared experts)",
-                              {{"gate", "ReplicatedLinear", ""},
-                               {"router", "GroupedTopK", ""},
-                               {"experts", "FusedExperts", ""},
-                               {"shared_experts", "LlamaMLP", ""}},
-                              deepseek_moe_params(), false);
-  k.name = [](const Params& p, const std::string& dt) {
-    if (I(p, "num_experts") < 1) throw GenError{"deepseek_moe: num_experts must be >= 1"};
-    return "deepseek_moe_h" + i2s(I(p, "hidden_size")) + "_" + deepseek_moe_spelling(p) + "_" + dt;
-  };
-  k.cases = [](const Params&) { return token_cases(false); };
-  return k;
-}
-
-// The decoder layer: MLA constants, the dense MLP's intermediate_size (0 in MoE layers) and the
-// MoE constants (num_experts 0 in dense layers); spelled _dense_i{I} or _moe_{moe spelling}.
-PS deepseek_layer_params() {
-  PS moe = deepseek_moe_params();
-  moe.erase(moe.begin());  // hidden_size: already an MLA constant
-  return concat(concat(mla_params(), {{"intermediate_size", ParamType::kInt}}), moe);
-}
 std::string deepseek_layer_spelling(const Params& p) {
   const bool moe = I(p, "num_experts") > 0;
   if (moe == (I(p, "intermediate_size") > 0))
@@ -668,45 +262,6 @@ std::string deepseek_layer_spelling(const Params& p) {
                    "(num_experts > 0, intermediate_size 0); got intermediate_size " + i2s(I(p, "intermediate_size")) +
                    ", num_experts " + i2s(I(p, "num_experts"))};
   return mla_spelling(p) + (moe ? "_moe_" + deepseek_moe_spelling(p) : "_dense_i" + i2s(I(p, "intermediate_size")));
-}
-
-KindSpec deepseek_decoder_layer_kind() {
-  KindSpec k = composite_kind("deepseek_decoder_layer", 3, "DeepseekV2DecoderLayer",
-                              "vllm.model_executor.models.deepseek_v2.DeepseekV2DecoderLayer",
-                              {{"input_layernorm", "RMSNorm", ""},
-                               {"self_attn", "DeepseekV2MLAAttention", ""},
-                               {"post_attention_layernorm", "RMSNorm", ""},
-                               {"mlp", "LlamaMLP|DeepseekV2MoE", ""}},
-                              deepseek_layer_params(), false);
-  k.name = [](const Params& p, const std::string& dt) { return "deepseek_decoder_layer_" + deepseek_layer_spelling(p) + "_" + dt; };
-  return k;
-}
-
-// The model: first_k_dense_replace dense layers (intermediate_size dense_intermediate_size), then
-// MoE layers; the layer constants are the MoE layers' (a config without MoE layers is not lowered).
-KindSpec deepseek_for_causal_lm_kind() {
-  PS ps = concat({{"num_hidden_layers", ParamType::kInt}, {"vocab_size", ParamType::kInt}, {"tie_word_embeddings", ParamType::kBool},
-                  {"first_k_dense_replace", ParamType::kInt}, {"dense_intermediate_size", ParamType::kInt}},
-                 deepseek_layer_params());
-  KindSpec k = composite_kind("deepseek_for_causal_lm", 4, "DeepseekV3ForCausalLM",
-                              "vllm.model_executor.models.deepseek_v2.DeepseekV3ForCausalLM",
-                              {{"embed_tokens", "VocabParallelEmbedding", ""},
-                               {"dense_layers", "DeepseekV2DecoderLayer", ""},
-                               {"moe_layers", "DeepseekV2DecoderLayer", ""},
-                               {"norm", "RMSNorm", ""},
-                               {"lm_head", "ParallelLMHead", ""}},
-                              ps, false);
-  k.name = [](const Params& p, const std::string& dt) {
-    const int64_t layers = I(p, "num_hidden_layers"), dense = I(p, "first_k_dense_replace");
-    if (dense < 0 || dense >= layers)
-      throw GenError{"first_k_dense_replace " + i2s(dense) + " must be in [0, num_hidden_layers " + i2s(layers) +
-                     ") (the model kind needs MoE layers)"};
-    if (I(p, "num_experts") < 1) throw GenError{"deepseek_for_causal_lm: the layer constants must be the MoE layers' (num_experts >= 1)"};
-    return "deepseek_for_causal_lm_l" + i2s(layers) + "_v" + i2s(I(p, "vocab_size")) + "_" +
-           (B(p, "tie_word_embeddings") ? "tied" : "untied") + "_dense" + i2s(dense) + "_i" +
-           i2s(I(p, "dense_intermediate_size")) + "_" + deepseek_layer_spelling(p) + "_" + dt;
-  };
-  return k;
 }
 
 // --- Kind hooks: what the entries of generator/kinds/*.json cannot say as data --------------
@@ -762,6 +317,57 @@ const KindHooks& kind_hooks() {
       if (!(F(p, "routed_scaling_factor") > 0))
         throw GenError{"grouped_topk: routed_scaling_factor must be > 0, got " + cf(F(p, "routed_scaling_factor"))};
     };
+    // Composite spellings (shared by the kinds that hold the same constants).
+    h.spell["heads"] = heads_spelling;
+    h.spell["attn_heads"] = attn_heads_spelling;
+    h.spell["rope_theta"] = [](const Params& p) { return rope_spelling(p, "rope_theta"); };
+    h.spell["qk_norm"] = qk_norm_spelling;
+    h.spell["layer"] = layer_spelling;
+    h.spell["moe"] = moe_spelling;
+    h.spell["sparse_moe"] = sparse_moe_spelling;
+    h.spell["moe_layer"] = moe_layer_spelling;
+    h.spell["mla"] = mla_spelling;
+    h.spell["deepseek_moe"] = deepseek_moe_spelling;
+    h.spell["deepseek_layer"] = deepseek_layer_spelling;
+    h.spell["local_window"] = [](const Params& p) {
+      const int64_t w = I(p, "local_sliding_window");
+      return w > 0 ? "_sw" + i2s(w) : std::string();
+    };
+    h.spell["final_cap"] = [](const Params& p) {
+      const double cap = F(p, "final_softcap");
+      return cap > 0 ? "_fcap" + nf(cap) : std::string();
+    };
+    h.spell["layer_pattern"] = [](const Params& p) { return layer_pattern_spelling(layer_pattern(S(p, "layer_types"))); };
+    h.spell["layer_types_literal"] = [](const Params& p) { return cpp_string_literal(layer_pattern(S(p, "layer_types"))); };
+    // rms_norm_eps is 0 unless qk_norm is set (nothing else reads it in the attention composites,
+    // like unused rope scaling constants), so configs that differ only in it share the task, as the name promises.
+    h.spell["eps_if_qk_norm"] = [](const Params& p) { return B(p, "qk_norm") ? cf(F(p, "rms_norm_eps")) : std::string("0"); };
+    h.checks["gemma_model"] = [](const Params& p) {
+      const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
+      if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};
+      if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
+    };
+    h.checks["gpt_oss_model"] = [](const Params& p) {
+      const int64_t w = I(p, "local_sliding_window"), layers = I(p, "num_hidden_layers");
+      if (w < 0) throw GenError{"local_sliding_window must be >= 0 (0: none), got " + i2s(w)};
+      const std::string pat = layer_pattern(S(p, "layer_types"));
+      if (static_cast<int64_t>(pat.size()) != layers)
+        throw GenError{"layer_types lists " + i2s(static_cast<int64_t>(pat.size())) + " layers, num_hidden_layers is " + i2s(layers)};
+    };
+    h.checks["deepseek_moe"] = [](const Params& p) {
+      if (I(p, "num_experts") < 1) throw GenError{"deepseek_moe: num_experts must be >= 1"};
+    };
+    h.checks["deepseek_model"] = [](const Params& p) {
+      const int64_t layers = I(p, "num_hidden_layers"), dense = I(p, "first_k_dense_replace");
+      if (dense < 0 || dense >= layers)
+        throw GenError{"first_k_dense_replace " + i2s(dense) + " must be in [0, num_hidden_layers " + i2s(layers) +
+                       ") (the model kind needs MoE layers)"};
+      if (I(p, "num_experts") < 1) throw GenError{"deepseek_for_causal_lm: the layer constants must be the MoE layers' (num_experts >= 1)"};
+    };
+    h.cases["steps"] = [](const Params& p) {
+      return step_cases(I(p, "max_position"), p.count("sliding_window") ? I(p, "sliding_window") : 0);
+    };
+    h.cases["steps_local"] = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
     h.cases["tokens"] = [](const Params&) { return token_cases(false); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position")); };
@@ -776,16 +382,10 @@ const KindHooks& kind_hooks() {
 const std::map<std::string, KindSpec>& kind_table() {
   static const std::map<std::string, KindSpec> table = [] {
     std::map<std::string, KindSpec> t;
-    // L1 kinds: data (generator/kinds/l1.json). Composite kinds: C++ below, until they move too.
-    for (KindSpec k : kinds_from_data(kL1KindData, "generator/kinds/l1.json", kind_hooks()))
-      if (!t.emplace(k.kind, k).second) throw std::invalid_argument("generator/kinds/l1.json: kind " + k.kind + " twice");
-    for (KindSpec k : {qkv_rope_cache_kind(), attention_o_proj_kind(), mlp_kind(false), mlp_kind(true), llama_attention_kind(),
-                       llama_decoder_layer_kind(), llama_for_causal_lm_kind(), fused_experts_kind(), sparse_moe_block_kind(),
-                       moe_decoder_layer_kind(), moe_for_causal_lm_kind(), mlp_kind(true, true), llama_attention_kind(true),
-                       gemma_decoder_layer_kind(), gemma_for_causal_lm_kind(), gpt_oss_for_causal_lm_kind(),
-                       deepseek_mla_attention_kind(), deepseek_moe_kind(), deepseek_decoder_layer_kind(),
-                       deepseek_for_causal_lm_kind()})
-      if (!t.emplace(k.kind, k).second) throw std::invalid_argument("kind " + k.kind + " defined twice");
+    for (const auto& [file, text] : {std::pair<const char*, const char*>{"generator/kinds/l1.json", kL1KindData},
+                                     {"generator/kinds/composite.json", kCompositeKindData}})
+      for (KindSpec k : kinds_from_data(text, file, kind_hooks()))
+        if (!t.emplace(k.kind, k).second) throw std::invalid_argument(std::string(file) + ": kind " + k.kind + " defined twice");
     return t;
   }();
   return table;
