@@ -435,7 +435,7 @@ class RulesLoader {
     std::vector<std::string> all = kind_names(false), comp = kind_names(true);
     all.insert(all.end(), comp.begin(), comp.end());
     std::sort(all.begin(), all.end());
-    err(path, "a task kind of generator/src/kinds.cc (" + join(all, ", ") + ")", json(kind));
+    err(path, "a task kind of generator/kinds/*.json (" + join(all, ", ") + ")", json(kind));
   }
   void check_op(const std::string& id, const std::string& path) {
     if (!index_.count(id)) err(path, "the id of an operator in $.operators", json(id));
@@ -1497,7 +1497,7 @@ std::string render_add_report(const std::string& model_type, const Summary* s, c
   } else if (m->verdict == "unclassified") {
     o << "  no audit rule matched this model's source: read its modeling code, then write a descriptor (" << howto << ").\n";
   } else {
-    o << "  1. add task kinds for the missing operators (" << howto << ", \"A new family\": a row in generator/src/kinds.cc,\n"
+    o << "  1. add task kinds for the missing operators (" << howto << ", \"A new family\": an entry in generator/kinds/*.json,\n"
       << "     templates, a harness and kernels)" << (m->verdict == "new-kernel" ? "; the new-kernel ones need kernels of their own" : "")
       << ";\n  2. write the family's descriptor (docs/descriptors.md);\n  3. rerun `fastkernels add`.\n"
       << "  `scripts/audit_hf.sh --explain " << m->folder << "` (or `fastkernels audit --hf <transformers dir> --explain " << m->folder

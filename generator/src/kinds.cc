@@ -1,5 +1,7 @@
-// The task-kind table (Note [Task naming], Note [Case registry] in fk/gen/kinds.h).
-// Mirrors docs/task-kinds.md; change both together.
+// The task-kind table: the entries of generator/kinds/*.json (Note [Kinds as data] in
+// kind_data.cc) and the C++ they name, "Kind hooks" below: spellings shared between kinds,
+// checks across parameters, shape registries (Note [Case registry]) and served ranges (Note
+// [Served constants]). Mirrors docs/task-kinds.md; change both together.
 #include "fk/gen/kinds.h"
 
 #include "kind_data.h"

@@ -15,6 +15,7 @@
 #include "fk/gen/compare.h"
 #include "fk/gen/format.h"
 #include "fk/gen/hf_audit.h"
+#include "fk/gen/kinds.h"
 #include "fk/gen/pipeline.h"
 #include "fk/gen/scaffold.h"
 #include "fk/gen/write.h"
@@ -636,6 +637,12 @@ int main(int argc, char** argv) {
     return kUsage;
   }
 
+  try {  // the kind table is data (Note [Kinds as data]): a broken entry is said once, here
+    kind_names(false);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "fastkernels: the task-kind table is broken: " << e.what() << "\n";
+    return kInvalid;
+  }
   if (*compare_cmd) return cmd_compare(root_opt, cmp);  // needs no repository with --manifest
   auto root = root_or_complain(root_opt);
   if (!root) return kInvalid;

@@ -38,7 +38,7 @@ std::vector<std::string> op_ids(const hfa::ModelAudit& m) {
 }
 
 TEST(HfAudit, CommittedRulesLoadAndNameOnlyExistingKinds) {
-  // load_rules rejects a kind that generator/src/kinds.cc does not register, so loading proves it.
+  // load_rules rejects a kind that generator/kinds/*.json does not hold, so loading proves it.
   hfa::Rules r = real_rules();
   EXPECT_GT(r.operators.size(), 50u);
   EXPECT_GT(r.rules.size(), 50u);
@@ -201,7 +201,7 @@ TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
                              "cover the operator)"},
       {"unknown_key.json", "$.operators[0].coverage: unknown key \"coverage\" (expected one of id, category, doc, kinds, composition, "
                            "how, missing, new_kernel, requires, subsumed_by)"},
-      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/src/kinds.cc (attention_o_proj, "},
+      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/kinds/*.json (attention_o_proj, "},
       {"unknown_operator.json", "$.rules[0].operator: expected the id of an operator in $.operators, got \"rmsnorm\""},
       {"values_without_group.json", "$.rules[0].regex: expected a regular expression with a capture group (group 1 is the value), "
                                     "got \"rope_type\""},
@@ -218,13 +218,13 @@ TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
     EXPECT_EQ(diag.errors()[0].rfind(file + ": " + expected.at(name), 0), 0u) << diag.errors()[0];
   }
   EXPECT_EQ(seen, expected.size());
-  EXPECT_NE(expected.at("unknown_kind.json").find("kinds.cc"), std::string::npos);
+  EXPECT_NE(expected.at("unknown_kind.json").find("generator/kinds/*.json"), std::string::npos);
 
   // Through the CLI: exit 1, the file as given (repository-relative), nothing else run.
   std::string out;
   EXPECT_EQ(run(audit_cmd() + " --rules " + q(fixtures() / "hf_audit" / "bad_rules" / "unknown_kind.json"), &out), 1) << out;
   EXPECT_NE(out.find("tests/fixtures/hf_audit/bad_rules/unknown_kind.json: $.operators[0].kinds[0]: expected a task kind of "
-                     "generator/src/kinds.cc ("),
+                     "generator/kinds/*.json ("),
             std::string::npos)
       << out;
   EXPECT_NE(out.find(", got \"linear_fancy\"\n"), std::string::npos) << out;

@@ -54,7 +54,7 @@ struct LevelFigures {
   size_t op_instances = 0;
   size_t tasks = 0;
   size_t kinds = 0;             ///< kinds used by some architecture
-  size_t registered_kinds = 0;  ///< kinds of the registry (generator/src/kinds.cc)
+  size_t registered_kinds = 0;  ///< kinds of the registry (generator/kinds/*.json)
 };
 
 /// One greedy set-cover pick.
