@@ -220,7 +220,7 @@ int run_greedy(fk::CausalLM& m, const Options& o) {
 // its logit and top-2 gap (so a comparison can see that both builds were scored against the
 // same reference). The same depth (layers), batch, positions and KV lengths as the greedy run,
 // so `fastkernels compare` can hold the candidate's error at each row to the baseline's error at
-// that same row (Note [Teacher-forced bound] in generator/src/compare.cc).
+// that same row (Note [Teacher-forced bound] in generator/src/tools/compare.cc).
 // Weight scale (Note [Seeded weights] in fk/tasks/llama.h): activations O(1), logits about N(0, 1)
 // over the vocabulary (`ref_logit_std` records the measured spread): not flat, so relative
 // errors are meaningful, and bf16 rounding keeps the baseline's rows within ~1% of the reference.

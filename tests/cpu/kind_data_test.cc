@@ -1,11 +1,11 @@
-// Task kinds as data (Note [Kinds as data] in generator/src/kind_data.cc): an entry renders its
+// Task kinds as data (Note [Kinds as data] in generator/src/kinds/kind_data.cc): an entry renders its
 // name, production and placeholders from the parameters; a malformed entry is refused when the
 // table is built, naming the file, the entry and what is wrong.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "../../generator/src/kind_data.h"
+#include "../../generator/src/kinds/kind_data.h"
 #include "fk/gen/diag.h"
 
 namespace fk::gen {

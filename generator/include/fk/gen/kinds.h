@@ -1,5 +1,5 @@
 // Task kinds: the kind table (generator/kinds/*.json; Note [Kinds as data] in
-// generator/src/kind_data.cc) as the generator holds it.
+// generator/src/kinds/kind_data.cc) as the generator holds it.
 //
 // Note [Task naming]
 // A task's name spells every constant it inlines, in a fixed order per kind (docs/task-kinds.md,
@@ -8,7 +8,7 @@
 // names are canonical (Note [Canonical numbers]); booleans become words (bias/nobias, neox/gptj);
 // the dtype suffix is bf16/f16/f32. Only KindSpec::name (a kind entry's `name`) builds names;
 // nothing else may. A spelling longer than kMaxTaskName is cut and ends in a hash of the whole
-// spelling (Note [Long task names] in generator/src/dedupe.cc).
+// spelling (Note [Long task names] in generator/src/passes/dedupe.cc).
 //
 // Descriptors decide *which* kinds a forward pass uses and which config values feed each
 // parameter; this table decides how a kind is named, what its templates receive and which

@@ -4,7 +4,7 @@
 // [Served constants]). Mirrors docs/task-kinds.md; change both together.
 #include "fk/gen/kinds.h"
 
-#include "kind_data.h"
+#include "kinds/kind_data.h"
 
 #include <algorithm>
 #include <cmath>

@@ -140,7 +140,7 @@ class Loader {
       const FieldSpec* spec = find_field(name);
       if (!spec || spec->name != name) {
         err(p, spec ? "expected the canonical field name " + json_quote(spec->name) + ", got the alias " + json_quote(name)
-                    : "unknown field (not in the field table, generator/src/fields.cc)");
+                    : "unknown field (not in the field table, generator/src/core/fields.cc)");
         continue;
       }
       FieldUse use;

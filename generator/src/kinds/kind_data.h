@@ -11,7 +11,7 @@
 
 namespace fk::gen {
 
-/// C++ that kind entries name (generator/src/kinds.cc, "Kind hooks"), each by its key.
+/// C++ that kind entries name (generator/src/kinds/kinds.cc, "Kind hooks"), each by its key.
 struct KindHooks {
   /// `{@key}` in a name, production or placeholder: text from the parameters.
   std::map<std::string, std::function<std::string(const Params&)>> spell;

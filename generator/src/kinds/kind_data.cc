@@ -19,7 +19,7 @@
 // without '+'), `{param?yes|no}` and `{param?yes}` for booleans, `{param:map}`, `{@hook}`,
 // `{dtype}` (names only: bf16, f16, f32), `{{` and `}}` for braces. Entries are checked when the
 // table is built: an unknown parameter, map or hook is an error naming the file and the entry.
-#include "kind_data.h"
+#include "kinds/kind_data.h"
 
 #include <algorithm>
 #include <memory>
