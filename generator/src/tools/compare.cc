@@ -337,19 +337,31 @@ std::optional<ModelRun> load_model(const fs::path& p, Diagnostics& diag) {
   return run;
 }
 
+/// The head every `fk_model` run file starts with (tool, `mode` when given, arch, task, layers),
+/// read into `run`; the parsed file, or nullopt when it is missing (`*missing`) or no object.
+template <class Run>
+std::optional<json> read_run_head(const fs::path& p, Diagnostics& diag, Run& run, bool* missing, const char* mode = nullptr) {
+  run.file = p.generic_string();
+  auto j = read_json_file(p, diag, missing);
+  if (*missing) return std::nullopt;
+  Doc d(run.file, diag);
+  if (!j || !d.object(*j, "$")) return std::nullopt;
+  d.one_of(*j, "$", "tool", {"fk_model"});
+  if (mode) d.one_of(*j, "$", "mode", {mode});
+  run.arch = d.str(*j, "$", "arch").value_or("");
+  run.task = d.str(*j, "$", "task").value_or("");
+  run.layers = d.integer(*j, "$", "layers", 1).value_or(0);
+  return j;
+}
+
 /// An `fk_model --greedy` JSON file; nullopt when it cannot be read.
 std::optional<GreedyRun> load_greedy(const fs::path& p, Diagnostics& diag) {
   GreedyRun g;
-  g.file = p.generic_string();
   bool missing = false;
-  auto j = read_json_file(p, diag, &missing);
+  auto j = read_run_head(p, diag, g, &missing);
   if (missing) return std::nullopt;
+  if (!j) return g;
   Doc d(g.file, diag);
-  if (!j || !d.object(*j, "$")) return g;
-  d.one_of(*j, "$", "tool", {"fk_model"});
-  g.arch = d.str(*j, "$", "arch").value_or("");
-  g.task = d.str(*j, "$", "task").value_or("");
-  g.layers = d.integer(*j, "$", "layers", 1).value_or(0);
   auto steps = d.integer(*j, "$", "steps", 0);
   const json* seqs = d.array(*j, "$", "sequences");
   if (!steps || !seqs) return g;
@@ -394,17 +406,11 @@ std::vector<fs::path> model_run_files(const fs::path& folder, const std::string&
 /// An `fk_model --teacher-forced` JSON file; nullopt when it cannot be read.
 std::optional<TeacherForcedRun> load_teacher(const fs::path& p, Diagnostics& diag) {
   TeacherForcedRun t;
-  t.file = p.generic_string();
   bool missing = false;
-  auto j = read_json_file(p, diag, &missing);
+  auto j = read_run_head(p, diag, t, &missing, "teacher-forced");
   if (missing) return std::nullopt;
+  if (!j) return t;
   Doc d(t.file, diag);
-  if (!j || !d.object(*j, "$")) return t;
-  d.one_of(*j, "$", "tool", {"fk_model"});
-  d.one_of(*j, "$", "mode", {"teacher-forced"});
-  t.arch = d.str(*j, "$", "arch").value_or("");
-  t.task = d.str(*j, "$", "task").value_or("");
-  t.layers = d.integer(*j, "$", "layers", 1).value_or(0);
   t.seed = static_cast<uint64_t>(d.integer(*j, "$", "seed", 0).value_or(0));
   t.graph = d.boolean(*j, "$", "graph").value_or(true);
   t.ref_logit_std = d.number(*j, "$", "ref_logit_std", /*positive=*/false).value_or(0);
