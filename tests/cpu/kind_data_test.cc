@@ -81,6 +81,9 @@ TEST(KindData, MalformedEntriesAreRefusedNamingFileEntryAndField) {
             "k.json: kinds[0] (demo): cases: unknown registry \"all\"");
   EXPECT_EQ(refusal(R"({"kinds": [)").rfind("k.json: invalid JSON: ", 0), 0u) << refusal(R"({"kinds": [)");
   EXPECT_EQ(refusal(R"({"kind": []})"), "k.json: expected an object with an array \"kinds\"");
+  // A value of the wrong JSON type is refused like any other defect, naming the entry.
+  EXPECT_EQ(refusal(entry(base + R"("name": "d", "maps": {"m": {"a": 1}})")).rfind("k.json: kinds[0]: ", 0), 0u)
+      << refusal(entry(base + R"("name": "d", "maps": {"m": {"a": 1}})"));
 }
 
 }  // namespace

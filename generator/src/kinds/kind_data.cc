@@ -266,14 +266,24 @@ std::vector<KindSpec> kinds_from_data(const std::string& text, const std::string
   if (!doc.is_object() || !doc.contains("kinds") || !doc["kinds"].is_array())
     throw std::invalid_argument(file + ": expected an object with an array \"kinds\"");
   DocContext ctx;
-  if (doc.contains("maps"))
-    for (const auto& [m, vals] : doc["maps"].items())
-      for (const auto& [v, text] : vals.items()) ctx.maps[m][v] = text.get<std::string>();
-  if (doc.contains("param_sets"))
-    for (const auto& [name, set] : doc["param_sets"].items()) ctx.param_sets[name] = set;
+  try {
+    if (doc.contains("maps"))
+      for (const auto& [m, vals] : doc["maps"].items())
+        for (const auto& [v, text] : vals.items()) ctx.maps[m][v] = text.get<std::string>();
+    if (doc.contains("param_sets"))
+      for (const auto& [name, set] : doc["param_sets"].items()) ctx.param_sets[name] = set;
+  } catch (const ojson::exception& err) {
+    throw std::invalid_argument(file + ": maps and param_sets: " + err.what());
+  }
   std::vector<KindSpec> out;
-  for (size_t i = 0; i < doc["kinds"].size(); ++i)
-    out.push_back(kind_from_entry(doc["kinds"][i], file + ": kinds[" + std::to_string(i) + "]", hooks, ctx));
+  for (size_t i = 0; i < doc["kinds"].size(); ++i) {
+    const std::string where = file + ": kinds[" + std::to_string(i) + "]";
+    try {
+      out.push_back(kind_from_entry(doc["kinds"][i], where, hooks, ctx));
+    } catch (const ojson::exception& err) {  // a value of the wrong JSON type (a map entry that is no string, say)
+      throw std::invalid_argument(where + ": " + err.what());
+    }
+  }
   return out;
 }
 
