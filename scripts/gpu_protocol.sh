@@ -93,18 +93,22 @@ for step in "${steps[@]}"; do
         --model-checks-only --case-timeout 120 --run-timeout 1500 --static-results $S/static.jsonl \
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t256|b1_kv2048)\$' --bench-arg=--off-registry=0 --seed $seed --jobs $(nproc)"
       ;;
-    sanitizer@* | sanitizer:*@*)  # sanitizer@G: all three tools; sanitizer:TOOL@G: one
+    sanitizer@* | sanitizer:*@*)  # sanitizer@G: all three tools; sanitizer:TOOL@G: one. A lost CUDA
+      # context or a timeout (fk_bench says "rerun with --resume"; the case is a RUNTIME_ERROR) is resumed after that case.
       tools="memcheck racecheck initcheck"
       [[ "$step" == sanitizer:* ]] && tools="$(echo "${step#sanitizer:}" | cut -d@ -f1)"
       # racecheck looks at shared-memory hazards inside one kernel, so it checks only our kernels
       # (mangled names in namespace fk: "2fk"); cuBLAS and cuDNN kernels under racecheck take
       # minutes per GEMM and are not ours to fix. memcheck and initcheck see every kernel (initcheck
       # must see the writes of library kernels, or reads of their outputs would look uninitialised).
-      bg sanitizer "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
+      # one background job per tool set (sanitizer-memcheck, ...), so that the tools can run side by side
+      bg "sanitizer-${tools// /-}" "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
         filter=''; [ \$tool = racecheck ] && filter='--kernel-name kns=2fk'; \
+        resume=''; for attempt in \$(seq 1 30); do \
         compute-sanitizer --tool \$tool \$filter --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
-        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \
-        >'$P/sanitizer-'\$tool'.log' 2>&1; echo \$tool rc=\$? >> '$P/sanitizer.rc'; done"
+        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \$resume \
+        >>'$P/sanitizer-'\$tool'.log' 2>&1; rc=\$?; echo \$tool attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
+        tail -n 4 '$P/sanitizer-'\$tool'.log' | grep -q 'rerun with --resume' || break; resume=--resume; done; done"
       ;;
     wait:*)
       limit="${step#wait:}"
