@@ -104,7 +104,7 @@ for step in "${steps[@]}"; do
       # one background job per tool set (sanitizer-memcheck, ...), so that the tools can run side by side
       bg "sanitizer-${tools// /-}" "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
         filter=''; [ \$tool = racecheck ] && filter='--kernel-name kns=2fk'; \
-        resume=''; for attempt in \$(seq 1 30); do \
+        resume=''; for attempt in \$(seq 1 300); do \
         compute-sanitizer --tool \$tool \$filter --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
         --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \$resume \
         >>'$P/sanitizer-'\$tool'.log' 2>&1; rc=\$?; echo \$tool attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
