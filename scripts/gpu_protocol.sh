@@ -99,14 +99,15 @@ for step in "${steps[@]}"; do
       [[ "$step" == sanitizer:* ]] && tools="$(echo "${step#sanitizer:}" | cut -d@ -f1)"
       # racecheck looks at shared-memory hazards inside one kernel, so it checks only our kernels
       # (mangled names in namespace fk: "2fk"); cuBLAS and cuDNN kernels under racecheck take
-      # minutes per GEMM and are not ours to fix. memcheck and initcheck see every kernel (initcheck
+      # minutes per GEMM and are not ours to fix. Its cases are capped at 256 tokens (--max-length:
+      # Note [Capped cases]): racecheck takes 250 s per 1024-token prefill attention case. memcheck and initcheck see every kernel (initcheck
       # must see the writes of library kernels, or reads of their outputs would look uninitialised).
       # one background job per tool set (sanitizer-memcheck, ...), so that the tools can run side by side
       bg "sanitizer-${tools// /-}" "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
-        filter=''; [ \$tool = racecheck ] && filter='--kernel-name kns=2fk'; \
+        filter=''; cap=''; [ \$tool = racecheck ] && filter='--kernel-name kns=2fk' && cap='--max-length 256'; \
         resume=''; for attempt in \$(seq 1 300); do \
         compute-sanitizer --tool \$tool \$filter --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
-        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \$resume \
+        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \$resume \${cap:-} \
         >>'$P/sanitizer-'\$tool'.log' 2>&1; rc=\$?; echo \$tool attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
         tail -n 4 '$P/sanitizer-'\$tool'.log' | grep -q 'rerun with --resume' || break; resume=--resume; done; done"
       ;;

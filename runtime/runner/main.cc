@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 16));
   app.add_option("--smallest", opt.smallest, "only each task's N smallest selected registry cases (e.g. a sanitizer sweep)")
       ->check(CLI::Range(0, 1000));
+  app.add_option("--max-length", opt.max_length,
+                 "cap the lengths (num_tokens, seq_len, kv_len) of every selected case here; a capped case is named "
+                 "<case>_cap<N> and counts as off-registry (sanitizer sweeps: Note [Capped cases])")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   app.add_option("--jsonl", opt.jsonl_path, "write results as JSON lines here");
   app.add_option("--markdown", opt.markdown_path, "write a markdown table here");
   app.add_option("--max-iters", opt.timing.max_iters, "timed calls per case at most")->check(CLI::Range(1, 100000));

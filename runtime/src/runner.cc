@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -983,6 +984,28 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
   return out;
 }
 
+// Note [Capped cases]
+// A sanitizer sweep wants every task at a small size: racecheck instruments each shared-memory
+// access, and the registry's smallest prefill case (1024 tokens of attention) takes minutes under
+// it. --max-length N caps the lengths of every selected case (num_tokens, seq_len and kv_len; batch
+// is left alone) at N. A case that changes is renamed `<name>_cap<N>` and counts as off-registry
+// (its record says so); a case already within N runs as it is. A capped case that would repeat a
+// registry case or another capped case of the task is dropped. The kernels take any length (the
+// off-registry rule already draws odd and prime ones), so a capped case is checked like any other.
+std::optional<ShapeCase> capped_case(const ShapeCase& c, int64_t max_length) {
+  static const std::set<std::string> kLengths = {"num_tokens", "seq_len", "kv_len"};
+  ShapeCase x = c;
+  bool changed = false;
+  for (auto& [k, v] : x.dims)
+    if (kLengths.count(k) && v > max_length) {
+      v = max_length;
+      changed = true;
+    }
+  if (!changed) return std::nullopt;
+  x.name = c.name + "_cap" + std::to_string(max_length);
+  return x;
+}
+
 bool under_compute_sanitizer() {
   // FK_UNDER_SANITIZER=1 says so explicitly (scripts/gpu_protocol.sh sets it); otherwise any
   // variable the sanitizer's launcher sets (its name or value mentions the sanitizer).
@@ -1028,7 +1051,30 @@ std::vector<Selection> select_cases(const RunnerOptions& opt) {
         if (std::find(by_size.begin(), by_size.end(), c) != by_size.end()) kept.push_back(c);
       picked = kept;
     }
-    for (const ShapeCase* c : picked) out.push_back({t, c});
+    std::vector<std::shared_ptr<const ShapeCase>> capped;  // Note [Capped cases]
+    if (opt.max_length > 0) {
+      std::vector<const ShapeCase*> kept;
+      for (const ShapeCase* c : picked) {
+        std::optional<ShapeCase> x = capped_case(*c, opt.max_length);
+        if (!x) {
+          kept.push_back(c);
+          continue;
+        }
+        bool dup = false;
+        for (const ShapeCase& r : t->cases) dup = dup || r.name == x->name;
+        for (const auto& o : capped) dup = dup || o->name == x->name;
+        if (dup) continue;
+        capped.push_back(std::make_shared<const ShapeCase>(std::move(*x)));
+        kept.push_back(capped.back().get());
+      }
+      picked = kept;
+    }
+    for (const ShapeCase* c : picked) {
+      std::shared_ptr<const ShapeCase> owned;
+      for (const auto& o : capped)
+        if (o.get() == c) owned = o;
+      out.push_back({t, c, owned, owned != nullptr});
+    }
     for (ShapeCase& x : off_registry_cases(*t, picked, opt.seed, opt.off_registry)) {
       auto owned = std::make_shared<const ShapeCase>(std::move(x));
       out.push_back({t, owned.get(), owned, true});

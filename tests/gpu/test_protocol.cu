@@ -244,6 +244,25 @@ TEST(OffRegistry, UnknownDimsGetNoneAndSaySo) {
   EXPECT_TRUE(fk::off_registry_cases(task_with({{"t1", "decode", {{"num_tokens", 1}}}}), {}, 1, 0).empty());
 }
 
+// Note [Capped cases] (host only): lengths capped, batch and other dims kept, renamed, nullopt when within.
+TEST(CappedCases, LengthsAreCappedAndTheCaseRenamed) {
+  const fk::ShapeCase prefill{"b2_s1024", "prefill", {{"batch", 2}, {"seq_len", 1024}}};
+  const auto x = fk::capped_case(prefill, 64);
+  ASSERT_TRUE(x.has_value());
+  EXPECT_EQ(x->name, "b2_s1024_cap64");
+  EXPECT_EQ(x->regime, "prefill");
+  EXPECT_EQ(x->get("seq_len"), 64);
+  EXPECT_EQ(x->get("batch"), 2) << "batch is not a length";
+  const fk::ShapeCase decode{"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}};
+  EXPECT_EQ(fk::capped_case(decode, 100)->get("kv_len"), 100);
+  const fk::ShapeCase tokens{"t4096", "prefill", {{"num_tokens", 4096}}};
+  EXPECT_EQ(fk::capped_case(tokens, 7)->get("num_tokens"), 7);
+  EXPECT_FALSE(fk::capped_case(fk::ShapeCase{"t1", "decode", {{"num_tokens", 1}}}, 64).has_value())
+      << "a case within the cap runs as it is";
+  EXPECT_FALSE(fk::capped_case(fk::ShapeCase{"e8", "decode", {{"experts", 8}}}, 4).has_value())
+      << "only lengths are capped";
+}
+
 // Note [Routing near-ties] (host only): 8 experts in 4 groups of 2, top-2 from the best 2 groups.
 TEST(RoutingNearTie, AcceptsOnlySelectionsWithinTheTie) {
   const fk::tasks::RoutingRowSpec r{8, 2, 4, 2, true};

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct RunnerOptions {
   uint64_t seed = 20261122;  ///< fk_bench draws a new one per run unless --seed (Note [Off-registry shapes])
   int off_registry = 1;      ///< off-registry cases per task and regime (Note [Off-registry shapes]); 0 = none
   int smallest = 0;          ///< > 0: only each task's N smallest selected registry cases (product of dims)
+  int64_t max_length = 0;    ///< > 0: lengths of the selected cases capped here (Note [Capped cases])
   bool time = true;          ///< false: check only
   bool graph = false;        ///< also time CUDA-graph replays for launch-bound cases
   bool cupti = false;        ///< CUPTI cross-check of the GPU work of checked and timed calls (Note [CUPTI cross-check])
@@ -72,6 +74,10 @@ std::vector<Selection> select_cases(const RunnerOptions& opt);
 /// `seed` (`per_regime` per regime); `note` says why a task gets none (dims the rule does not know).
 std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vector<const ShapeCase*>& selected,
                                           uint64_t seed, int per_regime, std::string* note = nullptr);
+
+/// `c` with its lengths (num_tokens, seq_len, kv_len) capped at `max_length` and named
+/// `<name>_cap<N>`; nullopt when every length is within it (Note [Capped cases] in runner.cc).
+std::optional<ShapeCase> capped_case(const ShapeCase& c, int64_t max_length);
 
 /// True when the process runs under compute-sanitizer (its injection library is loaded).
 bool under_compute_sanitizer();
