@@ -20,7 +20,8 @@ import sys
 
 MEMORY_KINDS = {"rms_norm", "fused_add_rms_norm", "qk_norm", "rotary_embedding", "silu_and_mul",
                 "vocab_parallel_embedding", "store_kvcache", "gemma_rms_norm", "gemma_fused_add_rms_norm",
-                "gemma_qk_norm", "gelu_tanh_and_mul", "scaled_word_embedding", "concat_and_cache_mla"}
+                "gemma_qk_norm", "gelu_tanh_and_mul", "scaled_word_embedding", "concat_and_cache_mla",
+                "layer_norm", "fused_add_layer_norm"}
 GEMM_KINDS = {"qkv_parallel_linear", "merged_column_parallel_linear", "row_parallel_linear", "parallel_lm_head",
               "replicated_linear", "column_parallel_linear"}
 SMALL_M = 16  # the GEMV path's limit (fk/kernels/gemv.cuh: M <= 16); larger M is cuBLASLt

@@ -112,6 +112,15 @@ def qk_norm_native(q, k, qw, kw, d, eps, norm=rms_norm_native):
     return qh, kh
 
 
+def layer_norm_native(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def fused_add_layer_norm_native(x, res, w, b, eps):
+    z = x + res
+    return F.layer_norm(z, (z.shape[-1],), w, b, eps), z
+
+
 def gemma_rms_norm_native(x, w, eps):
     """HF GemmaRMSNorm: fp32 normalise, times (1 + w) in fp32, one rounding."""
     xf = x.float()
@@ -416,6 +425,23 @@ def build(kind, name, dims, use_compile):
             sets = [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, eps)
                     for _ in range(n)]
             add(gemma_fused_add_rms_norm_native if gemma else fused_add_rms_norm_native, sets)
+        return peers, n
+    if kind in ("layer_norm", "fused_add_layer_norm"):
+        # torch.nn.LayerNorm is the production module itself (F.layer_norm: ATen's fused kernel);
+        # the fused kind is the encoder's eager `h = a + h; out = norm(h)`, and its torch.compile.
+        h, eps, bias = g(r".*layer_norm_h(\d+)_eps([^_]+)_(bias|nobias)_", name)
+        h, eps = int(h), float(eps)
+        w = 1.0 + 0.1 * torch.randn(h, device=dev, dtype=dtype)
+        b = 0.1 * torch.randn(h, device=dev, dtype=dtype) if bias == "bias" else None
+        fused = kind == "fused_add_layer_norm"
+        n = nsets_for(T * h * 2 * (2 if fused else 1))
+        if not fused:
+            sets = [(torch.randn(T, h, device=dev, dtype=dtype), w, b, eps) for _ in range(n)]
+            add(layer_norm_native, sets)
+        else:
+            sets = [(torch.randn(T, h, device=dev, dtype=dtype), torch.randn(T, h, device=dev, dtype=dtype), w, b, eps)
+                    for _ in range(n)]
+            add(fused_add_layer_norm_native, sets)
         return peers, n
     if kind == "gelu_tanh_and_mul":
         (i_,) = g(r"gelu_tanh_and_mul_i(\d+)_", name)
