@@ -476,7 +476,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"moe_align_block_size", "MoeAlignBlockSize"}, {"moe_grouped_gemm", "MoeGroupedGemm"}, {"moe_sum", "MoeSum"},
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
-      {"mla_decode", "MLADecode"}};
+      {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
