@@ -475,10 +475,7 @@ std::shared_ptr<const Descriptor> load_descriptor(const std::string& file, const
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    diag.error(file + ": invalid JSON: " + what);
+    diag.error(file + ": invalid JSON: " + json_error_text(e.what()));
     return nullptr;
   }
   auto d = std::make_shared<Descriptor>();

@@ -359,10 +359,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
   try {
     root = json::parse(text);
   } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    diag.error(file + ": invalid JSON: " + what);
+    diag.error(file + ": invalid JSON: " + json_error_text(e.what()));
     return c;
   }
   if (!root.is_object()) {
@@ -407,10 +404,7 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
   try {
     root = json::parse(mark_nonfinite_literals(text));
   } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    auto pos = what.find("] ");
-    if (pos != std::string::npos) what = what.substr(pos + 2);
-    diag.error(file + ": invalid JSON: " + what);
+    diag.error(file + ": invalid JSON: " + json_error_text(e.what()));
     return std::nullopt;
   }
   if (!root.is_object()) {

@@ -76,8 +76,7 @@ std::string bound_text(const GreedyCheck& g) {
 /// nlohmann's parse error without its "[json.exception...] " prefix; in one line of a JSONL file
 /// the line number is ours, so only the column is kept.
 std::string parse_error_text(const std::string& what, bool one_line) {
-  std::string s = what;
-  if (s.rfind("[json.exception", 0) == 0 && s.find("] ") != std::string::npos) s = s.substr(s.find("] ") + 2);
+  std::string s = json_error_text(what);
   if (one_line) s = std::regex_replace(s, std::regex("^parse error at line [0-9]+, "), "");
   return s;
 }

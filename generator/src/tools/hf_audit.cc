@@ -319,9 +319,7 @@ class RulesLoader {
     try {
       j = json::parse(text);
     } catch (const json::parse_error& e) {
-      std::string what = e.what();
-      if (what.rfind("[json.exception", 0) == 0 && what.find("] ") != std::string::npos) what = what.substr(what.find("] ") + 2);
-      diag_.error(file_ + ": malformed JSON: " + what);
+      diag_.error(file_ + ": malformed JSON: " + json_error_text(e.what()));
       return std::nullopt;
     }
     const size_t before = diag_.errors().size();

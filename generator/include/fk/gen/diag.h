@@ -8,6 +8,13 @@
 
 namespace fk::gen {
 
+/// A JSON parser's message without its "[json.exception.<kind>.<id>] " prefix (nlohmann's), so
+/// that every "invalid JSON" error reads the same; other text is returned unchanged.
+inline std::string json_error_text(const std::string& what) {
+  const auto end = what.find("] ");
+  return what.rfind("[json.exception", 0) == 0 && end != std::string::npos ? what.substr(end + 2) : what;
+}
+
 /// Collected error messages, each already complete (`<file>: <where>: <what>`), in the order found.
 class Diagnostics {
  public:

@@ -9,26 +9,19 @@
 // the variance are two block reductions over the registers (sum of x, then sum of (x - mean)^2):
 // the two-pass variance is as exact as Welford's and costs one more reduction, no more memory
 // traffic. The weight and bias loads are issued with the row's before the first reduction, so
-// they are off the critical path. Sizes: ViT/BERT 768 bf16 -> 96 threads x 1 vector; 1152 ->
-// 160 x 1 (whole warps, the last partial); 4096 -> 256 x 2.
+// they are off the critical path. Launch shape as RMSNorm's: ViT/BERT 768 bf16 -> 64 threads x 2
+// vectors (the last 16 threads idle); 1152 -> 96 x 2 (24 idle); 4096 -> 256 x 2.
 #pragma once
 
 #include "fk/kernels/common.cuh"
+#include "fk/kernels/rms_norm.cuh"
 
 namespace fk::kernels {
 
 namespace detail {
 
-template <int kHidden, class T> struct LayerNormShape {
-  static constexpr int kVecElems = Vec16<T>::kN;
-  static_assert(kHidden % kVecElems == 0, "hidden size must be a multiple of 16 bytes");
-  static constexpr int kVecs = kHidden / kVecElems;
-  // As RMSNorm (fk/kernels/rms_norm.cuh): 2 vectors per thread from 64 vectors per row, 1 below,
-  // more only where 1024 threads would not cover the row.
-  static constexpr int kVecPerThread = kVecs > 2048 ? kVecs / 1024 + (kVecs % 1024 != 0) : (kVecs >= 64 ? 2 : 1);
-  static constexpr int kThreadsRaw = (kVecs + kVecPerThread - 1) / kVecPerThread;
-  static constexpr int kThreads = ((kThreadsRaw + 31) / 32) * 32;
-};
+// The launch shape of RMSNorm (fk/kernels/rms_norm.cuh): the same row-in-registers layout.
+template <int kHidden, class T> using LayerNormShape = RmsNormShape<kHidden, T>;
 
 template <int kHidden, class T, bool kBias, bool kFusedAdd>
 __global__ void __launch_bounds__(LayerNormShape<kHidden, T>::kThreads)
