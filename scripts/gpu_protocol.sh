@@ -103,13 +103,17 @@ for step in "${steps[@]}"; do
       # Note [Capped cases]): racecheck takes 250 s per 1024-token prefill attention case. memcheck and initcheck see every kernel (initcheck
       # must see the writes of library kernels, or reads of their outputs would look uninitialised).
       # one background job per tool set (sanitizer-memcheck, ...), so that the tools can run side by side
-      bg "sanitizer-${tools// /-}" "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
+      # FK_SANITIZER_ARGS (more compute-sanitizer options), FK_SANITIZER_BENCH_ARGS (more fk_bench
+      # options, e.g. --task) and FK_SANITIZER_TAG (a suffix of the job's file names) serve one-off sweeps.
+      tag="${FK_SANITIZER_TAG:+-$FK_SANITIZER_TAG}"
+      bg "sanitizer-${tools// /-}$tag" "export CUDA_VISIBLE_DEVICES=${step##*@} FK_UNDER_SANITIZER=1; for tool in $tools; do \
         filter=''; cap=''; [ \$tool = racecheck ] && filter='--kernel-name kns=2fk' && cap='--max-length 256'; \
+        log='$P/sanitizer-'\$tool'$tag.log'; echo \"sanitizer options: ${FK_SANITIZER_ARGS:-} fk_bench options: ${FK_SANITIZER_BENCH_ARGS:-}\" >>\$log; \
         resume=''; for attempt in \$(seq 1 300); do \
-        compute-sanitizer --tool \$tool \$filter --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
-        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'.jsonl' \$resume \${cap:-} \
-        >>'$P/sanitizer-'\$tool'.log' 2>&1; rc=\$?; echo \$tool attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
-        tail -n 4 '$P/sanitizer-'\$tool'.log' | grep -q 'rerun with --resume' || break; resume=--resume; done; done"
+        compute-sanitizer --tool \$tool \$filter ${FK_SANITIZER_ARGS:-} --error-exitcode 9 --print-limit 20 '$b/fk_bench' --level 1 --smallest 1 \
+        --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'$tag.jsonl' \$resume \${cap:-} ${FK_SANITIZER_BENCH_ARGS:-} \
+        >>\$log 2>&1; rc=\$?; echo \$tool$tag attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
+        tail -n 4 \$log | grep -q 'rerun with --resume' || break; resume=--resume; done; done"
       ;;
     wait:*)
       limit="${step#wait:}"

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
-                         "gpt_oss", "deepseek_v3")
+                         "gpt_oss", "deepseek_v3", "granite")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",

@@ -44,6 +44,7 @@ struct Config {
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   static constexpr int64_t intermediate_size = 18944;
   static constexpr bool mlp_bias = false;
+  static constexpr double residual_multiplier = 1;  // branch scale before each residual add (1: none)
   using scalar_t = fk::bf16;
 };
 
@@ -74,10 +75,13 @@ class LlamaDecoderLayer {
       residual = std::get<1>(normed);
     }
     hidden_states = self_attn.forward(positions, hidden_states);
+    // Granite: residual + m * branch (Note [Granite multipliers] in fk/tasks/llama.h).
+    if constexpr (Config::residual_multiplier != 1.0) fk::tasks::scale_<Config>(hidden_states, Config::residual_multiplier);
     std::tuple<fk::Tensor, fk::Tensor> normed = post_attention_layernorm.forward(hidden_states, residual);
     hidden_states = std::get<0>(normed);
     residual = std::get<1>(normed);
     hidden_states = mlp.forward(hidden_states);
+    if constexpr (Config::residual_multiplier != 1.0) fk::tasks::scale_<Config>(hidden_states, Config::residual_multiplier);
     return {hidden_states, residual};
   }
 

@@ -48,6 +48,11 @@ struct Config {
   static constexpr int64_t num_hidden_layers = 32;
   static constexpr int64_t vocab_size = 128256;
   static constexpr bool tie_word_embeddings = false;
+  // Granite (Note [Granite multipliers] in fk/tasks/llama.h; 1: none): the embed_tokens child
+  // applies embedding_multiplier, the layers residual_multiplier, compute_logits 1 / logits_scaling.
+  static constexpr double embedding_multiplier = 1;
+  static constexpr double residual_multiplier = 1;
+  static constexpr double logits_scaling = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -104,7 +109,11 @@ class LlamaForCausalLM {
   }
 
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
-  fk::Tensor compute_logits(const fk::Tensor& hidden_states) { return lm_head.forward(hidden_states); }
+  fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
+    fk::Tensor logits = lm_head.forward(hidden_states);
+    if constexpr (Config::logits_scaling != 1.0) fk::tasks::scale_<Config>(logits, 1.0 / Config::logits_scaling);
+    return logits;
+  }
 
   /// Every parameter once, with its HF transformers name (Note [Seeded weights]).
   void named_parameters(fk::ParamList& out) {

@@ -1,6 +1,8 @@
 // References for composite tasks (Note [Composite references]).
 #include "fk/tasks/reference_ops.h"
 
+#include <cmath>
+
 #include "fk/kernels/gemm.h"
 #include "fk/kernels/reference/attention_ref.cuh"
 #include "fk/kernels/reference/moe_ref.cuh"
@@ -10,6 +12,7 @@
 #include "fk/kernels/reference/silu_and_mul_ref.cuh"
 #include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
 #include "fk/runtime/cuda_check.h"
+#include "fk/runtime/runner.h"  // under_compute_sanitizer
 #include "fk/tasks/attention.h"  // window_range
 
 namespace fk::tasks::ref {
@@ -74,6 +77,42 @@ fk::kernels::GemmDType gemm_dtype(DType d) {
   return d == DType::kBF16 ? fk::kernels::GemmDType::kBF16 : fk::kernels::GemmDType::kF16;
 }
 
+// Note [Reference GEMMs under compute-sanitizer]
+// racecheck runs with a kernel filter (our kernels only: gpu_protocol.sh), and with that filter
+// the sanitizer itself fails inside any cuBLAS kernel, which ends the CUDA context. A task whose
+// own kernels are ours but whose reference calls cuBLAS (moe_grouped_gemm) would then never be
+// checked. Under the sanitizer the references therefore compute their GEMMs with a plain loop:
+// one thread per output, fp32 accumulation over k in order, the same fp32 result as
+// gemm_f32_out up to summation order. Slow, so only there; the tolerance is unchanged.
+template <class T>
+__global__ void plain_gemm_f32_kernel(float* c, int64_t ldc, const T* x, int64_t ldx, const T* w, int64_t m,
+                                      int64_t n, int64_t k) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < m * n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, j = i % n;
+    float acc = 0.f;
+    for (int64_t q = 0; q < k; ++q) acc += float(x[r * ldx + q]) * float(w[j * k + q]);
+    c[r * ldc + j] = acc;
+  }
+}
+
+// c (fp32, row stride ldc) = x W^T: gemm_f32_out, or the plain loop under the sanitizer.
+void ref_gemm_f32(float* c, int64_t ldc, const void* x, int64_t ldx, const void* w, int64_t m, int64_t n, int64_t k,
+                  DType dtype) {
+  static const bool plain = fk::under_compute_sanitizer();
+  if (!plain) {
+    fk::kernels::gemm_f32_out(c, ldc, x, ldx, w, m, n, k, gemm_dtype(dtype), current_stream());
+    return;
+  }
+  if (m * n == 0) return;
+  dispatch(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t nb = std::min<int64_t>(blocks(m * n), 65535);
+    plain_gemm_f32_kernel<T><<<nb, 256, 0, current_stream()>>>(c, ldc, static_cast<const T*>(x), ldx,
+                                                              static_cast<const T*>(w), m, n, k);
+  });
+  FK_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 Tensor round_to(const Tensor& f32, DType dtype) {
@@ -86,8 +125,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   FK_CHECK(w.dim() == 2 && w.size(1) == x.size(1) && w.is_contiguous() && w.dtype() == x.dtype(), "reference linear weight " + w.str());
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
   Tensor c = empty({m, n}, DType::kF32);
-  fk::kernels::gemm_f32_out(c.data<float>(), n, x.data_ptr(), x.stride(0), w.data_ptr(), m, n, k, gemm_dtype(x.dtype()),
-                            current_stream());
+  ref_gemm_f32(c.data<float>(), n, x.data_ptr(), x.stride(0), w.data_ptr(), m, n, k, x.dtype());
   return finish(c, x.dtype(), bias);
 }
 
@@ -183,6 +221,10 @@ template <class T> __global__ void softcap_ref_kernel(float* out, const T* x, in
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = static_cast<float>(static_cast<double>(cap) * tanh(static_cast<double>(fk::kernels::to_float(x[i])) / cap));
 }
+template <class T> __global__ void scale_ref_kernel(float* out, const T* x, int64_t n, double s) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(s * static_cast<double>(fk::kernels::to_float(x[i])));
+}
 }  // namespace
 
 Tensor softcap(const Tensor& x, double cap) {
@@ -195,6 +237,20 @@ Tensor softcap(const Tensor& x, double cap) {
     if (n > 0)
       softcap_ref_kernel<T><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n,
                                                                                          static_cast<float>(cap));
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+Tensor scale(const Tensor& x, double s) {
+  check_model_dtype(x, "scale input");
+  FK_CHECK(x.is_contiguous() && std::isfinite(s), "reference scale of " + x.str() + " by " + std::to_string(s));
+  Tensor out = empty(x.sizes(), DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = x.numel();
+    if (n > 0)
+      scale_ref_kernel<T><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n, s);
   });
   FK_CHECK_LAUNCH();
   return finish(out, x.dtype());
@@ -320,7 +376,7 @@ Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_
     FK_CHECK_LAUNCH();
     Tensor ce = empty({m, n}, DType::kF32);
     const void* we = static_cast<const char*>(w.data_ptr()) + e * n * k * es;
-    fk::kernels::gemm_f32_out(ce.data<float>(), n, ae.data_ptr(), k, we, m, n, k, gemm_dtype(a.dtype()), current_stream());
+    ref_gemm_f32(ce.data<float>(), n, ae.data_ptr(), k, we, m, n, k, a.dtype());
     scatter_rows_kernel<<<blocks(m * n), 256, 0, current_stream()>>>(
         out.data<float>(), ce.data<float>(), dst_d.data<int32_t>(),
         topk_weights.defined() ? topk_weights.data<float>() : nullptr,

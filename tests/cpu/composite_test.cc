@@ -163,14 +163,14 @@ TEST(Composites, LevelsPathsAndNameLength) {
     ++composites;
     EXPECT_EQ(t.level, levels.at(t.kind)) << name;
   }
-  // Llama family: 7 per config (5 configs, Phi-3 among them), minus 4 shared (2 MLPs, 1
+  // Llama family: 7 per config (6 configs, Phi-3 and Granite among them), minus 4 shared (2 MLPs, 1
   // attention_o_proj x2). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
   // Gemma: 10 modules per config (two layer variants); Gemma 2's variants share qkv_rope_cache
   // (one rope base, the window is not in it). gpt-oss: qkv_rope_cache, fused_experts,
   // sparse_moe_block, two variants of attention_o_proj, llama_attention and moe_decoder_layer, the model.
   // DeepSeek-V3: the MLA attention, the dense MLP and the shared experts (two llama_mlp), fused_experts,
   // deepseek_moe, the dense and the MoE decoder layer, the model.
-  EXPECT_EQ(composites, 42 + 10 + 9 + 10 + 8);
+  EXPECT_EQ(composites, 49 + 10 + 9 + 10 + 8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -350,6 +350,33 @@ TEST(Composites, GemmaLayerVariantsResolveTheirOwnLayers) {
   EXPECT_EQ(children(g2["sliding.self_attn"]).at("attn_decode"), "flash_attn_decode_hq16_hkv8_d256_sw4096_cap50_bf16");
   EXPECT_EQ(placeholders(g2["model"])["final_softcap"], "30");
   EXPECT_EQ(placeholders(g2["model"])["full_every"], "2");
+}
+
+// Granite (Note [Granite multipliers] in fk/tasks/llama.h): the llama descriptor with the four
+// muP constants: attention_multiplier is the softmax scale, embedding_multiplier makes the
+// embedding a ScaledWordEmbedding, residual_multiplier and logits_scaling are constants of the
+// layer and model composites, spelled only where they are not 1 (every other name unchanged).
+TEST(Composites, GraniteMultipliers) {
+  const char* kGranite = "ibm-granite/granite-3.3-8b-instruct";
+  auto m = modules(kGranite);
+  EXPECT_EQ(m["layer"], "llama_decoder_layer_h4096_i12800_hq32_hkv8_d128_scale0.0078125_eps1e-05_rot128_pos131072_base10000000_"
+                        "none_neox_qkvnobias_onobias_mlpnobias_rm0.22_bf16");
+  EXPECT_EQ(m["model"], "llama_for_causal_lm_l40_v49159_tied_h4096_i12800_hq32_hkv8_d128_scale0.0078125_eps1e-05_rot128_"
+                        "pos131072_base10000000_none_neox_qkvnobias_onobias_mlpnobias_em12_rm0.22_ls16_bf16");
+  auto model = children(m["model"]);
+  EXPECT_EQ(model.at("embed_tokens"), "scaled_word_embedding_v49159_h4096_s12_bf16");
+  EXPECT_EQ(children(m["self_attn"]).at("attn_decode"), "flash_attn_decode_hq32_hkv8_d128_scale0.0078125_bf16");
+  auto ph = placeholders(m["model"]);
+  EXPECT_EQ(ph["embedding_multiplier"], "12");
+  EXPECT_EQ(ph["residual_multiplier"], "0.22");
+  EXPECT_EQ(ph["logits_scaling"], "16");
+  EXPECT_EQ(placeholders(m["layer"])["residual_multiplier"], "0.22");
+  // Llama itself: multipliers 1, names as before.
+  auto l = modules(kLlama);
+  EXPECT_EQ(placeholders(l["layer"])["residual_multiplier"], "1");
+  EXPECT_EQ(placeholders(l["model"])["logits_scaling"], "1");
+  EXPECT_EQ(children(l["model"]).at("embed_tokens"), "vocab_parallel_embedding_v128256_h4096_bf16");
+  EXPECT_EQ(l["model"].find("_rm"), std::string::npos);
 }
 
 // gpt-oss: HF layer_types picks each layer's variant (sliding window 128 or full attention);

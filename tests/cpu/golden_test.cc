@@ -163,12 +163,12 @@ TEST(Golden, CheckReportsStaleMissingAndExtra) {
 TEST(Golden, NothingIsWrittenWhenAnyConfigIsInvalid) {
   TempDir tmp;
   make_repo(golden_root(), tmp.path());
-  spit(tmp.path() / "hf_configs" / "tiny" / "broken" / "config.json", "{\"model_type\": \"granite\"}\n");
+  spit(tmp.path() / "hf_configs" / "tiny" / "broken" / "config.json", "{\"model_type\": \"jamba\"}\n");
   Diagnostics d;
   generate(tmp.path(), d);
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.text(),
-            "hf_configs/tiny/broken/config.json: $.model_type: unknown model_type \"granite\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, llama, mistral, "
+            "hf_configs/tiny/broken/config.json: $.model_type: unknown model_type \"jamba\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, "
             "mixtral, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under generator/descriptors/\n");
   EXPECT_FALSE(fs::exists(tmp.path() / "generated"));
 }

@@ -242,10 +242,10 @@ class Loader {
     return s;
   }
 
-  // `bind` must name every parameter of the kind, and nothing else.
+  // `bind` must name every parameter of the kind that has no default, and nothing else.
   void check_bind(const KindSpec& kind, const std::map<std::string, Expr>& bind, const std::string& p) {
     for (const auto& ps : kind.params)
-      if (!bind.count(ps.name))
+      if (!bind.count(ps.name) && !ps.dflt)
         err(p + ".bind." + ps.name, std::string("expected ") + param_type_name(ps.type) + " expression for parameter " +
                                         ps.name + " of kind " + kind.kind + ", got nothing");
     for (const auto& [name, _] : bind) {

@@ -4,8 +4,9 @@
 //   kind, template, class, production       strings; production may use the template language
 //   level, slots, source_template           composite kinds (Note [Composite kinds] in fk/gen/kinds.h):
 //                 slots [[name, class(, fallback)]]; source_template: another kind's .cu template
-//   params        [[name, "int"|"float"|"bool"|"string"(, "cases")]], in binding order; "cases"
-//                 marks a parameter that only selects input cases (not a constant, not named);
+//   params        [[name, "int"|"float"|"bool"|"string"(, "cases" | {"default": v})]], in binding
+//                 order; "cases" marks a parameter that only selects input cases (not a constant,
+//                 not named); {"default": v} is its value where a descriptor's bind omits it;
 //                 "@set" splices a list of the file's top-level "param_sets"
 // A file's top-level "maps" are shared by its entries.
 //   name          the task name in the template language below (Note [Task naming])
@@ -185,10 +186,26 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   ojson params = ojson::array();
   expand_params(j["params"], doc, where, params);
   for (const auto& p : params) {
+    const bool with_default = p.is_array() && p.size() == 3 && p[2].is_object();
     if (!p.is_array() || p.size() < 2 || p.size() > 3 || !p[0].is_string() || !p[1].is_string() ||
-        (p.size() == 3 && p[2] != "cases"))
-      throw std::invalid_argument(where + ": params: expected [name, type] or [name, type, \"cases\"], got " + p.dump());
-    ParamSpec ps{p[0].get<std::string>(), param_type(p[1].get<std::string>(), where), p.size() == 2};
+        (p.size() == 3 && p[2] != "cases" && !with_default) ||
+        (with_default && (p[2].size() != 1 || !p[2].contains("default") || !p[2]["default"].is_primitive() ||
+                          p[2]["default"].is_null())))
+      throw std::invalid_argument(where + ": params: expected [name, type], [name, type, \"cases\"] or [name, type, "
+                                  "{\"default\": value}], got " + p.dump());
+    ParamSpec ps{p[0].get<std::string>(), param_type(p[1].get<std::string>(), where), p.size() == 2 || with_default};
+    if (with_default) {
+      const ojson& d = p[2]["default"];
+      if (d.is_boolean()) ps.dflt = d.get<bool>();
+      else if (d.is_number_integer()) ps.dflt = d.get<int64_t>();
+      else if (d.is_number()) ps.dflt = d.get<double>();
+      else ps.dflt = d.get<std::string>();
+      const bool fits = ps.type == ParamType::kFloat ? is_numeric(*ps.dflt)
+                        : ps.type == ParamType::kInt ? ps.dflt->index() == 2
+                        : ps.type == ParamType::kBool ? ps.dflt->index() == 1 : ps.dflt->index() == 4;
+      if (!fits) throw std::invalid_argument(where + ": params: the default of " + ps.name + " does not fit its type: " + p.dump());
+      if (ps.type == ParamType::kFloat) ps.dflt = as_double(*ps.dflt);
+    }
     if (!e->types.emplace(ps.name, ps.type).second) throw std::invalid_argument(where + ": params: " + ps.name + " twice");
     k.params.push_back(ps);
   }

@@ -339,6 +339,31 @@ const KindHooks& kind_hooks() {
       const double cap = F(p, "final_softcap");
       return cap > 0 ? "_fcap" + nf(cap) : std::string();
     };
+    // Granite's multipliers (Note [Granite multipliers] in fk/tasks/llama.h): _em{e}_rm{r}_ls{l},
+    // each only when the kind has it and it is not 1, so that every other name is unchanged.
+    h.spell["multipliers"] = [](const Params& p) {
+      std::string out;
+      for (const auto& [key, tag] : {std::pair<const char*, const char*>{"embedding_multiplier", "_em"},
+                                     {"residual_multiplier", "_rm"}, {"logits_scaling", "_ls"}})
+        if (p.count(key) && F(p, key) != 1.0) out += tag + nf(F(p, key));
+      return out;
+    };
+    h.checks["multipliers"] = [](const Params& p) {
+      for (const char* key : {"embedding_multiplier", "residual_multiplier", "logits_scaling"})
+        if (p.count(key) && !(std::isfinite(F(p, key)) && F(p, key) > 0))
+          throw GenError{std::string(key) + " must be a finite number > 0 (1: none), got " + cf(F(p, key))};
+      // The embedding child multiplies by its scale rounded to the model dtype (Gemma's rule); HF
+      // Granite multiplies by the fp32 value. They agree only where the value has at most 8
+      // significant bits (exact in bf16 and fp16), as every published Granite config's 12 has.
+      if (p.count("embedding_multiplier")) {
+        int e = 0;
+        const double mant = std::frexp(F(p, "embedding_multiplier"), &e) * 256.0;
+        if (mant != std::floor(mant) || e > 15 || e < -13)
+          throw GenError{"embedding_multiplier " + cf(F(p, "embedding_multiplier")) +
+                         " is not exact in bf16 (at most 8 significant bits, magnitude 2^-14 to 2^15): the "
+                         "embedding would be scaled by a rounded value, unlike HF"};
+      }
+    };
     h.spell["layer_pattern"] = [](const Params& p) { return layer_pattern_spelling(layer_pattern(S(p, "layer_types"))); };
     h.spell["layer_types_literal"] = [](const Params& p) { return cpp_string_literal(layer_pattern(S(p, "layer_types"))); };
     // rms_norm_eps is 0 unless qk_norm is set (nothing else reads it in the attention composites,

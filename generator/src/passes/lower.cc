@@ -174,6 +174,10 @@ class Lowerer {
     bool ok = true;
     for (const auto& ps : kind.params) {
       std::string where = json_path + ".bind." + ps.name;
+      if (!exprs.count(ps.name) && ps.dflt) {  // the kind's default (a parameter the descriptor leaves out)
+        out[ps.name] = *ps.dflt;
+        continue;
+      }
       try {
         Value v = exprs.at(ps.name).eval(e);
         bool fits = false;

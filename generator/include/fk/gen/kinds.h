@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,10 @@ struct ParamSpec {
   /// false: the parameter only selects input cases (e.g. max_position for attention) and is
   /// neither in the name nor in the content that must agree between configs.
   bool is_constant = true;
+  /// The value when a descriptor's `bind` omits the parameter (kind data: [name, type,
+  /// {"default": v}]); none: the bind must give it. Lets a kind gain a constant that only new
+  /// families set (Granite's residual_multiplier) without touching every descriptor.
+  std::optional<Value> dflt;
 };
 
 /// Parameter values of one op instance, checked against the kind's ParamSpecs.

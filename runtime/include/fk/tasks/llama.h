@@ -96,6 +96,37 @@ template <class Cfg> void logit_softcap_(Tensor& logits, double cap) {
   FK_CHECK_LAUNCH();
 }
 
+/// In-place x = s * x in the model dtype (Granite's residual_multiplier and logits_scaling).
+template <class Cfg> void scale_(Tensor& x, double s) {
+  using T = typename Cfg::scalar_t;
+  FK_CHECK(x.is_contiguous() && x.dtype() == dtype_of<T>, "scaling of " + x.str());
+  fk::kernels::scale_inplace<T>(x.data<T>(), x.numel(), static_cast<float>(s), current_stream());
+}
+
+// Note [Granite multipliers]
+// Granite (muP) decoders are Llama decoders with four constants: the embedding rows times
+// embedding_multiplier (the ScaledWordEmbedding child), the attention scale attention_multiplier
+// (the attention children's softmax_scale), each residual branch times residual_multiplier
+// before it joins the stream (residual + m * branch, as vLLM's GraniteDecoderLayer), and the
+// logits divided by logits_scaling (vLLM's LogitsProcessor scale 1 / logits_scaling). The layer
+// scales the attention output and the MLP output in place, rounded to the model dtype as
+// torch's `branch * m` is; the fused add + norm that follows is unchanged. A Cfg without the
+// members (every other family) has multipliers 1, and nothing is launched.
+template <class Cfg, class = void> struct ResidualMultiplierOf {
+  static constexpr double value = 1.0;
+};
+template <class Cfg> struct ResidualMultiplierOf<Cfg, std::void_t<decltype(Cfg::residual_multiplier)>> {
+  static constexpr double value = Cfg::residual_multiplier;
+};
+template <class Cfg> constexpr double residual_multiplier_of() { return ResidualMultiplierOf<Cfg>::value; }
+template <class Cfg, class = void> struct LogitsScalingOf {
+  static constexpr double value = 1.0;
+};
+template <class Cfg> struct LogitsScalingOf<Cfg, std::void_t<decltype(Cfg::logits_scaling)>> {
+  static constexpr double value = Cfg::logits_scaling;
+};
+template <class Cfg> constexpr double logits_scaling_of() { return LogitsScalingOf<Cfg>::value; }
+
 /// Multi-head latent attention (DeepSeek; fk/tasks/deepseek.h): one latent cache per layer,
 /// `kv_cache`, with the module's own constants in M::Cfg.
 template <class M, class = void> struct is_mla_attention : std::false_type {};
@@ -266,7 +297,8 @@ Tensor ref_llama_attention(A& a, const RefMeta& rm, const Tensor& positions, con
 }
 
 /// Decoder layer reference: (hidden_states, residual) -> (hidden_states, residual).
-/// LlamaDecoderLayer: fused add + RMSNorm before attention and before the MLP.
+/// LlamaDecoderLayer: fused add + RMSNorm before attention and before the MLP (Granite: both
+/// branches times Cfg::residual_multiplier, Note [Granite multipliers]).
 /// GemmaDecoderLayer (IsGemmaLayer; every norm a GemmaRMSNorm, 1 + w): input_layernorm (fused
 /// add), attention, post_attention_layernorm (plain), pre_feedforward_layernorm (fused add), MLP,
 /// post_feedforward_layernorm (plain), as vLLM's Gemma2/Gemma3DecoderLayer.
@@ -296,9 +328,13 @@ std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tenso
     return {ref::rms_norm(mlp, l.post_feedforward_layernorm.weight, l.post_feedforward_layernorm.variance_epsilon, off),
             n.second};
   } else {
+    constexpr double m = residual_multiplier_of<Cfg>();  // Note [Granite multipliers]
+    if constexpr (m != 1.0) attn = ref::scale(attn, m);
     std::pair<Tensor, Tensor> n =
         ref::add_rms_norm(attn, res, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
-    return {ref_mlp(l.mlp, n.first), n.second};
+    Tensor mlp = ref_mlp(l.mlp, n.first);
+    if constexpr (m != 1.0) mlp = ref::scale(mlp, m);
+    return {mlp, n.second};
   }
 }
 
@@ -675,6 +711,7 @@ Tensor ref_causal_lm_logits(Model& model, const RefMeta& rm, const Tensor& ids, 
   Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon, kGemma ? 1.f : 0.f).first;
   Tensor logits = ref::linear(gather_rows(normed, rows), model.lm_head.weight, model.lm_head.bias);
   if (final_softcap_of<Cfg>() > 0) logits = ref::softcap(logits, final_softcap_of<Cfg>());
+  if constexpr (logits_scaling_of<Cfg>() != 1.0) logits = ref::scale(logits, 1.0 / logits_scaling_of<Cfg>());
   return to_f32(logits);
 }
 

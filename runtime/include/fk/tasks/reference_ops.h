@@ -39,6 +39,8 @@ Tensor swigluoai_and_mul(const Tensor& x, double alpha, double limit);
 Tensor embedding(const Tensor& ids, const Tensor& weight, float scale = 0.f);
 /// cap * tanh(x / cap) elementwise (logit soft-capping), from the model dtype, rounded to it.
 Tensor softcap(const Tensor& x, double cap);
+/// s * x elementwise (Granite's multipliers), from the model dtype, rounded to it.
+Tensor scale(const Tensor& x, double s);
 /// cache_rows[slot_mapping[t]] = x[t] for a cache viewed as [slots, row] rows.
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
 /// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
