@@ -200,6 +200,8 @@ def random_weights(model, seed, std=None):
         shape = tuple(p.shape)
         if name.endswith("norm.weight"):
             t = (0.0 if gemma else 1.0) + 0.1 * torch.randn(shape, generator=g)
+            if tied and not gemma and name == "model.norm.weight":
+                t = t * shape[-1] ** -0.5  # the tied logits stay O(1) (Note [Seeded weights])
         elif name.endswith(".bias") or name.endswith("_bias"):
             t = 0.1 * torch.randn(shape, generator=g)
         elif name.endswith("sinks"):

@@ -25,6 +25,9 @@ struct Config {
   static constexpr int64_t original_max_position = 0;
   static constexpr double beta_fast = 0;
   static constexpr double beta_slow = 0;
+  // longrope: the rescale factors (one per rotated pair, comma-joined; "" for other types)
+  static constexpr const char* long_factor = "";
+  static constexpr const char* short_factor = "";
   using scalar_t = fk::bf16;
 };
 
@@ -47,9 +50,15 @@ class RotaryEmbedding {
              "max_position 40960, is_neox_style true");
     cos_sin_cache = fk::tasks::compute_cos_sin_cache(
         fk::tasks::rope_params<Config>(rotary_dim, max_position_embeddings, base));
+    if constexpr (Config::scaling_type == fk::tasks::RopeScaling::kLongrope)
+      long_offset = fk::empty({1}, fk::DType::kI32);  // Note [LongRoPE] in fk/tasks/rotary_embedding.h
   }
   std::tuple<fk::Tensor, fk::Tensor> forward(const fk::Tensor& positions, fk::Tensor& query, fk::Tensor& key) {
-    return fk::tasks::rotary_embedding_forward<Config>(positions, query, key, cos_sin_cache);
+    return fk::tasks::rotary_embedding_forward<Config>(positions, query, key, cos_sin_cache, long_offset);
+  }
+  /// The cache rows these positions read (references; longrope: the short or the long table).
+  fk::Tensor cache_for(const fk::Tensor& positions) const {
+    return fk::tasks::rope_cache_for<Config>(cos_sin_cache, positions);
   }
 
   int64_t head_size;
@@ -58,6 +67,7 @@ class RotaryEmbedding {
   double base;
   bool is_neox_style;
   fk::Tensor cos_sin_cache;
+  fk::Tensor long_offset;  // longrope: the row offset of this step's table, on the device
 };
 
 }  // namespace fk::generated::rotary_embedding_d128_rot128_pos40960_base1000000_none_neox_hq32_hkv8_bf16

@@ -138,7 +138,7 @@ class DeepseekV3ForCausalLM {
     out.push_back({"model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f});
     int64_t i = 0;
     model.for_each_layer([&](auto& layer) { layer.named_parameters("model.layers." + std::to_string(i++) + ".", out); });
-    fk::tasks::add_norm(out, model.norm, "model.norm");
+    fk::tasks::add_norm(out, model.norm, "model.norm", 1.f, fk::tasks::final_norm_init_scale<Config>());
     if constexpr (!Config::tie_word_embeddings) {
       fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
     }

@@ -149,7 +149,7 @@ class GptOssForCausalLM {
       if (GptOssModel::is_full_layer(static_cast<int64_t>(i))) model.full_layers[model.layer_index[i]].named_parameters(prefix, out);
       else model.sliding_layers[model.layer_index[i]].named_parameters(prefix, out);
     }
-    fk::tasks::add_norm(out, model.norm, "model.norm");
+    fk::tasks::add_norm(out, model.norm, "model.norm", 1.f, fk::tasks::final_norm_init_scale<Config>());
     if constexpr (!Config::tie_word_embeddings) {
       fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
     }

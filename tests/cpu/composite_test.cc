@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -163,14 +164,14 @@ TEST(Composites, LevelsPathsAndNameLength) {
     ++composites;
     EXPECT_EQ(t.level, levels.at(t.kind)) << name;
   }
-  // Llama family: 7 per config (6 configs, Phi-3 and Granite among them), minus 4 shared (2 MLPs, 1
-  // attention_o_proj x2). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
+  // Llama family: 7 per config (7 configs, Phi-3, Phi-4-mini and Granite among them), minus 6 shared
+  // (2 MLPs, 1 attention_o_proj x2; Phi-4-mini's llama_mlp and gate_up_silu are Phi-3-mini's). MoE family: 7 per config, minus Mixtral's 3 attention composites (Mistral's).
   // Gemma: 10 modules per config (two layer variants); Gemma 2's variants share qkv_rope_cache
   // (one rope base, the window is not in it). gpt-oss: qkv_rope_cache, fused_experts,
   // sparse_moe_block, two variants of attention_o_proj, llama_attention and moe_decoder_layer, the model.
   // DeepSeek-V3: the MLA attention, the dense MLP and the shared experts (two llama_mlp), fused_experts,
   // deepseek_moe, the dense and the MoE decoder layer, the model.
-  EXPECT_EQ(composites, 49 + 10 + 9 + 10 + 8);
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -377,6 +378,28 @@ TEST(Composites, GraniteMultipliers) {
   EXPECT_EQ(placeholders(l["model"])["logits_scaling"], "1");
   EXPECT_EQ(children(l["model"]).at("embed_tokens"), "vocab_parallel_embedding_v128256_h4096_bf16");
   EXPECT_EQ(l["model"].find("_rm"), std::string::npos);
+}
+
+// Phi-4-mini (Note [LongRoPE] in fk/tasks/rotary_embedding.h): partial rotary (rotary_dim =
+// int(128 * 0.75) = 96) and LongRoPE: the original context from the top-level key, the cos/sin
+// scale derived as HF and vLLM do (sqrt(1 + ln 32 / ln 4096)), the factor lists in the rotary
+// task only (its name carries their digest).
+TEST(Composites, Phi4MiniPartialRotaryLongrope) {
+  auto m = modules("microsoft/Phi-4-mini-instruct");
+  const std::string rope = children(m["self_attn"]).at("rotary_emb");
+  EXPECT_EQ(rope, "rotary_embedding_d128_rot96_pos131072_base10000_longrope_a1.1902380714238083_omp4096_x3ae41798_neox_hq24_hkv8_bf16");
+  auto ph = placeholders(rope);
+  EXPECT_EQ(ph["rotary_dim"], "96");
+  EXPECT_EQ(ph["scaling_type"], "fk::tasks::RopeScaling::kLongrope");
+  EXPECT_EQ(ph["original_max_position"], "4096");
+  EXPECT_EQ(ph["short_factor"], "\"1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1\"");
+  EXPECT_EQ(ph["long_factor"].substr(0, 24), "\"1,1.118320672,1.2506411");
+  EXPECT_NEAR(std::stod(ph["scaling_factor"]), std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-15);
+  EXPECT_EQ(m["self_attn.qkv_rope_cache"],
+            "qkv_rope_cache_h3072_hq24_hkv8_d128_rot96_pos131072_base10000_longrope_a1.1902380714238083_omp4096_neox_nobias_bf16");
+  // Other configs' rotary tasks keep their names and have no factors.
+  auto l = modules(kLlama);
+  EXPECT_EQ(placeholders(children(l["self_attn"]).at("rotary_emb"))["long_factor"], "\"\"");
 }
 
 // gpt-oss: HF layer_types picks each layer's variant (sliding window 128 or full attention);

@@ -94,7 +94,7 @@ TEST(Expr, Errors) {
   EXPECT_EQ(msg("a / b"), "100 is not divisible by 3");
   EXPECT_EQ(msg("c + 1"), "unknown name 'c'");
   EXPECT_EQ(msg("a && true"), "operator && cannot apply to 100");
-  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, item, len, log, max, min, pow, select)");
+  EXPECT_EQ(msg("sqrt(a)"), "unknown function 'sqrt' (known: float, int, item, len, log, max, min, pow, select)");
   EXPECT_EQ(msg("log(0)"), "log() needs a positive argument, got 0");
   EXPECT_EQ(msg("len(a)"), "len() needs a list (a string of comma-joined items), got 100");
   EXPECT_EQ(msg("item('x,y', 2)"), "item() index 2 out of range (the list has 2 items)");
@@ -340,6 +340,20 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   rope["scaling_type"] = std::string("none");
   rope["base"] = 1e16;
   EXPECT_EQ(name_of("rotary_embedding", rope), "rotary_embedding_d128_rot128_pos131072_base1e16_none_gptj_hq32_hkv8_bf16");
+  // LongRoPE (Note [LongRoPE names]): the cos/sin scale, the original length, a digest of the lists.
+  {
+    Params lr = rope;
+    lr["rotary_dim"] = int64_t{4};
+    lr["scaling_type"] = std::string("longrope");
+    lr["scaling_factor"] = 1.25;
+    lr["original_max_position"] = int64_t{4096};
+    lr["long_factor"] = std::string("1,2");
+    lr["short_factor"] = std::string("1,1");
+    const std::string n = name_of("rotary_embedding", lr);
+    EXPECT_EQ(n.substr(0, 70), "rotary_embedding_d128_rot4_pos131072_base1e16_longrope_a1.25_omp4096_x");
+    lr["long_factor"] = std::string("1,3");
+    EXPECT_NE(name_of("rotary_embedding", lr), n);  // other lists, other name
+  }
   rope["scaling_type"] = std::string("deepseek_yarn");
   EXPECT_EQ(name_of("rotary_embedding", rope),
             "rotary_embedding_d128_rot128_pos131072_base1e16_deepseek_yarn_f2.5_omp8192_bf32_bs1_gptj_hq32_hkv8_bf16");

@@ -101,6 +101,50 @@ TEST(RopeCache, RowsFollowVllm) {
   EXPECT_NEAR(c[0], 0.1 * std::log(4.0) + 1, 1e-6);  // cos(0) * mscale
 }
 
+// LongRoPE (Note [LongRoPE]): short table then long table, each inv_freq divided by its factor,
+// cos/sin times the attention factor; checked against the closed form in fp64.
+RopeParams longrope_params() {
+  RopeParams p;
+  p.rotary_dim = 8, p.max_position = 64, p.base = 10000, p.scaling = RopeScaling::kLongrope;
+  p.original_max_position = 16, p.factor = 1.19;
+  p.short_factor = {1.0, 1.5, 2.0, 3.0};
+  p.long_factor = {1.0, 4.0, 16.0, 47.77};
+  return p;
+}
+TEST(RopeCache, LongropeTablesMatchClosedForm) {
+  const RopeParams p = longrope_params();
+  EXPECT_EQ(fk::tasks::cos_sin_cache_rows(p), 16 + 64);
+  const std::vector<float> c = fk::tasks::compute_cos_sin_cache_host(p);
+  ASSERT_EQ(c.size(), 80u * 8u);
+  for (int table = 0; table < 2; ++table)
+    for (int t : {0, 1, 15}) {
+      const int row = table * 16 + t;
+      for (int i = 0; i < 4; ++i) {
+        const double f = table ? p.long_factor[i] : p.short_factor[i];
+        const double a = t / (f * std::pow(10000.0, 2.0 * i / 8));
+        EXPECT_NEAR(c[row * 8 + i], 1.19 * std::cos(a), 2e-6) << table << "," << t << "," << i;
+        EXPECT_NEAR(c[row * 8 + 4 + i], 1.19 * std::sin(a), 2e-6) << table << "," << t << "," << i;
+      }
+    }
+  // The long table covers every position up to max_position.
+  const double a = 63 / (47.77 * std::pow(10000.0, 6.0 / 8));
+  EXPECT_NEAR(c[(16 + 63) * 8 + 4 + 3], 1.19 * std::sin(a), 2e-6);
+}
+TEST(Kernels, LongropeOffsetIsPerBatch) {
+  FK_REQUIRE_GPU();
+  Tensor off = empty({1}, DType::kI32);
+  // vLLM's rule: the long table (offset original_max) when any position exceeds original_max.
+  for (auto [positions, expected] : std::vector<std::pair<std::vector<int64_t>, int>>{
+           {{0, 5, 16}, 0}, {{16}, 0}, {{17}, 16}, {{3, 2, 40, 1}, 16}, {std::vector<int64_t>(5000, 7), 0}}) {
+    std::vector<int64_t> pv = positions;
+    if (pv.size() == 5000) pv[4321] = 63;  // one long position far into a large batch
+    Tensor pos = to_device(pv, {static_cast<int64_t>(pv.size())});
+    fk::kernels::longrope_offset(pos.data<int64_t>(), pos.numel(), 16, off.data<int>(), current_stream());
+    FK_CHECK_LAUNCH();
+    EXPECT_EQ(to_host<int>(off)[0], pv.size() == 5000 ? 16 : expected);
+  }
+}
+
 struct RopeCfg {
   static constexpr int head_size = 128, rotary_dim = 128;
   static constexpr int64_t max_position = 131072;

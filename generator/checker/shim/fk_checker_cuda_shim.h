@@ -131,6 +131,9 @@ template <class T> cudaError_t cudaMalloc(T** devPtr, size_t size);
 
 // Device intrinsics used by fk's kernels (declarations only).
 __device__ void __syncthreads(void);
+__device__ int __syncthreads_or(int);
+__device__ int __syncthreads_and(int);
+__device__ int __syncthreads_count(int);
 __device__ void __syncwarp(unsigned mask = 0xffffffffu);
 __device__ void __threadfence(void);
 template <class T> __device__ T __ldg(const T* p);

@@ -18,7 +18,8 @@ const std::vector<std::string>& rope_scaling_names() {
   static const std::vector<std::string> names = {
       "rope_scaling.beta_fast",        "rope_scaling.beta_slow", "rope_scaling.factor",
       "rope_scaling.high_freq_factor", "rope_scaling.low_freq_factor", "rope_scaling.mscale_all_dim",
-      "rope_scaling.original_max_position", "rope_scaling.type"};
+      "rope_scaling.original_max_position", "rope_scaling.type", "rope_scaling.long_factor",
+      "rope_scaling.short_factor", "rope_scaling.attention_factor"};
   return names;
 }
 

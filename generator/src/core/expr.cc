@@ -241,6 +241,13 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
         want(1);
         return as_double(args[0]);
       }
+      if (n.name == "int") {  // truncation toward zero, as Python's int() (HF: int(head_dim * partial_rotary_factor))
+        want(1);
+        if (args[0].index() == 2) return args[0];
+        const double x = as_double(args[0]);
+        if (!std::isfinite(x)) throw GenError{"int() needs a finite number, got " + canonical_double(x)};
+        return static_cast<int64_t>(std::trunc(x));
+      }
       if (n.name == "min" || n.name == "max") {
         want(2);
         if (args[0].index() == 2 && args[1].index() == 2) {
@@ -262,7 +269,7 @@ Value eval_node(const ExprNode& n, const Expr::Env& env) {
           throw GenError{"item() index " + std::to_string(i) + " out of range (the list has " + std::to_string(items.size()) + " items)"};
         return items[static_cast<size_t>(i)];
       }
-      throw GenError{"unknown function '" + n.name + "' (known: float, item, len, log, max, min, pow, select)"};
+      throw GenError{"unknown function '" + n.name + "' (known: float, int, item, len, log, max, min, pow, select)"};
     }
     case ExprNode::kBinary: break;
   }

@@ -54,7 +54,9 @@ const std::vector<FieldSpec>& field_table() {
         {"num_hidden_layers", FieldType::kPosInt, {"n_layer", "num_layers", "n_layers"}, "decoder layers"},
         {"num_key_value_heads", FieldType::kPosInt, {"num_kv_heads", "n_head_kv", "n_kv_heads"}, "key/value heads (GQA)"},
         {"rms_norm_eps", FieldType::kPosNumber, {"norm_eps"}, "RMSNorm epsilon"},
-        {"rope_scaling", FieldType::kRopeScaling, {}, "RoPE scaling (llama3, linear, yarn) or null"},
+        {"rope_scaling", FieldType::kRopeScaling, {}, "RoPE scaling (llama3, linear, yarn, longrope) or null"},
+        {"original_max_position_embeddings", FieldType::kIntOrNull, {}, "pretraining context of a longrope model (phi3) or null"},
+        {"partial_rotary_factor", FieldType::kPosNumber, {}, "fraction of each head that RoPE rotates (rotary_dim = int(head_dim * it))"},
         {"rope_theta", FieldType::kPosNumber, {"rotary_emb_base", "rope_base"}, "RoPE base"},
         {"sliding_window", FieldType::kIntOrNull, {}, "sliding-window size or null"},
         {"swiglu_limit", FieldType::kPosNumber, {}, "clamp of the experts' SwiGLU gate and up halves (gpt_oss)"},
@@ -100,6 +102,7 @@ const std::map<std::string, std::vector<std::string>>& rope_scaling_keys() {
       {"default", {}},
       {"linear", {"factor"}},
       {"llama3", {"factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"}},
+      {"longrope", {"attention_factor", "factor", "long_factor", "original_max_position_embeddings", "short_factor"}},
       {"yarn", {"beta_fast", "beta_slow", "factor", "mscale", "mscale_all_dim", "original_max_position_embeddings", "truncate"}},
   };
   return keys;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <stdexcept>
 
@@ -101,6 +102,15 @@ std::string bias_word(bool b) { return b ? "bias" : "nobias"; }
 // The rope constants as names spell them (docs/task-kinds.md, rotary_embedding):
 // rot{rotary_dim}_pos{max_position}_base{base}_{scaling}_{neox|gptj}, where `base_key` names the
 // base parameter (rotary_embedding: base, composite kinds: rope_theta).
+// 8 hex digits of the FNV-1a hash of `s` (a name's stand-in for a list of constants).
+std::string short_digest(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h >> 32));
+  return hex;
+}
+
 std::string rope_spelling(const Params& p, const char* base_key) {
   const std::string& st = S(p, "scaling_type");
   std::string scaling;
@@ -112,7 +122,14 @@ std::string rope_spelling(const Params& p, const char* base_key) {
   else if (st == "yarn" || st == "yarn_notrunc" || st == "deepseek_yarn")
     scaling = st + "_f" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) + "_bf" +
               nf(F(p, "beta_fast")) + "_bs" + nf(F(p, "beta_slow"));
-  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: deepseek_yarn, llama3, linear, none, yarn, yarn_notrunc)"};
+  else if (st == "longrope")
+    // Note [LongRoPE names]: the cos/sin scale and the original length; the L1 rotary task (the one
+    // kind that holds the factor lists) adds a digest of them. Composites spell no digest: two
+    // configs alike but for the lists would give one composite name with other children, which
+    // dedupe refuses (a hard error, never a silent merge).
+    scaling = "longrope_a" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) +
+              (p.count("long_factor") ? "_x" + short_digest(S(p, "long_factor") + "|" + S(p, "short_factor")) : "");
+  else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: deepseek_yarn, llama3, linear, longrope, none, yarn, yarn_notrunc)"};
   return "rot" + i2s(I(p, "rotary_dim")) + "_pos" + i2s(I(p, "max_position")) + "_base" + nf(F(p, base_key)) + "_" +
          scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
 }
@@ -303,6 +320,26 @@ const KindHooks& kind_hooks() {
     h.checks["swigluoai"] = [](const Params& p) {
       if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))
         throw GenError{"swigluoai_and_mul needs alpha > 0 and limit > 0, got " + cf(F(p, "alpha")) + ", " + cf(F(p, "limit"))};
+    };
+    // LongRoPE: one long and one short factor per rotated pair, a positive original length and cos/sin scale.
+    h.checks["longrope"] = [](const Params& p) {
+      auto list = [&](const char* k) { return p.count(k) ? S(p, k) : std::string(); };
+      if (S(p, "scaling_type") != "longrope") {
+        if (!list("long_factor").empty() || !list("short_factor").empty())
+          throw GenError{"long_factor/short_factor are only read by rope scaling type \"longrope\", got type " +
+                         json_quote(S(p, "scaling_type"))};
+        return;
+      }
+      const int64_t half = I(p, "rotary_dim") / 2;
+      for (const char* k : {"long_factor", "short_factor"}) {
+        const int64_t n = static_cast<int64_t>(split_list(list(k)).size());
+        if (n != half)
+          throw GenError{std::string("rope_scaling.") + k + " has " + i2s(n) + " entries, expected rotary_dim / 2 = " + i2s(half)};
+      }
+      if (I(p, "original_max_position") <= 0)
+        throw GenError{"longrope needs original_max_position_embeddings > 0 (the pretraining context), got " +
+                       i2s(I(p, "original_max_position"))};
+      if (!(F(p, "scaling_factor") > 0)) throw GenError{"longrope cos/sin scale must be > 0, got " + cf(F(p, "scaling_factor"))};
     };
     h.checks["softmax_scale_positive"] = [](const Params& p) {
       if (!(F(p, "softmax_scale") > 0)) throw GenError{"softmax_scale must be > 0, got " + cf(F(p, "softmax_scale"))};

@@ -268,6 +268,7 @@ class ConfigParser {
       type_path = p;
     }
     if (type.empty()) return err(path + ".rope_type", "expected one of " + known_list + ", got nothing");
+    if (type == "su") type = "longrope";  // Phi-3's first name for LongRoPE (transformers renames it)
     auto it = known.find(type);
     if (it == known.end()) return err(type_path, "expected one of " + known_list + ", got " + json_quote(type));
     RopeScaling r;
@@ -302,7 +303,31 @@ class ConfigParser {
       if (!x.is_number_integer() || x.get<int64_t>() <= 0) return err(p, "expected positive integer, got " + got(x));
       *dst = x.get<int64_t>();
     };
-    if (type == "linear") {
+    // A list of positive numbers, held comma-joined in canonical spelling.
+    auto factors = [&](const char* k, std::string* dst) {
+      std::string p = path + "." + k;
+      if (!v.contains(k)) return err(p, "expected a non-empty list of positive numbers, got nothing");
+      const json& x = v[k];
+      if (!x.is_array() || x.empty()) return err(p, "expected a non-empty list of positive numbers, got " + got(x));
+      std::string joined;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!x[i].is_number() || !(x[i].get<double>() > 0))
+          return err(p + "[" + std::to_string(i) + "]", "expected positive number, got " + got(x[i]));
+        joined += (i ? "," : "") + canonical_double(x[i].get<double>());
+      }
+      *dst = joined;
+    };
+    if (type == "longrope") {
+      // Phi-3/Phi-4 LongRoPE (vLLM Phi3LongRoPEScaledRotaryEmbedding, HF _compute_longrope_parameters):
+      // original_max_position_embeddings sits at the top level in Phi-3 configs, so here it is
+      // optional (0: the descriptor takes the top-level one); factor is read by HF only when no
+      // original length is known, and attention_factor overrides the derived cos/sin scale.
+      factors("long_factor", &r.long_factor);
+      factors("short_factor", &r.short_factor);
+      number("attention_factor", &r.attention_factor, false, 0);
+      number("factor", &r.factor, false, 0);
+      if (v.contains("original_max_position_embeddings")) integer("original_max_position_embeddings", &r.original_max_position);
+    } else if (type == "linear") {
       number("factor", &r.factor, true, 0);
     } else if (type == "llama3") {
       number("factor", &r.factor, true, 0);

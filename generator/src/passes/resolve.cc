@@ -204,6 +204,9 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       else if (k == "beta_fast") v = rs.beta_fast;
       else if (k == "beta_slow") v = rs.beta_slow;
       else if (k == "mscale_all_dim") v = rs.mscale_all_dim;
+      else if (k == "long_factor") v = rs.long_factor;
+      else if (k == "short_factor") v = rs.short_factor;
+      else if (k == "attention_factor") v = rs.attention_factor;
       else return std::nullopt;
       r.values[name] = v;
       r.origin[name] = cfg.rope_scaling_path.empty() ? "default" : cfg.rope_scaling_path;

@@ -52,7 +52,7 @@ std::string expected_text(FieldType t);
 
 /// Parsed `rope_scaling` (absent or null: type "none"); unused members are 0.
 struct RopeScaling {
-  std::string type = "none";  ///< none | llama3 | linear | yarn | yarn_notrunc (truncate: false) | deepseek_yarn
+  std::string type = "none";  ///< none | llama3 | linear | yarn | yarn_notrunc (truncate: false) | deepseek_yarn | longrope
   double factor = 0;
   double low_freq_factor = 0;
   double high_freq_factor = 0;
@@ -60,6 +60,10 @@ struct RopeScaling {
   double beta_fast = 0;
   double beta_slow = 0;
   double mscale_all_dim = 0;  ///< deepseek_yarn: the softmax scale's YaRN mscale key (0: none)
+  /// longrope (Phi-3/Phi-4 LongRoPE): the per-frequency rescale factors, comma-joined canonical
+  /// numbers (lists are held joined, as layer_types), and attention_factor (0: derived).
+  std::string long_factor, short_factor;
+  double attention_factor = 0;
 };
 
 /// The rope scaling types and the keys each one reads (besides rope_type/type).

@@ -62,7 +62,7 @@ template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, in
 __global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>::kThreads)
 rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ query, int64_t q_stride,
                         T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache,
-                        int64_t q_head_stride, int64_t k_head_stride) {
+                        int64_t q_head_stride, int64_t k_head_stride, const int* __restrict__ pos_offset) {
   using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>;
   constexpr int kN = S::kN, kC = S::kC, kHPT = S::kHeadsPerThread;
   constexpr int kVecs = kNeox ? 2 : 1;  // vectors per (lane, head)
@@ -70,7 +70,7 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
   const int lane = threadIdx.x % S::kLanes;
   const int group = threadIdx.x / S::kLanes;
 
-  const int64_t pos = __ldg(positions + tok);
+  const int64_t pos = __ldg(positions + tok) + (pos_offset ? __ldg(pos_offset) : 0);
 
   T* ptr[kHPT];
   Vec16<T> v[kHPT][kVecs];
@@ -114,22 +114,41 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
   }
 }
 
+/// LongRoPE's table choice (vLLM Phi3LongRoPEScaledRotaryEmbedding): *offset = original_max when
+/// any position exceeds it (the whole batch then reads the long table), else 0. One block.
+template <class P>  // a template (not an inline function) so that each translation unit may hold it
+__global__ void __launch_bounds__(1024) longrope_offset_kernel(const P* __restrict__ positions, int64_t n,
+                                                               int64_t original_max, int* __restrict__ offset) {
+  int any = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) any |= __ldg(positions + i) > original_max;
+  any = __syncthreads_or(any);
+  if (threadIdx.x == 0) *offset = any ? static_cast<int>(original_max) : 0;
+}
+
 }  // namespace detail
+
+/// *offset = original_max if any of positions[0, n) > original_max, else 0 (LongRoPE).
+inline void longrope_offset(const int64_t* positions, int64_t n, int64_t original_max, int* offset, cudaStream_t stream) {
+  detail::longrope_offset_kernel<int64_t><<<1, 1024, 0, stream>>>(positions, n, original_max, offset);
+}
 
 /// In place: query [T, Hq*head_size] (row stride q_stride) and key [T, Hkv*head_size] (row
 /// stride k_stride) rotated by cos_sin_cache[positions[t]]. Strides in elements, 16-byte aligned.
 /// Heads are q_head_stride / k_head_stride elements apart (default head_size; MLA's q_pe heads
 /// sit nope + rope apart inside q). The rotated part of a head is its first rotary_dim elements.
-/// kHPT forces the heads per thread (0: default); for tuning only.
+/// kHPT forces the heads per thread (0: default); for tuning only. pos_offset (device, may be
+/// null) is added to every position (LongRoPE's table offset, from longrope_offset).
 template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPT = 0>
 void rotary_embedding(const int64_t* positions, T* query, int64_t q_stride, T* key, int64_t k_stride,
                       const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream,
-                      int64_t q_head_stride = kHeadSize, int64_t k_head_stride = kHeadSize) {
+                      int64_t q_head_stride = kHeadSize, int64_t k_head_stride = kHeadSize,
+                      const int* pos_offset = nullptr) {
   if (num_tokens == 0) return;
   using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>;
   detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPT>
       <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
-                                                                      cos_sin_cache, q_head_stride, k_head_stride);
+                                                                      cos_sin_cache, q_head_stride, k_head_stride,
+                                                                      pos_offset);
 }
 
 }  // namespace fk::kernels

@@ -154,7 +154,15 @@ template <class Cfg, class M> void allocate_kv_cache(M& m, int64_t max_seqs, int
 // seeded with (seed, hash of the name): the same name gets the same values whatever the layer
 // count or the order of initialisation. Scales keep activations O(1) through the network so
 // logits are far from ties: linear weights std 1/sqrt(fan_in), biases 0.1, norm weights
-// 1 +- 0.1, embeddings std 1.
+// 1 +- 0.1, embeddings std 1. Where the LM head is the embedding (tied), the final norm's weights
+// are 1/sqrt(hidden) times that (final_norm_init_scale), or the logits would be O(sqrt(hidden)).
+// (Scaling the embedding instead would shrink the residual stream's start against the layers'
+// bf16 noise: Phi-4-mini's 32-layer logits then drift 0.06 from the reference, twice Llama's.)
+
+/// The factor on the seeded final-norm weights of a causal LM (Note [Seeded weights]).
+template <class Cfg> float final_norm_init_scale() {
+  return Cfg::tie_word_embeddings ? static_cast<float>(1.0 / std::sqrt(double(Cfg::hidden_size))) : 1.f;
+}
 
 /// FNV-1a of a name (the per-parameter seed stream).
 inline uint64_t name_hash(const std::string& s) {
@@ -184,8 +192,8 @@ template <class L> void add_linear(ParamList& out, L& lin, const std::vector<Par
   FK_CHECK(row == lin.weight.size(0), "parameter split of " + parts.front().first + " does not cover the weight");
 }
 /// mean 0 for GemmaRMSNorm weights (used as 1 + w).
-template <class N> void add_norm(ParamList& out, N& norm, const std::string& name, float mean = 1.f) {
-  out.push_back({name + ".weight", norm.weight, mean, 0.1f});
+template <class N> void add_norm(ParamList& out, N& norm, const std::string& name, float mean = 1.f, float scale = 1.f) {
+  out.push_back({name + ".weight", norm.weight, mean * scale, 0.1f * scale});
 }
 template <class N> void add_qk_norm(ParamList& out, N& n, const std::string& prefix) {
   if constexpr (kHasQKNorm<N>) {
@@ -243,8 +251,9 @@ std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positi
     k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon, off);
   }
   const int rot = static_cast<int>(m.rotary_emb.rotary_dim);
-  q = ref::rope(q, positions, m.rotary_emb.cos_sin_cache, Hq, D, rot, m.rotary_emb.is_neox_style);
-  k = ref::rope(k, positions, m.rotary_emb.cos_sin_cache, Hkv, D, rot, m.rotary_emb.is_neox_style);
+  const Tensor cache = m.rotary_emb.cache_for(positions);  // longrope: this step's table (Note [LongRoPE])
+  q = ref::rope(q, positions, cache, Hq, D, rot, m.rotary_emb.is_neox_style);
+  k = ref::rope(k, positions, cache, Hkv, D, rot, m.rotary_emb.is_neox_style);
   v = contiguous_rows(v);
   return {q, k, v};
 }

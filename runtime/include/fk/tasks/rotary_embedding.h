@@ -11,11 +11,26 @@
 // angle), kept in fp32 on the device: [rows, rotary_dim], cos in the first rotary_dim/2
 // columns, sin in the last. rows = max_position, except, as in vLLM, linear scaling
 // (max_position * factor) and YaRN (original_max_position * factor, cos/sin times mscale).
+//
+// Note [LongRoPE]
+// Phi-3/Phi-4 LongRoPE (vLLM Phi3LongRoPEScaledRotaryEmbedding; HF _compute_longrope_parameters):
+// two tables in one cache, as vLLM keeps them: rows [0, original_max) with inv_freq divided by
+// short_factor, then rows [original_max, original_max + max_position) with inv_freq divided by
+// long_factor; cos and sin of both times scaling_factor, the attention factor (the config's
+// attention_factor, else sqrt(1 + ln(max / original_max) / ln(original_max)): the generator
+// derives it). A step whose positions include one past original_max reads the long table for
+// every token (position + original_max), else the short one: vLLM's rule, per batch. HF decides
+// per forward call by max(position) + 1 > original_max, which differs from it only when the
+// largest position is exactly original_max. The choice is made on the device
+// (longrope_offset, one int the rotary kernel adds to each position), so decode steps stay
+// capturable in a CUDA graph.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,7 +45,8 @@ namespace fk::tasks {
 /// kDeepseekYarn: vLLM DeepseekScalingRotaryEmbedding with mscale == mscale_all_dim (DeepSeek-V2/V3):
 /// YaRN's frequencies and rows, cos/sin times yarn_mscale(f, mscale) / yarn_mscale(f, mscale_all_dim)
 /// = 1 (the generator lowers no other ratio; the softmax scale carries mscale_all_dim instead).
-enum class RopeScaling { kNone, kLlama3, kLinear, kYarn, kYarnNoTrunc, kDeepseekYarn };
+/// kLongrope: Note [LongRoPE].
+enum class RopeScaling { kNone, kLlama3, kLinear, kYarn, kYarnNoTrunc, kDeepseekYarn, kLongrope };
 
 /// Everything the cos/sin cache depends on (see Note [cos_sin_cache]).
 struct RopeParams {
@@ -42,7 +58,27 @@ struct RopeParams {
   double low_freq_factor = 0, high_freq_factor = 0;  // llama3
   int64_t original_max_position = 0;                 // llama3, yarn
   double beta_fast = 32, beta_slow = 1;              // yarn
+  std::vector<double> long_factor, short_factor;      // longrope (factor: the cos/sin scale)
 };
+
+/// The numbers of a comma-joined list (the generator's spelling of longrope's factors).
+inline std::vector<double> parse_factor_list(const char* joined) {
+  std::vector<double> out;
+  std::string item;
+  for (const char* c = joined;; ++c) {
+    if (*c == ',' || *c == 0) {
+      if (!item.empty()) out.push_back(std::stod(item));
+      item.clear();
+      if (*c == 0) break;
+    } else {
+      item += *c;
+    }
+  }
+  return out;
+}
+
+template <class Cfg, class = void> struct HasLongFactor : std::false_type {};
+template <class Cfg> struct HasLongFactor<Cfg, std::void_t<decltype(Cfg::long_factor)>> : std::true_type {};
 
 template <class Cfg> RopeParams rope_params(int64_t rotary_dim, int64_t max_position, double base) {
   RopeParams p;
@@ -56,6 +92,10 @@ template <class Cfg> RopeParams rope_params(int64_t rotary_dim, int64_t max_posi
   p.original_max_position = Cfg::original_max_position;
   p.beta_fast = Cfg::beta_fast;
   p.beta_slow = Cfg::beta_slow;
+  if constexpr (HasLongFactor<Cfg>::value) {
+    p.long_factor = parse_factor_list(Cfg::long_factor);
+    p.short_factor = parse_factor_list(Cfg::short_factor);
+  }
   return p;
 }
 
@@ -66,6 +106,7 @@ inline int64_t cos_sin_cache_rows(const RopeParams& p) {
     case RopeScaling::kYarn:
     case RopeScaling::kYarnNoTrunc:
     case RopeScaling::kDeepseekYarn: return static_cast<int64_t>(static_cast<double>(p.original_max_position) * p.factor);
+    case RopeScaling::kLongrope: return p.original_max_position + p.max_position;
     default: return p.max_position;
   }
 }
@@ -81,10 +122,39 @@ inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
     inv_freq[i] = 1.0f / std::pow(static_cast<float>(p.base), expo);
   }
+  if (p.scaling == RopeScaling::kLongrope) {
+    FK_CHECK(static_cast<int64_t>(p.long_factor.size()) == half && static_cast<int64_t>(p.short_factor.size()) == half &&
+                 p.original_max_position > 0 && p.factor > 0,
+             "longrope needs rotary_dim / 2 = " + std::to_string(half) + " long and short factors, original_max_position > 0 "
+             "and a positive cos/sin scale");
+    const int64_t rows = cos_sin_cache_rows(p);
+    std::vector<float> cache(static_cast<size_t>(rows * p.rotary_dim));
+    const float mscale = static_cast<float>(p.factor);
+    for (int table = 0; table < 2; ++table) {
+      const std::vector<double>& f = table == 0 ? p.short_factor : p.long_factor;
+      std::vector<float> inv(half);
+      for (int64_t i = 0; i < half; ++i) {  // 1 / (factor * base ** (2i / rot)), in fp32 as torch
+        const float expo = static_cast<float>(2 * i) / static_cast<float>(p.rotary_dim);
+        inv[i] = 1.0f / (static_cast<float>(f[i]) * std::pow(static_cast<float>(p.base), expo));
+      }
+      const int64_t first = table == 0 ? 0 : p.original_max_position;
+      const int64_t n = table == 0 ? p.original_max_position : p.max_position;
+      for (int64_t t = 0; t < n; ++t) {
+        float* row = cache.data() + (first + t) * p.rotary_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(static_cast<float>(t) * inv[i]);  // fp32 product, as torch
+          row[i] = static_cast<float>(std::cos(angle)) * mscale;
+          row[half + i] = static_cast<float>(std::sin(angle)) * mscale;
+        }
+      }
+    }
+    return cache;
+  }
   float mscale = 1.0f;
   float t_scale = 1.0f;  // t = arange(rows) / t_scale
   switch (p.scaling) {
-    case RopeScaling::kNone: break;
+    case RopeScaling::kNone:
+    case RopeScaling::kLongrope: break;
     case RopeScaling::kLinear: t_scale = static_cast<float>(p.factor); break;
     case RopeScaling::kLlama3: {
       const float factor = static_cast<float>(p.factor);
@@ -166,11 +236,24 @@ inline std::pair<int64_t, int64_t> token_strides(const Tensor& t, int64_t heads,
 }
 }  // namespace detail
 
+/// The rows of `cache` that `positions` index (host decision; for references): longrope's short
+/// or long table (Note [LongRoPE]), else the whole cache.
+template <class Cfg> Tensor rope_cache_for(const Tensor& cache, const Tensor& positions) {
+  if constexpr (Cfg::scaling_type != RopeScaling::kLongrope) {
+    return cache;
+  } else {
+    const std::vector<int64_t> pos = to_host<int64_t>(positions);
+    const bool long_table = std::any_of(pos.begin(), pos.end(), [](int64_t x) { return x > Cfg::original_max_position; });
+    return long_table ? cache.narrow_first(Cfg::original_max_position, cache.size(0) - Cfg::original_max_position) : cache;
+  }
+}
+
 /// RotaryEmbedding.forward(positions, query, key): rotates query [T, Hq*D] and key [T, Hkv*D]
-/// (or [T, H, D] views, heads possibly strided) in place (one launch) and returns them.
+/// (or [T, H, D] views, heads possibly strided) in place (one launch; longrope: two, Note
+/// [LongRoPE], with the device int long_offset) and returns them.
 template <class Cfg>
 std::tuple<Tensor, Tensor> rotary_embedding_forward(const Tensor& positions, Tensor& query, Tensor& key,
-                                                   const Tensor& cos_sin_cache) {
+                                                   const Tensor& cos_sin_cache, const Tensor& long_offset = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t D = Cfg::head_size;
   const auto qs = detail::token_strides(query, Cfg::num_heads, D, "RotaryEmbedding query");
@@ -179,10 +262,19 @@ std::tuple<Tensor, Tensor> rotary_embedding_forward(const Tensor& positions, Ten
   FK_CHECK(query.size(0) == tokens && key.size(0) == tokens, "positions " + positions.str() + " vs query " + query.str());
   FK_CHECK(cos_sin_cache.dtype() == DType::kF32 && cos_sin_cache.size(-1) == Cfg::rotary_dim,
            "cos_sin_cache " + cos_sin_cache.str());
+  const int* offset = nullptr;
+  if constexpr (Cfg::scaling_type == RopeScaling::kLongrope) {
+    FK_CHECK(long_offset.defined() && long_offset.dtype() == DType::kI32 && long_offset.numel() == 1,
+             "longrope needs the module's long_offset (one int32), got " + long_offset.str());
+    if (tokens > 0)
+      fk::kernels::longrope_offset(positions.data<int64_t>(), tokens, Cfg::original_max_position,
+                                   const_cast<Tensor&>(long_offset).data<int>(), current_stream());
+    offset = long_offset.data<int>();
+  }
   fk::kernels::rotary_embedding<T, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style, Cfg::num_heads,
                                 Cfg::num_kv_heads>(positions.data<int64_t>(), query.data<T>(), qs.first, key.data<T>(),
                                                    ks.first, cos_sin_cache.data<float>(), tokens, current_stream(),
-                                                   qs.second, ks.second);
+                                                   qs.second, ks.second, offset);
   FK_CHECK_LAUNCH();
   return {query, key};
 }
@@ -210,7 +302,11 @@ template <class Module, class Cfg> class RotaryEmbeddingInstance final : public 
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
   }
   void refresh(int s, uint64_t seed) override {
-    const int64_t max_pos = std::min<int64_t>(Cfg::max_position, module_.cos_sin_cache.size(0));
+    int64_t max_pos = std::min<int64_t>(Cfg::max_position, module_.cos_sin_cache.size(0));
+    // longrope: even sets stay within the original context (short table; original_max itself
+    // included, the boundary), odd sets range over every position (long table).
+    if constexpr (Cfg::scaling_type == RopeScaling::kLongrope)
+      if (s % 2 == 0) max_pos = std::min<int64_t>(max_pos, Cfg::original_max_position + 1);
     fill_normal(qkv0_[s], mix_seed(seed, 0));
     fill_randint(pos_[s], mix_seed(seed, 1), 0, max_pos);
     copy_(qkv_[s], qkv0_[s]);
@@ -225,12 +321,13 @@ template <class Module, class Cfg> class RotaryEmbeddingInstance final : public 
     const T* x0 = qkv0_[s].data<T>();
     float* e = expected.data<float>();
     ref::copy_to_f32<T>(e, kWidth, x0, kWidth, tokens_, static_cast<int>(kWidth), current_stream());
-    ref::rotary_embedding_ref<T>(e, kWidth, x0, kWidth, pos_[s].data<int64_t>(), module_.cos_sin_cache.template data<float>(),
+    const Tensor cache = rope_cache_for<Cfg>(module_.cos_sin_cache, pos_[s]);  // Note [LongRoPE]
+    ref::rotary_embedding_ref<T>(e, kWidth, x0, kWidth, pos_[s].data<int64_t>(), cache.template data<float>(),
                                  tokens_, Cfg::num_heads, Cfg::head_size, Cfg::rotary_dim, Cfg::is_neox_style,
                                  current_stream());
     const int64_t koff = Cfg::num_heads * Cfg::head_size;
     ref::rotary_embedding_ref<T>(e + koff, kWidth, x0 + koff, kWidth, pos_[s].data<int64_t>(),
-                                 module_.cos_sin_cache.template data<float>(), tokens_, Cfg::num_kv_heads, Cfg::head_size,
+                                 cache.template data<float>(), tokens_, Cfg::num_kv_heads, Cfg::head_size,
                                  Cfg::rotary_dim, Cfg::is_neox_style, current_stream());
     FK_CHECK_LAUNCH();
     return {{"qkv (query, key rotated in place)", qkv_[s], expected, default_tolerance(dtype_of<T>)}};
