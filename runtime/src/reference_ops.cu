@@ -217,43 +217,44 @@ Tensor embedding(const Tensor& ids, const Tensor& weight, float scale) {
 }
 
 namespace {
-template <class T> __global__ void softcap_ref_kernel(float* out, const T* x, int64_t n, float cap) {
+// out[i] = op(x[i]) in fp64 (elementwise references: soft-capping, scaling).
+template <class T, class Op> __global__ void map_ref_kernel(float* out, const T* x, int64_t n, Op op) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = static_cast<float>(static_cast<double>(cap) * tanh(static_cast<double>(fk::kernels::to_float(x[i])) / cap));
+  if (i < n) out[i] = static_cast<float>(op(static_cast<double>(fk::kernels::to_float(x[i]))));
 }
-template <class T> __global__ void scale_ref_kernel(float* out, const T* x, int64_t n, double s) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = static_cast<float>(s * static_cast<double>(fk::kernels::to_float(x[i])));
+struct SoftcapRef {
+  double cap;
+  __device__ double operator()(double v) const { return cap * tanh(v / cap); }
+};
+struct ScaleRef {
+  double s;
+  __device__ double operator()(double v) const { return s * v; }
+};
+
+// op(x) elementwise from the model dtype, rounded to it.
+template <class Op> Tensor map_ref(const Tensor& x, Op op) {
+  Tensor out = empty(x.sizes(), DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int64_t n = x.numel();
+    if (n > 0)
+      map_ref_kernel<T, Op><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n, op);
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
 }
 }  // namespace
 
 Tensor softcap(const Tensor& x, double cap) {
   check_model_dtype(x, "softcap input");
   FK_CHECK(x.is_contiguous() && cap > 0, "reference softcap of " + x.str() + " with cap " + std::to_string(cap));
-  Tensor out = empty(x.sizes(), DType::kF32);
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const int64_t n = x.numel();
-    if (n > 0)
-      softcap_ref_kernel<T><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n,
-                                                                                         static_cast<float>(cap));
-  });
-  FK_CHECK_LAUNCH();
-  return finish(out, x.dtype());
+  return map_ref(x, SoftcapRef{static_cast<double>(static_cast<float>(cap))});  // the cap as the kernel takes it
 }
 
 Tensor scale(const Tensor& x, double s) {
   check_model_dtype(x, "scale input");
   FK_CHECK(x.is_contiguous() && std::isfinite(s), "reference scale of " + x.str() + " by " + std::to_string(s));
-  Tensor out = empty(x.sizes(), DType::kF32);
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const int64_t n = x.numel();
-    if (n > 0)
-      scale_ref_kernel<T><<<fk::kernels::ceil_div(n, 256), 256, 0, current_stream()>>>(out.data<float>(), x.data<T>(), n, s);
-  });
-  FK_CHECK_LAUNCH();
-  return finish(out, x.dtype());
+  return map_ref(x, ScaleRef{s});
 }
 
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping) {

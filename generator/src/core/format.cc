@@ -12,6 +12,12 @@
 
 namespace fk::gen {
 
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 std::string canonical_double(double x) {
   if (x == 0) return "0";  // also folds -0.0, which has no meaning in a config
   if (!std::isfinite(x)) throw GenError{"non-finite number"};

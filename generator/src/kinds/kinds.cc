@@ -104,8 +104,7 @@ std::string bias_word(bool b) { return b ? "bias" : "nobias"; }
 // base parameter (rotary_embedding: base, composite kinds: rope_theta).
 // 8 hex digits of the FNV-1a hash of `s` (a name's stand-in for a list of constants).
 std::string short_digest(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = fnv1a64(s);
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(h >> 32));
   return hex;

@@ -25,8 +25,7 @@ std::string task_header(int level, const std::string& name) { return "generated/
 // Two spellings cut to one name are a hard error, as any name clash (dedupe).
 std::string bounded_task_name(const std::string& spelled, const std::string& dtype) {
   if (spelled.size() <= kMaxTaskName) return spelled;
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : spelled) h = (h ^ c) * 1099511628211ull;
+  const uint64_t h = fnv1a64(spelled);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   std::string head = spelled.substr(0, kMaxTaskName - 32);

@@ -26,5 +26,7 @@ std::string cpp_string_literal(const std::string& s);
 std::string json_quote(const std::string& s);
 /// The items of a list field as values hold it: comma-joined text ("" is the empty list).
 std::vector<std::string> split_list(const std::string& joined);
+/// 64-bit FNV-1a of `s` (digests in task names: Note [Long task names], Note [LongRoPE names]).
+uint64_t fnv1a64(const std::string& s);
 
 }  // namespace fk::gen

@@ -12,53 +12,48 @@ namespace fk::kernels {
 
 namespace detail {
 
-template <class T> __global__ void __launch_bounds__(256) softcap_kernel(T* __restrict__ x, int64_t n, float cap) {
+/// x[i] = op(x[i]) in fp32, rounded once; 16-byte vectors, grid-stride, the tail element by element.
+template <class T, class Op> __global__ void __launch_bounds__(256) map_inplace_kernel(T* __restrict__ x, int64_t n, Op op) {
   constexpr int kN = Vec16<T>::kN;
-  const float inv = 1.f / cap;
   const int64_t vecs = n / kN;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   for (int64_t i = first; i < vecs; i += stride) {
     Vec16<T> v = load16(x + i * kN);
 #pragma unroll
-    for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(cap * tanhf(to_float(v.v[j]) * inv));
+    for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(op(to_float(v.v[j])));
     store16(x + i * kN, v);
   }
   const int64_t tail = vecs * kN + first;
-  if (tail < n) x[tail] = from_float<T>(cap * tanhf(to_float(x[tail]) * inv));
+  if (tail < n) x[tail] = from_float<T>(op(to_float(x[tail])));
 }
 
-template <class T> __global__ void __launch_bounds__(256) scale_kernel(T* __restrict__ x, int64_t n, float s) {
+template <class T, class Op> void map_inplace(T* x, int64_t n, Op op, cudaStream_t stream) {
+  if (n <= 0) return;
   constexpr int kN = Vec16<T>::kN;
-  const int64_t vecs = n / kN;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  for (int64_t i = first; i < vecs; i += stride) {
-    Vec16<T> v = load16(x + i * kN);
-#pragma unroll
-    for (int j = 0; j < kN; ++j) v.v[j] = from_float<T>(s * to_float(v.v[j]));
-    store16(x + i * kN, v);
-  }
-  const int64_t tail = vecs * kN + first;
-  if (tail < n) x[tail] = from_float<T>(s * to_float(x[tail]));
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(n / kN, 256), 132 * 8));
+  map_inplace_kernel<T, Op><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, op);
 }
+
+struct SoftcapOp {
+  float cap, inv;
+  __device__ float operator()(float v) const { return cap * tanhf(v * inv); }
+};
+struct ScaleOp {
+  float s;
+  __device__ float operator()(float v) const { return s * v; }
+};
 
 }  // namespace detail
 
 /// x[i] = s * x[i] for i < n (fp32 product, rounded once); x contiguous and 16-byte aligned.
 template <class T> void scale_inplace(T* x, int64_t n, float s, cudaStream_t stream) {
-  if (n <= 0) return;
-  constexpr int kN = Vec16<T>::kN;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(n / kN, 256), 132 * 8));
-  detail::scale_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, s);
+  detail::map_inplace<T>(x, n, detail::ScaleOp{s}, stream);
 }
 
 /// x[i] = cap * tanh(x[i] / cap) for i < n; x contiguous and 16-byte aligned; cap > 0.
 template <class T> void logit_softcap(T* x, int64_t n, float cap, cudaStream_t stream) {
-  if (n <= 0) return;
-  constexpr int kN = Vec16<T>::kN;
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(ceil_div(n / kN, 256), 132 * 8));
-  detail::softcap_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, cap);
+  detail::map_inplace<T>(x, n, detail::SoftcapOp{cap, 1.f / cap}, stream);
 }
 
 }  // namespace fk::kernels
