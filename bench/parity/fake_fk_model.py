@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """A stand-in for `fk_model`, for the parity tool's own tests only: same command line, same
-output files (the contract in docs/parity.md), computed with an fp32 HuggingFace model on the
-bf16 weights, so hf_parity.py must pass on it.
+output files (the contract in docs/parity.md), computed with an fp32 HuggingFace model on
+weights in the model dtype (bf16, or fp16 for a float16 config: hfmodel.model_dtype), so
+hf_parity.py must pass on it.
 
     fake_fk_model.py --arch ORG/MODEL [--layers N] [--seed S] --save-weights W.safetensors \
         --dump D.safetensors --prompt-lens 7,33,64,128 --decode-steps 64
 
 Environment (tests):
   FK_CONFIG_ROOT      where <org>/<model>/config.json live (default: the repo's hf_configs/)
-  FAKE_FK_DTYPE       f32 (default) or bf16: precision of the computation
+  FAKE_FK_DTYPE       f32 (default), bf16 or f16: precision of the computation (the saved weights
+                      are in the model dtype whatever this says)
   FAKE_FK_DEVICE      cpu (default) or cuda
   FAKE_FK_CORRUPT     inject a bug: weight:L (layer L's o_proj scaled by 1.1 in the computation,
                       the saved weights stay clean), dump:L (noise added to prefill.layer.L only),
@@ -41,17 +43,18 @@ def main():
         print("fake_fk_model: failing on purpose (FAKE_FK_EXIT)", file=sys.stderr)
         return int(os.environ["FAKE_FK_EXIT"])
     corrupt = os.environ.get("FAKE_FK_CORRUPT", "")
-    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[os.environ.get("FAKE_FK_DTYPE", "f32")]
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[os.environ.get("FAKE_FK_DTYPE", "f32")]
     dev = os.environ.get("FAKE_FK_DEVICE", "cpu")
     torch.manual_seed(0)
     hfmodel.set_fp32_exact()
 
     cfg = hfmodel.load_config(a.arch, a.layers)
+    mdt = hfmodel.model_dtype(a.arch)  # what fk_model writes W in (Note [Model dtype])
     n = cfg.num_hidden_layers
     model = hfmodel.build_model(cfg, dtype, dev, attn="eager")
-    w = hfmodel.random_weights(model, a.seed)
+    w = hfmodel.random_weights(model, a.seed, dtype=mdt)
     st.save(a.save_weights, w, {"arch": a.arch, "layers": str(n), "seed": str(a.seed)})
-    hfmodel.check_and_load(model, w)
+    hfmodel.check_and_load(model, w, dtype=mdt)
     if corrupt.startswith("weight:"):
         li = int(corrupt.split(":")[1])
         model.model.layers[li].self_attn.o_proj.weight.mul_(1.1)
@@ -114,7 +117,8 @@ def main():
     elif corrupt == "logits":
         D["prefill.logits"] = D["prefill.logits"] * 1.05
     st.save(a.dump, D, {"arch": a.arch, "layers": str(n), "seed": str(a.seed), "producer": "fake_fk_model"})
-    print(f"fake_fk_model: {a.arch} layers={n} prompts={lens} steps={S} dtype={dtype} corrupt={corrupt or '-'}",
+    print(f"fake_fk_model: {a.arch} layers={n} prompts={lens} steps={S} dtype={dtype} weights={mdt} "
+          f"corrupt={corrupt or '-'}",
           file=sys.stderr)
     return 0
 

@@ -2,13 +2,15 @@
 """Parity of fk_model (the L4 model runner) against HuggingFace transformers.
 
 Runs `fk_model` (or takes its files), rebuilds the same model in transformers from the repo's
-hf_configs/ with the same bf16 weights, and compares, per prompt (no padding):
+hf_configs/ with the same weights (bf16 or fp16: the model dtype, Note [Model dtype] in
+hfmodel.py), and compares, per prompt (no padding):
   a) the residual stream after every decoder layer   (prefill.layer.{i})
   b) last-token logits of every prompt               (prefill.logits)
   c) greedy decode, teacher-forced in HF on the prompt + our tokens: argmax agreement, near-tie
      gaps of disagreements, our chosen-token logits, last-step logits (decode.*)
 Tolerances are relative to an fp32 "truth" (the same weights upcast): ours may be at most
-`--factor` (2) times as far from fp32 as HF bf16 is, with stated floors (docs/parity.md).
+`--factor` (2) times as far from fp32 as HF in the model dtype is, with stated floors
+(docs/parity.md). Result keys name that run by the dtype's tag: hf_bf16..., or hf_f16... for fp16.
 
     python3 bench/parity/hf_parity.py --arch meta-llama/Llama-3.1-8B-Instruct --layers 4 --out out/parity
     python3 bench/parity/hf_parity.py --all --out out/parity
@@ -34,11 +36,13 @@ sys.path.insert(0, HERE)
 EXIT_OK, EXIT_FAIL, EXIT_SETUP = 0, 1, 2
 
 # Tolerances (docs/parity.md explains them).
+# "HF bf16" below is HF in the model dtype: bf16, or fp16 for a float16 model.
 FACTOR = 2.0          # ours-vs-fp32 may be this many times HF-bf16-vs-fp32
-FLOOR_REL = 5e-3      # floor on relative L2 bounds: ~4-5 bf16 roundings (one is ~1e-3 rel. RMS)
+FLOOR_REL = 5e-3      # floor on relative L2 bounds: ~4-5 bf16 roundings (one is ~1e-3 rel. RMS; fp16's is 8x less)
 MIN_MATCH = 0.90      # greedy-token agreement with HF bf16 (teacher forced)
 TIE_FACTOR = 6.0      # near-tie bound = TIE_FACTOR * delta, delta = max |HF bf16 - fp32| logit
-ULP_FLOOR = 2.0 ** -7  # abs floor for single logits: 2^-7 * max|logit| (1-2 bf16 ulps)
+# abs floor for single logits: eps * max|logit| (1-2 ulps), eps of the model dtype (torch.finfo(dtype).eps)
+ULP_FLOOR = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}
 ROUTE_TIE_FACTOR = 4.0  # MoE routing near-tie: top-k margin <= 4 x bf16 router-logit error (docs/parity.md)
 
 
@@ -168,10 +172,11 @@ def check_dump(D, n_layers, V, H, prompt_lens=None, decode_steps=None):
     return lens, S
 
 
-def self_consistency(D, S):
+def self_consistency(D, S, ulp):
     """Our own files must agree with themselves: token 0 is an argmax of prefill.logits, the last
     token an argmax of decode.logits_last, and token_logit holds those logits. Tolerance: one
-    bf16 ulp of the value (a dump may round logits through bf16 on one path and not the other)."""
+    ulp (`ulp`, ULP_FLOOR of the model dtype) of the value (a dump may round logits through the
+    model dtype on one path and not the other)."""
     errs = []
     pl, ll = D["prefill.logits"], D["decode.logits_last"]
     tok, tl = D["decode.tokens"], D["decode.token_logit"]
@@ -179,7 +184,7 @@ def self_consistency(D, S):
         for col, lg in ((0, pl[b]), (S, ll[b])):
             t = int(tok[b, col])
             v, mx = float(lg[t]), float(lg.max())
-            tol = ULP_FLOOR * max(abs(mx), 1e-3)
+            tol = ulp * max(abs(mx), 1e-3)
             if v < mx - tol:
                 errs.append(f"prompt {b}: decode.tokens[{col}]={t} has logit {v:.5f} < max {mx:.5f}")
             if abs(float(tl[b, col]) - v) > tol:
@@ -241,7 +246,9 @@ def check_arch(a, arch, workdir):
     import hfmodel
     import st
 
-    res = {"arch": arch, "seed": a.seed, "attn": a.attn, "device": a.device, **hfmodel.versions(),
+    mdt = hfmodel.model_dtype(arch, a.config_root)  # bf16 or fp16 (Note [Model dtype])
+    tag = hfmodel.dtype_tag(mdt)
+    res = {"arch": arch, "dtype": tag, "seed": a.seed, "attn": a.attn, "device": a.device, **hfmodel.versions(),
            "factor": a.factor, "floor_rel": a.floor_rel, "min_match": a.min_match, "tie_factor": a.tie_factor,
            "route_tie_factor": a.route_tie_factor,
            "checks": [], "errors": [], "pass": False}
@@ -278,6 +285,11 @@ def check_arch(a, arch, workdir):
                 res["errors"].append(f"weights metadata {k}={wmeta.get(k)!r}, want {want!r}")
     res["layers"] = layers
     res["weights_metadata"] = wmeta
+    try:  # before anything is built: a W in the wrong dtype is named here, tensor by tensor
+        hfmodel.check_dtypes(W, mdt, f"weights {wpath} ({arch} is served in {hfmodel.dtype_name(mdt)})")
+    except hfmodel.WeightsError as e:
+        res["errors"].append(str(e))
+        return res
     cfg = hfmodel.load_config(arch, layers, a.config_root)
     V, H = cfg.vocab_size, cfg.hidden_size
     try:
@@ -287,15 +299,16 @@ def check_arch(a, arch, workdir):
         res["errors"].append(f"dump: {e}")
         return res
     res["prompt_lens"], res["decode_steps"] = lens, S
-    res["errors"] += self_consistency(D, S)
+    res["errors"] += self_consistency(D, S, ULP_FLOOR[tag])
 
-    # HF bf16 (what we measure against) and HF fp32 (the truth), one after the other.
+    # HF in the model dtype, bf16 or fp16 (what we measure against), and HF fp32 (the truth), one
+    # after the other; both load the same W (in the model dtype, upcast by the fp32 model).
     runs = {}
-    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
         model = hfmodel.build_model(cfg, dtype, a.device, a.attn)
         try:
-            hfmodel.check_and_load(model, W)
+            hfmodel.check_and_load(model, W, dtype=mdt)
         except hfmodel.WeightsError as e:
             res["errors"].append(str(e))
             free(model)
@@ -304,19 +317,19 @@ def check_arch(a, arch, workdir):
         free(model)
         res[f"hf_{name}_s"] = round(time.time() - t0, 2)
     del W
-    (h16_layers, h16_tf, h16_r), (f32_layers, f32_tf, f32_r) = runs["bf16"], runs["fp32"]
+    (h16_layers, h16_tf, h16_r), (f32_layers, f32_tf, f32_r) = runs[tag], runs["fp32"]
     checks = res["checks"]
     top_k = int(getattr(cfg, "num_experts_per_tok", 0) or 0)
 
     def rel_check(name, ours, hf, truth, ambiguous=None):
         e_o, e_h = rel_l2(ours, truth), rel_l2(hf, truth)
         bound = max(a.factor * e_h, a.floor_rel)
-        c = {"name": name, "metric": "rel_l2", "ours": e_o, "hf_bf16": e_h, "bound": bound,
+        c = {"name": name, "metric": "rel_l2", "ours": e_o, f"hf_{tag}": e_h, "bound": bound,
              "ours_vs_hf": rel_l2(ours, hf), "max_abs_vs_fp32": float((ours - truth).abs().max()),
              "pass": bool(e_o <= bound)}
         if ours.dim() == 2:  # one row per prompt: say which rows carry the error
             c["rows_ours"] = [rel_l2(ours[i], truth[i]) for i in range(ours.shape[0])]
-            c["rows_hf_bf16"] = [rel_l2(hf[i], truth[i]) for i in range(ours.shape[0])]
+            c[f"rows_hf_{tag}"] = [rel_l2(hf[i], truth[i]) for i in range(ours.shape[0])]
         if ambiguous is not None:
             c["routing"] = ambiguous
             if not c["pass"] and ambiguous["rows"]:
@@ -333,7 +346,7 @@ def check_arch(a, arch, workdir):
                     e_o2, e_h2 = rel_l2(ours[keep], truth[keep]), rel_l2(hf[keep], truth[keep])
                     b2 = max(a.factor * e_h2, a.floor_rel)
                     c.update({"rows_set_aside": list(dropped), "ours_unambiguous": e_o2,
-                              "hf_bf16_unambiguous": e_h2, "bound_unambiguous": b2, "pass": bool(e_o2 <= b2)})
+                              f"hf_{tag}_unambiguous": e_h2, "bound_unambiguous": b2, "pass": bool(e_o2 <= b2)})
                     if c["pass"]:
                         break
         checks.append(c)
@@ -379,7 +392,7 @@ def check_arch(a, arch, workdir):
     f_gap = h_max - h16_tf.gather(-1, f_arg[..., None])[..., 0]
     checks.append({"name": "decode.argmax_match", "metric": "fraction", "ours": n_match / n_tok,
                    "bound": a.min_match, "n": n_tok, "n_match": n_match, "n_exact_index": n_exact,
-                   "hf_bf16_vs_fp32_match": float(((h_arg == f_arg) | (f_gap <= 0)).float().mean()),
+                   f"hf_{tag}_vs_fp32_match": float(((h_arg == f_arg) | (f_gap <= 0)).float().mean()),
                    "pass": bool(n_match / n_tok >= a.min_match)})
     mm = ~agree
     worst = float(gap[mm].max()) if bool(mm.any()) else 0.0
@@ -390,8 +403,8 @@ def check_arch(a, arch, workdir):
                    "pass": bool(worst <= tie_bound)})
     e_o = float((tl - f_tok).abs().max())
     e_h = float((h_tok - f_tok).abs().max())
-    bound = max(a.factor * e_h, ULP_FLOOR * float(f_tok.abs().max()))
-    checks.append({"name": "decode.token_logit", "metric": "max_abs", "ours": e_o, "hf_bf16": e_h, "bound": bound,
+    bound = max(a.factor * e_h, ULP_FLOOR[tag] * float(f_tok.abs().max()))
+    checks.append({"name": "decode.token_logit", "metric": "max_abs", "ours": e_o, f"hf_{tag}": e_h, "bound": bound,
                    "ours_vs_hf": float((tl - h_tok).abs().max()),
                    "ours_vs_hf_mean": float((tl - h_tok).abs().mean()), "pass": bool(e_o <= bound)})
     rel_check("decode.logits_last", D["decode.logits_last"], h16_tf[:, S], f32_tf[:, S], routing_ties(1))
@@ -403,28 +416,31 @@ def check_arch(a, arch, workdir):
 
 # --- reporting ----------------------------------------------------------------------------------
 
-HDR = ("check", "metric", "ours-vs-fp32", "hf-bf16-vs-fp32", "bound", "ours-vs-hf", "result")
+def header(tag):
+    """Table header; `tag` is the result's dtype tag (bf16, f16)."""
+    return ("check", "metric", "ours-vs-fp32", f"hf-{tag}-vs-fp32", "bound", "ours-vs-hf", "result")
 
 
 def rows(res):
     out = []
+    tag = res.get("dtype", "bf16")  # results from before fp16 support are bf16
     for c in res["checks"]:
         if c["name"] == "decode.argmax_match":
             out.append((c["name"], "match", f"{c['n_match']}/{c['n']} = {c['ours']:.3f} (index {c['n_exact_index']})",
-                        f"(vs fp32 {c['hf_bf16_vs_fp32_match']:.3f})", f">= {c['bound']:.2f}", "-",
+                        f"(vs fp32 {c[f'hf_{tag}_vs_fp32_match']:.3f})", f">= {c['bound']:.2f}", "-",
                         "PASS" if c["pass"] else "FAIL"))
         elif c["name"] == "decode.near_tie":
             out.append((c["name"], "max gap", fmt(c["ours"]), f"delta {fmt(c['delta'])}", f"<= {fmt(c['bound'])}",
                         f"{len(c['mismatches'])} mism.", "PASS" if c["pass"] else "FAIL"))
         else:
             over_all = "over" if "bound_unambiguous" in c else ("PASS" if c["pass"] else "FAIL")
-            out.append((c["name"], c["metric"], fmt(c["ours"]), fmt(c.get("hf_bf16")), f"<= {fmt(c['bound'])}",
+            out.append((c["name"], c["metric"], fmt(c["ours"]), fmt(c.get(f"hf_{tag}")), f"<= {fmt(c['bound'])}",
                         fmt(c.get("ours_vs_hf")), over_all))
             if "bound_unambiguous" in c:  # Note [Routing near-ties] (docs/parity.md)
                 rows_ = ",".join(map(str, c["rows_set_aside"]))
                 out.append((f"{c['name']} w/o prompts {rows_}", "rel_l2 (routing near-tie excluded)",
-                            fmt(c["ours_unambiguous"]), fmt(c["hf_bf16_unambiguous"]), f"<= {fmt(c['bound_unambiguous'])}",
-                            "-", "PASS" if c["pass"] else "FAIL"))
+                            fmt(c["ours_unambiguous"]), fmt(c[f"hf_{tag}_unambiguous"]),
+                            f"<= {fmt(c['bound_unambiguous'])}", "-", "PASS" if c["pass"] else "FAIL"))
     return out
 
 
@@ -432,9 +448,10 @@ def print_table(res):
     log(f"\n== {res['arch']}  layers={res.get('layers')} seed={res['seed']} prompts={res.get('prompt_lens')} "
         f"decode_steps={res.get('decode_steps')} attn={res['attn']} device={res.get('gpu', res['device'])} ==")
     r = rows(res)
+    hdr = header(res.get("dtype", "bf16"))
     if r:
-        w = [max(len(x[i]) for x in r + [HDR]) for i in range(len(HDR))]
-        log("  ".join(h.ljust(w[i]) for i, h in enumerate(HDR)))
+        w = [max(len(x[i]) for x in r + [hdr]) for i in range(len(hdr))]
+        log("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
         for x in r:
             log("  ".join(v.ljust(w[i]) for i, v in enumerate(x)))
     for e in res["errors"]:
@@ -445,10 +462,11 @@ def print_table(res):
 def write_md(path, results, a):
     L = ["# fk_model vs HuggingFace transformers: parity", ""]
     r0 = results[0] if results else {}
+    lo = "/".join(sorted({r.get("dtype", "bf16") for r in results})) or "bf16"  # HF's low-precision run(s)
     L.append(f"torch {r0.get('torch')}, transformers {r0.get('transformers')}, device {r0.get('gpu', r0.get('device'))}, "
-             f"attn_implementation={a.attn}. Bounds: ours-vs-fp32 <= max({a.factor:g} x HF-bf16-vs-fp32, "
+             f"attn_implementation={a.attn}. Bounds: ours-vs-fp32 <= max({a.factor:g} x HF-{lo}-vs-fp32, "
              f"{a.floor_rel:g}) (relative L2); argmax match >= {a.min_match:.0%}; disagreements must be near-ties "
-             f"(HF gap <= {a.tie_factor:g} x max|HF bf16 - fp32| logit). See docs/parity.md.")
+             f"(HF gap <= {a.tie_factor:g} x max|HF {lo} - fp32| logit). See docs/parity.md.")
     L += ["", "| arch | layers | result | worst layer (ours / bound) | logits (ours / bound) | decode match | errors |",
           "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -462,7 +480,8 @@ def write_md(path, results, a):
                  + (f"{dm['n_match']}/{dm['n']}" if dm else "-") + " | "
                  + ("; ".join(r["errors"])[:300].replace("|", "/") or "-") + " |")
     for r in results:
-        L += ["", f"## {r['arch']}", "", "| " + " | ".join(HDR) + " |", "|" + "---|" * len(HDR)]
+        hdr = header(r.get("dtype", "bf16"))
+        L += ["", f"## {r['arch']}", "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
         L += ["| " + " | ".join(x) + " |" for x in rows(r)]
         for e in r["errors"]:
             L.append(f"\nERROR: {e}")
@@ -496,7 +515,8 @@ def parse_args(argv):
     ap.add_argument("--min-match", type=float, default=MIN_MATCH)
     ap.add_argument("--tie-factor", type=float, default=TIE_FACTOR)
     ap.add_argument("--route-tie-factor", type=float, default=ROUTE_TIE_FACTOR,
-                    help="MoE: a prompt's routing is a near-tie when a top-k margin <= this x the bf16 router-logit error")
+                    help="MoE: a prompt's routing is a near-tie when a top-k margin <= this x the router-logit error "
+                         "of HF in the model dtype (bf16/fp16)")
     return ap.parse_args(argv)
 
 
@@ -535,6 +555,7 @@ def main(argv=None):
     try:
         for arch in archs:
             hfmodel.load_config(arch, a.layers, a.config_root)
+            hfmodel.model_dtype(arch, a.config_root)
     except hfmodel.SetupError as e:
         return setup_error(str(e))
     if not a.weights:

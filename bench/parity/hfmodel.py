@@ -1,6 +1,7 @@
 """Shared helpers: build a HuggingFace transformers model from the repo's hf_configs/ (no
-network), load weights strictly from a safetensors file written per the fk_model contract, and
-capture the residual stream after each decoder layer.
+network), find the dtype it is served in (bf16 or fp16, model_dtype), load weights strictly from a
+safetensors file written per the fk_model contract, and capture the residual stream after each
+decoder layer.
 
 Used by bench/parity/hf_parity.py, bench/parity/fake_fk_model.py and
 bench/peers/hf_llama_perf.py.
@@ -19,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
-                         "gpt_oss", "deepseek_v3", "granite")
+                         "gpt_oss", "deepseek_v3", "granite", "olmo2")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -58,6 +59,62 @@ def config_path(arch, root=None):
     return p
 
 
+# Note [Model dtype]
+# A model is served (and fk_model writes its weights, the contract's W) in one 16-bit dtype: the
+# sidecar <root>/<arch>/fastkernels.json's "dtype" when it names one (`add --dtype`: serve the
+# checkpoint in another dtype than its own), else the config's torch_dtype ("dtype" in
+# transformers 5) when that is bfloat16 or float16. A float32 or dtype-less config is served in
+# bfloat16 (vLLM's dtype="auto" serves fp32 checkpoints in 16 bits too).
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# Short tags, as in result keys (hf_bf16, hf_f16; the generator's dtype suffixes).
+DTYPE_TAGS = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+
+
+def dtype_tag(dtype):
+    return DTYPE_TAGS[dtype]
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def sidecar(arch, root=None):
+    """The user's recorded choices for `arch` (<root>/<arch>/fastkernels.json; {} when absent)."""
+    side = os.path.join(os.path.dirname(config_path(arch, root)), "fastkernels.json")
+    if not os.path.isfile(side):
+        return {}
+    try:
+        with open(side) as f:
+            d = json.load(f)
+    except ValueError as e:
+        raise SetupError(f"{side}: not JSON ({e})")
+    if not isinstance(d, dict):
+        raise SetupError(f"{side}: not a JSON object")
+    return d
+
+
+def model_dtype(arch, root=None):
+    """torch.bfloat16 or torch.float16: the dtype `arch` is served in (Note [Model dtype])."""
+    cpath = config_path(arch, root)
+    side = os.path.join(os.path.dirname(cpath), "fastkernels.json")
+    if os.path.isfile(side):
+        choice = sidecar(arch, root).get("dtype")
+        if choice is not None:
+            if not isinstance(choice, str) or choice not in DTYPES:
+                raise SetupError(f"{side}: dtype {choice!r} (want one of {', '.join(DTYPES)})")
+            return DTYPES[choice]
+    with open(cpath) as f:
+        d = json.load(f)
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else {}
+    dt = d.get("torch_dtype") or d.get("dtype") or text.get("torch_dtype") or text.get("dtype")
+    if dt in (None, "float32"):
+        return torch.bfloat16
+    if not isinstance(dt, str) or dt not in DTYPES:
+        raise SetupError(f"{arch}: torch_dtype {dt!r} in {cpath} (supported: {', '.join(DTYPES)}, "
+                         f"or float32 served in bfloat16)")
+    return DTYPES[dt]
+
+
 def load_config(arch, layers=None, root=None):
     """transformers config for `arch` from <root>/<arch>/config.json, num_hidden_layers
     overridden. Built with AutoConfig.for_model from the JSON dict: nothing touches the hub."""
@@ -66,8 +123,11 @@ def load_config(arch, layers=None, root=None):
     with open(config_path(arch, root)) as f:
         d = json.load(f)
     mt = d.pop("model_type", None)
-    if mt not in SUPPORTED_MODEL_TYPES:
-        raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    # A config lowered as a known model type (`add --as`, recorded as the sidecar's served_as) runs
+    # transformers' own class for its model_type: that is the check of the user's claim.
+    if mt not in SUPPORTED_MODEL_TYPES and sidecar(arch, root).get("served_as") not in SUPPORTED_MODEL_TYPES:
+        raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)}, "
+                         f"or a config added with `fastkernels add --as` one of them)")
     full = int(d["num_hidden_layers"])
     n = full if layers is None else int(layers)
     if not 1 <= n <= full:
@@ -76,6 +136,7 @@ def load_config(arch, layers=None, root=None):
     if isinstance(d.get("layer_types"), list):
         d["layer_types"] = d["layer_types"][:n]
     # quantization_config: gpt-oss ships MXFP4 experts; parity runs the bf16 model (random weights).
+    # torch_dtype/dtype: the caller builds the model in model_dtype() (or fp32, the truth).
     for k in ("torch_dtype", "dtype", "transformers_version", "architectures", "quantization_config"):
         d.pop(k, None)
     cfg = AutoConfig.for_model(mt, **d)
@@ -142,10 +203,33 @@ def fuse_parts(expected, weights):
     return out
 
 
-def check_and_load(model, weights, tied=None):
+def dtype_problems(weights, dtype):
+    """'name: dtype X, contract says Y' for every tensor of `weights` (name -> tensor) that is
+    not in the contract's dtype: fp32 for FP32_PARAMS, the model dtype `dtype` for the rest."""
+    out = []
+    for k in sorted(weights):
+        want = torch.float32 if k.endswith(FP32_PARAMS) else dtype
+        if weights[k].dtype != want:
+            out.append(f"{k}: dtype {dtype_name(weights[k].dtype)}, contract says {dtype_name(want)}")
+    return out
+
+
+def check_dtypes(weights, dtype, what="weights"):
+    """WeightsError unless every tensor of `weights` is in the contract dtype (dtype_problems);
+    names the first few offenders and counts the rest (a file in the wrong dtype has hundreds)."""
+    probs = dtype_problems(weights, dtype)
+    if probs:
+        raise WeightsError(f"{what}: {len(probs)} tensor(s) not in the contract dtype (model dtype "
+                           f"{dtype_name(dtype)}; {', '.join(FP32_PARAMS)} fp32): " + "; ".join(probs[:6])
+                           + (f"; ... and {len(probs) - 6} more" if len(probs) > 6 else ""))
+
+
+def check_and_load(model, weights, tied=None, dtype=torch.bfloat16):
     """Loads `weights` (name -> tensor) into `model` strictly. Missing/unexpected names, shape
-    mismatches and non-bf16 tensors are WeightsError. With tied embeddings the file has no
-    lm_head.weight; it is taken from model.embed_tokens.weight (and must not be present)."""
+    mismatches and tensors not in the contract dtype (`dtype`, the model dtype, which need not be
+    the dtype `model` was built in; fp32 for FP32_PARAMS) are WeightsError. With tied embeddings
+    the file has no lm_head.weight; it is taken from model.embed_tokens.weight (and must not be
+    present)."""
     if tied is None:
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
     sd = model.state_dict()
@@ -169,9 +253,8 @@ def check_and_load(model, weights, tied=None):
         w = weights[k]
         if tuple(w.shape) != tuple(sd[k].shape):
             problems.append(f"{k}: shape {tuple(w.shape)} != expected {tuple(sd[k].shape)}")
-        want = torch.float32 if k.endswith(FP32_PARAMS) else torch.bfloat16
-        if w.dtype != want:
-            problems.append(f"{k}: dtype {w.dtype}, contract says {str(want).replace('torch.', '')}")
+    dprobs = dtype_problems({k: weights[k] for k in expected & have}, dtype)
+    problems += dprobs[:6] + ([f"... and {len(dprobs) - 6} more dtype mismatches"] if len(dprobs) > 6 else [])
     if problems:
         raise WeightsError("weights do not match the model: " + "; ".join(problems))
     full = dict(weights)
@@ -183,10 +266,11 @@ def check_and_load(model, weights, tied=None):
     return model
 
 
-def random_weights(model, seed, std=None):
-    """Seeded random bf16 weights with HF names (used by the fake fk_model and the perf peer
-    when no weights file is given). Norm weights 1 + 0.1 N(0,1) (Gemma: 0.1 N(0,1)), biases 0.1
-    N(0,1), embeddings N(0,1) (Gemma: N(0, 1/hidden)), other matrices N(0, 1/fan_in) (or N(0, std) when std is given). Generated on CPU in
+def random_weights(model, seed, std=None, dtype=torch.bfloat16):
+    """Seeded random weights in `dtype` (the model dtype; attention sinks fp32) with HF names (used
+    by the fake fk_model and the perf peer when no weights file is given). Norm weights
+    1 + 0.1 N(0,1) (Gemma: 0.1 N(0,1)), biases 0.1 N(0,1), embeddings N(0,1) (Gemma: N(0, 1/hidden)),
+    other matrices N(0, 1/fan_in) (or N(0, std) when std is given). Generated on CPU in
     sorted-name order so the values do not depend on the device."""
     g = torch.Generator().manual_seed(int(seed))
     out = {}
@@ -214,7 +298,7 @@ def random_weights(model, seed, std=None):
             t = s * torch.randn(shape, generator=g)
         if is_transposed(str(getattr(model.config, "model_type", "")), name):
             t = t.transpose(-1, -2).contiguous()  # the contract's layout (check_and_load transposes back)
-        out[name] = t.to(torch.bfloat16)
+        out[name] = t.to(torch.float32 if name.endswith(FP32_PARAMS) else dtype)  # the contract's dtypes
     return out
 
 

@@ -3,11 +3,15 @@
 
 Tiny configs of the four families (llama with llama3 rope scaling, mistral with tied
 embeddings, qwen2 with qkv bias, qwen3 with q/k norm; 2-3 layers, hidden 64, 4 heads, 2 kv heads,
-vocab 256) are written to a temp dir; fake_fk_model.py plays fk_model. Checks:
-  st.py round trip (and against the `safetensors` package when installed); parity passes for an
-  fp32 and a bf16 fake; it fails (exit 1) on a perturbed layer weight, a perturbed layer dump, a
-  wrong decode token, a crashing fk_model and a weights file with a missing tensor, naming the
-  right check; usage errors exit 2; hf_llama_perf.py runs (eager, CPU) and writes its rows.
+vocab 256) are written to a temp dir, plus a float16 llama (torch_dtype "float16");
+fake_fk_model.py plays fk_model. Checks:
+  st.py round trip (and against the `safetensors` package when installed); the model dtype
+  (hfmodel.model_dtype: config torch_dtype, fp32 served in bf16, the fastkernels.json sidecar);
+  parity passes for an fp32 and a bf16 fake, and on the float16 llama for an fp16 and an fp32
+  fake (results say dtype f16, keys hf_f16...); it fails (exit 1) on a perturbed layer weight, a
+  perturbed layer dump, a wrong decode token, a crashing fk_model, a weights file with a missing
+  tensor and bf16 weights for the float16 model, naming the right check; usage errors exit 2;
+  hf_llama_perf.py runs (eager, CPU) and writes its rows.
 
 Exit 0 on success, 1 on a failure, 77 (ctest SKIP_RETURN_CODE) when torch/transformers are missing.
 """
@@ -47,6 +51,8 @@ TINY = {
     "tiny/qwen3": dict(model_type="qwen3", rope_theta=1e6, head_dim=32, attention_bias=False,
                        tie_word_embeddings=False, sliding_window=None),
 }
+# A float16 checkpoint: served, and its weights written, in fp16 (Note [Model dtype] in hfmodel.py).
+TINY_F16 = {"tiny/llama-f16": dict(TINY["tiny/llama"], torch_dtype="float16")}
 
 results = []
 
@@ -102,20 +108,58 @@ def test_st():
     check("st: we read the reference writer's file", all(torch.equal(r3[k], t[k]) for k in t) and m3 == {"k": "v"})
 
 
+def write_config(root, arch, cfg, sidecar=None):
+    os.makedirs(os.path.join(root, arch))
+    with open(os.path.join(root, arch, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    if sidecar is not None:
+        with open(os.path.join(root, arch, "fastkernels.json"), "w") as f:
+            json.dump(sidecar, f, indent=1)
+
+
+def test_model_dtype():
+    import hfmodel
+
+    root = os.path.join(TMP, "dtype_configs")
+    llama = {**BASE, **TINY["tiny/llama"]}
+    cases = [  # arch, torch_dtype (None: absent), sidecar, expected dtype (None: SetupError)
+        ("d/bf16", "bfloat16", None, torch.bfloat16),
+        ("d/f16", "float16", None, torch.float16),
+        ("d/f32", "float32", None, torch.bfloat16),
+        ("d/none", None, None, torch.bfloat16),
+        ("d/f32-side-f16", "float32", {"dtype": "float16"}, torch.float16),
+        ("d/f16-side-bf16", "float16", {"dtype": "bfloat16"}, torch.bfloat16),
+        ("d/f16-side-other", "float16", {"dequantize": True}, torch.float16),
+        ("d/side-bad", "bfloat16", {"dtype": "float32"}, None),
+        ("d/int8", "int8", None, None),
+    ]
+    got = {}
+    for arch, dt, side, want in cases:
+        write_config(root, arch, {**llama, **({"torch_dtype": dt} if dt else {})}, side)
+        try:
+            got[arch] = hfmodel.model_dtype(arch, root)
+        except hfmodel.SetupError:
+            got[arch] = None
+    bad = [f"{arch}: {got[arch]}" for arch, _, _, want in cases if got[arch] != want]
+    check("hfmodel.model_dtype: config torch_dtype, fp32/absent -> bf16, fastkernels.json dtype", not bad,
+          "; ".join(bad))
+    write_config(root, "d/dtype-key", {**llama, "dtype": "float16"})  # the transformers-5 spelling
+    check("hfmodel.model_dtype: \"dtype\" key", hfmodel.model_dtype("d/dtype-key", root) == torch.float16)
+
+
 def main():
     global TMP
     TMP = tempfile.mkdtemp(prefix="fk_parity_selftest_")
     root = os.path.join(TMP, "configs")
-    for arch, extra in TINY.items():
-        os.makedirs(os.path.join(root, arch))
-        with open(os.path.join(root, arch, "config.json"), "w") as f:
-            json.dump({**BASE, **extra}, f, indent=1)
+    for arch, extra in {**TINY, **TINY_F16}.items():
+        write_config(root, arch, {**BASE, **extra})
     env = {"FK_CONFIG_ROOT": root, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     common = ["--config-root", root, "--fk-model", FAKE, "--device", "cpu", "--prompt-lens", "5,17,40",
               "--decode-steps", "24"]
     print(f"parity self-test in {TMP} (torch {torch.__version__}, transformers {transformers.__version__})")
 
     test_st()
+    test_model_dtype()
 
     # 1. fp32 fake, all four families in one process: must pass.
     out = os.path.join(TMP, "pass_f32")
@@ -125,6 +169,10 @@ def main():
     check("parity: fp32 fake passes for llama/mistral-tied/qwen2/qwen3", rc == 0 and len(recs) == 4
           and all(r["pass"] for r in recs), f"exit {rc}; failing {[failing(r) for r in recs]}")
     check("parity: parity.md written", os.path.isfile(os.path.join(out, "parity.md")))
+    check("parity: bf16 results keep their keys (dtype bf16, hf_bf16, rows_hf_bf16, hf_bf16_vs_fp32_match)",
+          recs and all(r.get("dtype") == "bf16" and "hf_bf16_s" in r
+                       and any("hf_bf16" in c and "rows_hf_bf16" in c for c in r["checks"])
+                       and any("hf_bf16_vs_fp32_match" in c for c in r["checks"]) for r in recs))
     keep_w = os.path.join(out, "tiny__qwen3", "weights.safetensors")
     keep_d = os.path.join(out, "tiny__qwen3", "dump.safetensors")
 
@@ -133,6 +181,26 @@ def main():
     rc, log = run([PARITY, "--arch", "tiny/qwen2,tiny/llama", "--layers", "2", "--out", out] + common,
                   {**env, "FAKE_FK_DTYPE": "bf16"}, "pass_bf16")
     check("parity: bf16 fake passes", rc == 0, f"exit {rc}")
+
+    # 2b. a float16 model: HF's low-precision run is fp16, W is fp16; an fp16 fake and an fp32 fake
+    # must pass, and the results say f16 (keys hf_f16..., header hf-f16-vs-fp32).
+    for fake, tag in (("f16", "pass_f16"), ("f32", "pass_f16_f32fake")):
+        out = os.path.join(TMP, tag)
+        rc, log = run([PARITY, "--arch", "tiny/llama-f16", "--layers", "2", "--out", out, "--keep-files"] + common,
+                      {**env, "FAKE_FK_DTYPE": fake}, tag)
+        recs = records(out) if rc in (0, 1) else []
+        r = recs[0] if recs else {}
+        md = open(os.path.join(out, "parity.md")).read() if os.path.isfile(os.path.join(out, "parity.md")) else ""
+        check(f"parity: {fake} fake passes on a float16 model, result says dtype f16", rc == 0 and r.get("pass")
+              and r.get("dtype") == "f16" and "hf_f16_s" in r and "hf_bf16_s" not in r
+              and all("hf_bf16" not in k for c in r["checks"] for k in c)
+              and any("hf_f16" in c and "rows_hf_f16" in c for c in r["checks"])
+              and any("hf_f16_vs_fp32_match" in c for c in r["checks"]) and "hf-f16-vs-fp32" in md,
+              f"exit {rc}; dtype {r.get('dtype')}; failing {failing(r) if r else '-'}")
+    w16 = os.path.join(TMP, "pass_f16_f32fake", "tiny__llama-f16", "weights.safetensors")
+    W16 = st.load(w16)[0] if os.path.isfile(w16) else {}
+    check("parity: the fake writes a float16 model's weights in fp16",
+          W16 and all(t.dtype == torch.float16 for t in W16.values()), w16)
 
     # 3. bugs must fail with exit 1 and point at the right place.
     cases = [
@@ -168,6 +236,13 @@ def main():
         rc, log = run([PARITY, "--arch", "tiny/qwen3", "--weights", keep_w, "--dump", keep_d, "--out", out,
                        "--config-root", root, "--device", "cpu"], env, "reuse")
         check("parity: --weights/--dump of a good run passes (layers from metadata)", rc == 0, f"exit {rc}")
+        # bf16 weights for the float16 llama (same shapes): the contract dtype is fp16.
+        out = os.path.join(TMP, "bad_weights_dtype")
+        rc, log = run([PARITY, "--arch", "tiny/llama-f16", "--weights", keep_w.replace("qwen3", "llama"),
+                       "--dump", keep_d.replace("qwen3", "llama"), "--out", out, "--config-root", root,
+                       "--device", "cpu"], env, "bad_weights_dtype")
+        check("parity: bf16 weights for a float16 model -> exit 1, tensor and dtypes named", rc == 1
+              and "model.embed_tokens.weight: dtype bfloat16, contract says float16" in log, f"exit {rc}")
     else:
         check("parity: kept weights file exists", False, keep_w)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """HuggingFace transformers performance peer for the L4 (full model) benchmark.
 
-Times a Llama-family model in transformers (bf16, CUDA) with the same weights fk_model uses:
+Times a Llama-family model in transformers (CUDA; in the model dtype: bf16, or fp16 for a float16
+checkpoint, hfmodel.model_dtype) with the same weights fk_model uses:
   decode  : greedy, B sequences of --prompt-len random tokens; tokens/s = B * new_tokens / time of
             the decode loop (prefill excluded; argmax included); median of --repeats runs.
             eager   = manual loop, DynamicCache.
@@ -147,7 +148,7 @@ def wants_cache_position(model):
 
 
 class Bench:
-    def __init__(self, a, model):
+    def __init__(self, a, model, dtype):
         import torch
         import hfmodel
         self.a, self.model, self.torch = a, model, torch
@@ -155,9 +156,10 @@ class Bench:
         self.V = model.config.vocab_size
         self.gen = torch.Generator(device="cpu").manual_seed(a.seed)
         self.cache_pos = wants_cache_position(model)
+        self.dtype = dtype  # the model dtype, the model's and the KV cache's
         v = hfmodel.versions()
         self.base = {"arch": a.arch, "layers": model.config.num_hidden_layers, "torch": v["torch"],
-                     "transformers": v["transformers"], "attn": a.attn, "dtype": "bf16",
+                     "transformers": v["transformers"], "attn": a.attn, "dtype": hfmodel.dtype_tag(dtype),
                      "weights": a.weights or "random-init",
                      "gpu": torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"}
 
@@ -181,7 +183,7 @@ class Bench:
         ids = self.ids(B, P)
 
         def run(steps):
-            cache = make_cache("DynamicCache", model, B, P + steps, a.device, torch.bfloat16)
+            cache = make_cache("DynamicCache", model, B, P + steps, a.device, self.dtype)
             out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
             tok = out.logits[:, -1].argmax(-1, keepdim=True)
             cache = out.past_key_values
@@ -204,7 +206,7 @@ class Bench:
         torch, model, a = self.torch, self.model, self.a
         P, N = a.prompt_len, a.new_tokens
         ids = self.ids(B, P)
-        cache = make_cache("StaticCache", model, B, P + N + 8, a.device, torch.bfloat16)
+        cache = make_cache("StaticCache", model, B, P + N + 8, a.device, self.dtype)
         use_cp = self.cache_pos
         pos = torch.zeros(1, dtype=torch.long, device=a.device)
 
@@ -380,21 +382,22 @@ def main(argv=None):
     layers = a.layers if a.layers is not None else (int(meta["layers"]) if "layers" in meta else None)
     try:
         cfg = hfmodel.load_config(a.arch, layers, a.config_root)
+        mdt = hfmodel.model_dtype(a.arch, a.config_root)  # Note [Model dtype]
     except hfmodel.SetupError as e:
         print(f"hf_llama_perf: setup error: {e}", file=sys.stderr)
         return EXIT_SETUP
     t0 = time.time()
-    model = hfmodel.build_model(cfg, torch.bfloat16, a.device, a.attn)
+    model = hfmodel.build_model(cfg, mdt, a.device, a.attn)
     if W is not None:
         try:
-            hfmodel.check_and_load(model, W)
+            hfmodel.check_and_load(model, W, dtype=mdt)
         except hfmodel.WeightsError as e:
             print(f"hf_llama_perf: setup error: {e}", file=sys.stderr)
             return EXIT_SETUP
         del W
     log(f"model {a.arch} layers={cfg.num_hidden_layers} on {a.device} in {time.time() - t0:.1f}s")
     torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
-    bench = Bench(a, model)
+    bench = Bench(a, model, mdt)
     os.makedirs(os.path.dirname(os.path.abspath(a.jsonl)), exist_ok=True)
     for mode in modes:
         jobs = ([("decode", b) for b in batches] if "decode" in what else []) + \

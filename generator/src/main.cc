@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
   add->add_option("--allow-unknown", add_choices.allow_unknown,
                   "config keys the family does not know, accepted knowingly (recorded likewise)")
       ->expected(1, -1);
+  add->add_option("--dtype", add_choices.dtype,
+                  "serve the checkpoint in this dtype instead of its torch_dtype (a float32 checkpoint is refused "
+                  "without it); recorded likewise")
+      ->check(CLI::IsMember({"bfloat16", "float16"}));
+  add->add_option("--as", add_choices.served_as,
+                  "lower a config whose model_type no descriptor claims as this known model_type (its forward pass "
+                  "must be that type's: check it with bench/parity/hf_parity.py); recorded likewise");
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");

@@ -99,6 +99,32 @@ TEST(Cli, AddStoresVerbatimGeneratesAndRefusesOverwrite) {
   EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "bad"));
 }
 
+TEST(Cli, AddServesFloat32AndUnknownModelTypesOnlyAsAskedAndRecordsIt) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  const std::string cfg =
+      "{\"vocab_size\": 320, \"model_type\": \"acme_llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024, \"torch_dtype\": \"float32\"}\n";
+  spit(tmp.path() / "in" / "config.json", cfg);
+  const std::string add = bin() + " add --root " + q(tmp.path()) + " --name acme/f32 " + q(tmp.path() / "in" / "config.json");
+  EXPECT_EQ(run(add, &out), 1);
+  EXPECT_NE(out.find("unknown model_type \"acme_llama\""), std::string::npos) << out;
+  EXPECT_EQ(run(add + " --as llama", &out), 1);
+  EXPECT_NE(out.find("$.torch_dtype: float32 checkpoint"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "f32"));
+  EXPECT_EQ(run(add + " --as llama --dtype float32", &out), 2) << out;  // not a dtype the kernels serve
+  ASSERT_EQ(run(add + " --as llama --dtype bfloat16", &out), 0) << out;
+  EXPECT_NE(out.find("recorded hf_configs/acme/f32/fastkernels.json (dtype bfloat16) (as llama)"), std::string::npos) << out;
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "f32" / "fastkernels.json"),
+            "{\n  \"dtype\": \"bfloat16\",\n  \"served_as\": \"llama\"\n}\n");
+  const std::string manifest = slurp(tmp.path() / "generated" / "manifest.json");
+  EXPECT_NE(manifest.find("\"dtype_from\": \"float32\""), std::string::npos);
+  EXPECT_NE(manifest.find("\"served_as\": \"llama\""), std::string::npos);
+  EXPECT_NE(manifest.find("\"model_type\": \"acme_llama\""), std::string::npos);
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+}
+
 TEST(Cli, AddRefusesQuantisedAndUnknownUnlessAskedAndRecordsTheChoice) {
   TempDir tmp;
   make_repo(fixtures() / "golden" / "root", tmp.path());

@@ -154,7 +154,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"moe_decoder_layer", 3},   {"moe_for_causal_lm", 4},    {"gemma_mlp", 2},
                                        {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4},
                                        {"gpt_oss_for_causal_lm", 4}, {"deepseek_mla_attention", 2}, {"deepseek_moe", 2},
-                                       {"deepseek_decoder_layer", 3}, {"deepseek_for_causal_lm", 4}};
+                                       {"deepseek_decoder_layer", 3}, {"deepseek_for_causal_lm", 4}, {"olmo2_attention", 2},
+                                       {"olmo2_decoder_layer", 3}, {"olmo2_for_causal_lm", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -170,8 +171,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // (one rope base, the window is not in it). gpt-oss: qkv_rope_cache, fused_experts,
   // sparse_moe_block, two variants of attention_o_proj, llama_attention and moe_decoder_layer, the model.
   // DeepSeek-V3: the MLA attention, the dense MLP and the shared experts (two llama_mlp), fused_experts,
-  // deepseek_moe, the dense and the MoE decoder layer, the model.
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8);
+  // deepseek_moe, the dense and the MoE decoder layer, the model. Llama-2-7b (fp16): its own 7 (no
+  // task shared across dtypes). OLMo-2: attention_o_proj, gate_up_silu, llama_mlp and its own
+  // attention, layer and model (6; its MLP shapes are Llama-2's, but bf16).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -148,15 +148,15 @@ TEST(Golden, CheckReportsStaleMissingAndExtra) {
 
   spit(tmp.path() / "generated" / "L1" / "silu_and_mul_i128_bf16.cu", "edited by hand\n");
   spit(tmp.path() / "generated" / "L2" / "llama_mlp_h64_i128_nobias_bf16.h", "edited by hand\n");
-  fs::remove(tmp.path() / "generated" / "L1" / "silu_and_mul_i64_f32.cu");
-  fs::remove(tmp.path() / "generated" / "L1" / "silu_and_mul_i64_f32.h");
+  fs::remove(tmp.path() / "generated" / "L1" / "silu_and_mul_i64_f16.cu");
+  fs::remove(tmp.path() / "generated" / "L1" / "silu_and_mul_i64_f16.h");
   OutputTree fewer = tree;
   fewer.erase("generated/L1/silu_and_mul_i96_f16.cu");  // as if qwen3-tiny no longer needed it
   fewer.erase("generated/L1/silu_and_mul_i96_f16.h");
   CheckResult c = check_outputs(tmp.path(), fewer);
   EXPECT_EQ(c.stale, (std::vector<std::string>{"generated/L1/silu_and_mul_i128_bf16.cu",
                                                "generated/L2/llama_mlp_h64_i128_nobias_bf16.h"}));
-  EXPECT_EQ(c.missing, (std::vector<std::string>{"generated/L1/silu_and_mul_i64_f32.cu", "generated/L1/silu_and_mul_i64_f32.h"}));
+  EXPECT_EQ(c.missing, (std::vector<std::string>{"generated/L1/silu_and_mul_i64_f16.cu", "generated/L1/silu_and_mul_i64_f16.h"}));
   EXPECT_EQ(c.extra, (std::vector<std::string>{"generated/L1/silu_and_mul_i96_f16.cu", "generated/L1/silu_and_mul_i96_f16.h"}));
 }
 
@@ -169,7 +169,8 @@ TEST(Golden, NothingIsWrittenWhenAnyConfigIsInvalid) {
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.text(),
             "hf_configs/tiny/broken/config.json: $.model_type: unknown model_type \"jamba\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, "
-            "mixtral, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under generator/descriptors/\n");
+            "mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under generator/descriptors/, or, if its forward pass is one "
+            "of those model types', pass `add --as <model_type>` to lower it as that one knowingly\n");
   EXPECT_FALSE(fs::exists(tmp.path() / "generated"));
 }
 
@@ -181,7 +182,7 @@ TEST(Golden, MissingTemplateIsNamed) {
   Diagnostics d;
   generate(tmp.path(), d);
   EXPECT_EQ(d.text(),
-            "template templates/llama_mlp.h.mustache not found (needed by task llama_mlp_h32_i64_nobias_f32 and 2 other "
+            "template templates/llama_mlp.h.mustache not found (needed by task llama_mlp_h32_i64_nobias_f16 and 2 other "
             "task(s))\n"
             "template templates/store_kvcache.cu.mustache not found (needed by task store_kvcache_hkv1_d32_f16 and 2 "
             "other task(s))\n");

@@ -268,18 +268,76 @@ TEST(UserConfigs, QuantisedCheckpointsOnlyWithDequantize) {
             "t/fastkernels.json: $.dequantize: t/config.json has no quantization_config (remove dequantize)\n");
 }
 
+TEST(UserConfigs, Float32CheckpointsOnlyWithADtypeChoice) {
+  std::string base = kBase;
+  const size_t at = base.find("\"bfloat16\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string f32 = std::string(R"({"model_type": "llama", )") + base.replace(at, 10, "\"float32\"") + "}";
+  EXPECT_EQ(run_with(f32, {}),
+            "t/config.json: $.torch_dtype: float32 checkpoint: no kind serves fp32 weights (the kernels serve \"bfloat16\" "
+            "and \"float16\"); pass `add --dtype bfloat16` (or float16) to generate 16-bit tasks for it knowingly, as "
+            "vLLM's dtype=\"auto\" serves fp32 checkpoints (recorded beside it and in the manifest)\n");
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.dtype = "float16";
+  Generation g;
+  EXPECT_EQ(run_with(f32, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 1u);
+  EXPECT_EQ(g.lowered[0].dtype_from, "float32");
+  for (const OpInstance& op : g.lowered[0].ops) EXPECT_EQ(op.dtype, "float16") << op.name;
+  // The choice must change something: the checkpoint's own dtype is an error naming the sidecar.
+  c.dtype = "bfloat16";
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "llama", )") + kBase + "}", c),
+            "t/fastkernels.json: $.dtype: t/config.json already has torch_dtype \"bfloat16\" (remove dtype)\n");
+}
+
+TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
+  const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
+  EXPECT_EQ(run_with(acme, {}),
+            "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under "
+            "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
+            "lower it as that one knowingly\n");
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.served_as = "llama";
+  Generation g;
+  EXPECT_EQ(run_with(acme, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 1u);
+  EXPECT_EQ(g.lowered[0].served_as, "llama");
+  EXPECT_EQ(g.lowered[0].model_type, "acme_llama");  // the manifest keeps the config's own
+  c.served_as = "qwen2";  // the model type's constants apply (qkv bias)
+  Generation g2;
+  EXPECT_EQ(run_with(acme, c, &g2), "");
+  bool bias = false;
+  for (const OpInstance& op : g2.lowered.at(0).ops) bias |= op.name == "blk.0.qkv_proj" && std::get<bool>(op.params.at("bias"));
+  EXPECT_TRUE(bias);
+  c.served_as = "acme";
+  EXPECT_EQ(run_with(acme, c),
+            "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe\n");
+  c.served_as = "llama";
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
+            "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
+            "remove served_as\n");
+}
+
 TEST(UserConfigs, ChoicesFileIsStrict) {
   Diagnostics diag;
-  UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true})", diag);
+  UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true, "dtype": "float32"})", diag);
   EXPECT_EQ(diag.text(),
             "f.json: $.allow_unknown[1]: expected a config key, got 3\n"
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
-            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown)\n");
+            "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
+            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;
   w.allow_unknown = {"k1", "k2"};
   EXPECT_EQ(user_choices_text(w), "{\n  \"allow_unknown\": [\n    \"k1\",\n    \"k2\"\n  ],\n  \"dequantize\": true\n}\n");
+  w.dtype = "float16";
+  EXPECT_EQ(user_choices_text(w),
+            "{\n  \"allow_unknown\": [\n    \"k1\",\n    \"k2\"\n  ],\n  \"dequantize\": true,\n  \"dtype\": \"float16\"\n}\n");
 }
 
 // --- lower: forward-pass walk and stable op names ---------------------------------------------
@@ -479,6 +537,7 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
 TEST(TaskKinds, ClassNamesAndSlots) {
   std::map<std::string, std::string> l1 = {
       {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"}, {"gemma_qk_norm", "GemmaQKNorm"},
+      {"olmo2_qk_norm", "Olmo2QKNorm"},
       {"scaled_word_embedding", "ScaledWordEmbedding"},
       {"gemma_rms_norm", "GemmaRMSNorm"}, {"gemma_fused_add_rms_norm", "GemmaRMSNorm"},
       {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"}, {"gelu_tanh_and_mul", "GeluAndMul"},
@@ -538,7 +597,10 @@ TEST(TaskKinds, ClassNamesAndSlots) {
                        {"llama_mlp", {"gate_up_proj", "act_fn", "down_proj"}},
                        {"moe_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
                        {"moe_for_causal_lm", {"embed_tokens", "layers", "norm", "lm_head"}},
-                       {"qkv_rope_cache", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write"}},
+                       {"olmo2_attention", {"qkv_proj", "qk_norm", "rotary_emb", "kv_cache_write", "attn_prefill", "attn_decode", "o_proj"}},
+      {"olmo2_decoder_layer", {"self_attn", "post_attention_layernorm", "mlp", "post_feedforward_layernorm"}},
+      {"olmo2_for_causal_lm", {"embed_tokens", "layers", "norm", "lm_head"}},
+      {"qkv_rope_cache", {"qkv_proj", "qk_norm?", "rotary_emb", "kv_cache_write"}},
                        {"sparse_moe_block", {"gate", "router", "experts"}}}));
   EXPECT_EQ(find_kind("qkv_rope_cache")->slots[1].fallback, "fk::tasks::NoQKNorm");
   EXPECT_FALSE(slot_accepts(find_kind("qkv_rope_cache")->slots[1], "QKNormX"));

@@ -160,6 +160,8 @@ std::string manifest_json(const TaskSet& set) {
     // Note [User choices]: what the user accepted knowingly for this config, when anything.
     if (!m.dequantized_from.empty()) arch["dequantized_from"] = m.dequantized_from;
     if (!m.allowed_unknown.empty()) arch["allowed_unknown"] = m.allowed_unknown;
+    if (!m.dtype_from.empty()) arch["dtype_from"] = m.dtype_from;
+    if (!m.served_as.empty()) arch["served_as"] = m.served_as;
     archs.push_back(arch);
   }
   json root = {{"version", 1}, {"generator", "fastkernels"}, {"tasks", tasks}, {"archs", archs}};

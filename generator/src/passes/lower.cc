@@ -223,6 +223,8 @@ std::optional<LoweredModel> lower(const ResolvedConfig& cfg, Diagnostics& diag) 
   m.descriptor_file = cfg.descriptor->file;
   m.dequantized_from = cfg.dequantized_from;
   m.allowed_unknown = cfg.choices.allow_unknown;
+  m.dtype_from = cfg.dtype_from;
+  m.served_as = cfg.served_as;
   size_t before = diag.errors().size();
   Lowerer(cfg, diag, m).run();
   if (diag.errors().size() != before) return std::nullopt;

@@ -388,7 +388,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     return c;
   }
   if (!root.is_object()) {
-    diag.error(file + ": $: expected object with dequantize and/or allow_unknown, got " + got(root));
+    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype and/or served_as, got " + got(root));
     return c;
   }
   for (const auto& [k, v] : root.items()) {
@@ -408,8 +408,15 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
         else keys.insert(v[i].get<std::string>());
       }
       c.allow_unknown.assign(keys.begin(), keys.end());
+    } else if (k == "dtype") {
+      if (!v.is_string() || (v.get<std::string>() != "bfloat16" && v.get<std::string>() != "float16"))
+        diag.error(file + ": " + path + ": expected \"bfloat16\" or \"float16\", got " + got(v));
+      else c.dtype = v.get<std::string>();
+    } else if (k == "served_as") {
+      if (!v.is_string() || v.get<std::string>().empty()) diag.error(file + ": " + path + ": expected a model_type, got " + got(v));
+      else c.served_as = v.get<std::string>();
     } else {
-      diag.error(file + ": " + path + ": unknown key " + json_quote(k) + " (expected dequantize, allow_unknown)");
+      diag.error(file + ": " + path + ": unknown key " + json_quote(k) + " (expected dequantize, allow_unknown, dtype, served_as)");
     }
   }
   return c;
@@ -419,6 +426,8 @@ std::string user_choices_text(const UserChoices& c) {
   json j = json::object();
   if (!c.allow_unknown.empty()) j["allow_unknown"] = c.allow_unknown;
   if (c.dequantize) j["dequantize"] = true;
+  if (!c.dtype.empty()) j["dtype"] = c.dtype;
+  if (!c.served_as.empty()) j["served_as"] = c.served_as;
   return j.dump(2) + "\n";
 }
 

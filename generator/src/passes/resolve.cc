@@ -48,12 +48,32 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   const FieldValue* mt = cfg.get("model_type");
   const Descriptor* d = nullptr;
   std::string known = join(descriptors.model_types(), ", ");
-  if (mt) {
+  if (!choices.served_as.empty()) {
+    // Note [User choices]: lowered as a known model_type, knowingly; only for a config whose own
+    // model_type no descriptor claims (a claimed one would be lowered as itself).
+    r.model_type = mt ? std::get<std::string>(mt->value) : std::string();
+    if (r.model_type.empty()) {
+      diag.error(choices.file + ": $.served_as: " + cfg.file + " has no model_type (remove served_as: the architecture decides)");
+      return std::nullopt;
+    }
+    if (descriptors.by_model_type(r.model_type)) {
+      diag.error(choices.file + ": $.served_as: model_type " + json_quote(r.model_type) + " of " + cfg.file + " is known (" +
+                 descriptors.by_model_type(r.model_type)->file + "); remove served_as");
+      return std::nullopt;
+    }
+    d = descriptors.by_model_type(choices.served_as);
+    if (!d) {
+      diag.error(choices.file + ": $.served_as: unknown model_type " + json_quote(choices.served_as) + "; known: " + known);
+      return std::nullopt;
+    }
+    r.served_as = choices.served_as;
+  } else if (mt) {
     r.model_type = std::get<std::string>(mt->value);
     d = descriptors.by_model_type(r.model_type);
     if (!d) {
       err(mt->path, "unknown model_type " + json_quote(r.model_type) + "; known: " + known +
-                        "; add a descriptor under generator/descriptors/");
+                        "; add a descriptor under generator/descriptors/, or, if its forward pass is one of those "
+                        "model types', pass `add --as <model_type>` to lower it as that one knowingly");
       return std::nullopt;
     }
   } else if (!cfg.architectures.empty()) {
@@ -68,8 +88,10 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     return std::nullopt;
   }
   r.descriptor = d;
-  const ModelTypeEntry& entry = d->model_types.at(r.model_type);
-  for (size_t i = 0; i < cfg.architectures.size(); ++i) {
+  const std::string& lowered_type = r.served_as.empty() ? r.model_type : r.served_as;
+  const ModelTypeEntry& entry = d->model_types.at(lowered_type);
+  // A config served as another model type keeps its own architectures (they name HF's class for it).
+  for (size_t i = 0; r.served_as.empty() && i < cfg.architectures.size(); ++i) {
     bool ok = false;
     for (const auto& a : entry.architectures) ok |= a == cfg.architectures[i];
     if (!ok) {
@@ -215,7 +237,7 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     auto over = entry.constants.find(name);
     if (over != entry.constants.end())
       return eval_into(name, over->second, "constant",
-                       "constant " + name + " (\"" + over->second.text() + "\", model_type " + r.model_type + " in " + d->file + ")");
+                       "constant " + name + " (\"" + over->second.text() + "\", model_type " + lowered_type + " in " + d->file + ")");
     auto c = d->constants.find(name);
     if (c != d->constants.end())
       return eval_into(name, c->second, "constant", "constant " + name + " (\"" + c->second.text() + "\" in " + d->file + ")");
@@ -240,7 +262,25 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     }
   }
   if (diag.errors().size() != errors_before || !cfg.invalid.empty()) return std::nullopt;
-  r.dtype = std::get<std::string>(r.values.at("torch_dtype"));
+  // The dtype the tasks serve (Note [User choices]): the checkpoint's, or the user's choice.
+  const std::string declared = std::get<std::string>(r.values.at("torch_dtype"));
+  const std::string dtype_path = r.origin.count("torch_dtype") && r.origin["torch_dtype"].rfind("$", 0) == 0
+                                     ? r.origin["torch_dtype"] : std::string("$.torch_dtype");
+  if (!choices.dtype.empty()) {
+    if (choices.dtype == declared) {
+      diag.error(choices.file + ": $.dtype: " + cfg.file + " already has torch_dtype " + json_quote(declared) + " (remove dtype)");
+      return std::nullopt;
+    }
+    r.dtype = choices.dtype;
+    r.dtype_from = declared;
+  } else if (declared == "float32") {
+    err(dtype_path, "float32 checkpoint: no kind serves fp32 weights (the kernels serve \"bfloat16\" and \"float16\"); "
+                    "pass `add --dtype bfloat16` (or float16) to generate 16-bit tasks for it knowingly, as vLLM's "
+                    "dtype=\"auto\" serves fp32 checkpoints (recorded beside it and in the manifest)");
+    return std::nullopt;
+  } else {
+    r.dtype = declared;
+  }
   return r;
 }
 

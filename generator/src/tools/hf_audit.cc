@@ -1489,9 +1489,12 @@ std::string render_add_report(const std::string& model_type, const Summary* s, c
   list("new_kernel", "needs a new kernel");
   o << "Next steps:\n";
   if (m->verdict == "covered" || m->verdict == "composition") {
-    o << "  every operator the audit found maps to existing kinds: if the forward pass is a known family's, add\n"
-      << "  " << json_quote(model_type) << " to that descriptor's model_types (generator/descriptors/*.json); otherwise write a descriptor\n"
-      << "  for the new family (docs/descriptors.md). Then rerun `fastkernels add`. See " << howto << ".\n";
+    o << "  every operator the audit found maps to existing kinds. That does not make the forward pass a known\n"
+      << "  model type's (the same operators can be wired differently): read its modeling code. If it is one's,\n"
+      << "  `fastkernels add --as <that model_type>` lowers this config as it, knowingly (recorded; then check the claim\n"
+      << "  with bench/parity/hf_parity.py, which runs transformers' own class for " << json_quote(model_type) << "), or add\n"
+      << "  " << json_quote(model_type) << " to that descriptor's model_types (generator/descriptors/*.json); otherwise write a\n"
+      << "  descriptor for the new family (docs/descriptors.md). See " << howto << ".\n";
   } else if (m->verdict == "unclassified") {
     o << "  no audit rule matched this model's source: read its modeling code, then write a descriptor (" << howto << ").\n";
   } else {
@@ -1514,7 +1517,8 @@ std::optional<std::string> unknown_model_type_report(const fs::path& root, const
   if (!descriptor_diag.ok() || descriptors.by_model_type(model_type)) return std::nullopt;
   std::ostringstream o;
   o << config_file << ": $.model_type: unknown model_type " << json_quote(model_type) << "; known: " << join(descriptors.model_types(), ", ")
-    << "; no descriptor under generator/descriptors/ claims it, so nothing was added\n";
+    << "; no descriptor under generator/descriptors/ claims it, so nothing was added (if its forward pass is one of "
+       "those model types', `add --as <model_type>` lowers it as that one knowingly)\n";
   const fs::path summary_path = root / kSummaryPath;
   auto text = read_text(summary_path);
   if (!text) {

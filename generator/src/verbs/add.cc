@@ -42,8 +42,10 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
     std::cerr << path << ": cannot read\n";
     return kIo;
   }
-  // A model type no descriptor claims: say what the transformers audit knows (docs/hf-audit.md).
-  if (auto unknown = hfaudit::unknown_model_type_report(root, display_path(root, path), *text)) {
+  // A model type no descriptor claims: say what the transformers audit knows (docs/hf-audit.md),
+  // unless the user lowers it as a known one (--as).
+  if (auto unknown = asked.served_as.empty() ? hfaudit::unknown_model_type_report(root, display_path(root, path), *text)
+                                             : std::nullopt) {
     std::cerr << *unknown;
     return kInvalid;
   }
@@ -104,6 +106,8 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
     if (!diag.ok()) return report(diag);
     std::cout << "recorded " << side_rel << (choices.dequantize ? " (dequantize)" : "");
     for (const auto& k : choices.allow_unknown) std::cout << " (allow " << k << ")";
+    if (!choices.dtype.empty()) std::cout << " (dtype " << choices.dtype << ")";
+    if (!choices.served_as.empty()) std::cout << " (as " << choices.served_as << ")";
     std::cout << "\n";
   }
   if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) {

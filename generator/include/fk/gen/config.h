@@ -102,16 +102,24 @@ struct Quantization {
 /// hf_configs/<org>/<model>/fastkernels.json (the config itself stays verbatim) and recorded in
 /// the manifest: `dequantize` generates bf16 tasks for a quantised checkpoint (its
 /// quantization_config is otherwise refused, naming the method), `allow_unknown` lets named keys
-/// the family does not know pass. `add --dequantize --allow-unknown KEY...` writes it.
+/// the family does not know pass, `dtype` serves the checkpoint in another dtype than its
+/// torch_dtype (a float32 checkpoint is otherwise refused: no kernel serves fp32 weights, and
+/// vLLM's dtype="auto" serves such checkpoints in 16 bits), `served_as` lowers a config whose
+/// model_type no descriptor claims as a known model_type (the user's claim that the forward pass
+/// is that type's; HF parity, which runs HF's own class for the config, is what checks it).
+/// `add --dequantize --allow-unknown KEY... --dtype D --as MODEL_TYPE` writes it.
 struct UserChoices {
   std::string file;                     ///< the sidecar's display path ("" when there is none)
   bool dequantize = false;
   std::vector<std::string> allow_unknown;  ///< sorted, unique
-  bool empty() const { return !dequantize && allow_unknown.empty(); }
+  std::string dtype;                       ///< "bfloat16" or "float16" ("" : the config's torch_dtype)
+  std::string served_as;                   ///< a known model_type ("" : the config's own)
+  bool empty() const { return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty(); }
 };
 
-/// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean) and allow_unknown (array
-/// of strings), nothing else); problems go to `diag` naming `file` and the key.
+/// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean), allow_unknown (array
+/// of strings), dtype ("bfloat16" or "float16") and served_as (a model_type string), nothing
+/// else); problems go to `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
 std::string user_choices_text(const UserChoices& c);

@@ -48,6 +48,8 @@ struct ModelTasks {
   std::set<std::string> tasks;  ///< of ops and modules
   std::string dequantized_from;  ///< Note [User choices]: recorded in the manifest when set
   std::vector<std::string> allowed_unknown;
+  std::string dtype_from;  ///< the checkpoint's torch_dtype when the tasks serve another (Note [User choices])
+  std::string served_as;   ///< the known model_type it is lowered as (ditto)
 };
 
 struct TaskSet {

@@ -53,6 +53,8 @@ struct LoweredModel {
   std::vector<OpInstance> ops;  ///< forward-pass order
   std::vector<ModuleInstance> modules;  ///< declaration order (children before parents)
   std::string dequantized_from;            ///< Note [User choices]
+  std::string dtype_from;                  ///< ditto: the checkpoint's torch_dtype when served in another
+  std::string served_as;                   ///< ditto: the known model_type it is lowered as
   std::vector<std::string> allowed_unknown;
 };
 

@@ -17,7 +17,7 @@ struct ResolvedConfig {
   std::string file;        ///< display path of the config
   std::string model_type;
   const Descriptor* descriptor = nullptr;  ///< owned by the DescriptorSet, which outlives this
-  std::string dtype;       ///< torch_dtype: bfloat16 | float16 | float32
+  std::string dtype;       ///< the tasks' dtype: bfloat16 | float16 (torch_dtype, or the user's `dtype` choice)
   /// Every name expressions may use: the family's fields (value or default), rope_scaling.*,
   /// and its constants (model-type overrides applied).
   std::map<std::string, Value> values;
@@ -25,6 +25,8 @@ struct ResolvedConfig {
   std::map<std::string, std::string> origin;
   UserChoices choices;           ///< Note [User choices]
   std::string dequantized_from;  ///< the quant_method of a checkpoint generated as bf16 ("" otherwise)
+  std::string dtype_from;        ///< the checkpoint's torch_dtype when the user chose another dtype ("" otherwise)
+  std::string served_as;         ///< the known model_type it is lowered as (Note [User choices]; "" : its own)
 };
 
 /// Resolves `cfg` (whose id is `id`); appends problems to `diag`; nullopt when unusable.

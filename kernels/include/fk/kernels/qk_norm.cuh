@@ -168,7 +168,82 @@ qk_norm_token_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict_
   }
 }
 
+/// Full-width q/k norm (Note [Full-width q/k norm]): one block per (token, tensor); blockIdx.y 0
+/// normalises the token's q row of kQ elements, 1 its k row of kK elements, each thread kPer
+/// 16-byte vectors (loads issued first), fp32 sums reduced by shuffles then across the warps.
+template <class T, int kW, int kThreads>
+__device__ __forceinline__ void qk_norm_full_row(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ w,
+                                                 float eps, float* warp_sums) {
+  constexpr int kN = Vec16<T>::kN;
+  static_assert(kW % kN == 0, "q/k widths must be multiples of 16 bytes");
+  constexpr int kVecs = kW / kN;
+  constexpr int kPer = (kVecs + kThreads - 1) / kThreads;
+  Vec16<T> v[kPer];
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    if (c < kVecs) {
+      v[i] = load16_stream(x + c * kN);
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float f = to_float(v[i].v[j]);
+        s += f * f;
+      }
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) total += warp_sums[i];
+  const float inv_rms = rsqrtf(total / static_cast<float>(kW) + eps);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    if (c < kVecs) {
+      const Vec16<T> wv = load16(w + c * kN);
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) o.v[j] = qk_norm_elem<T, false>(v[i].v[j], inv_rms, wv.v[j]);
+      store16(out + c * kN, o);
+    }
+  }
+}
+
+template <class T, int kQ, int kK, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+qk_norm_full_kernel(T* __restrict__ q_out, int64_t q_out_stride, T* __restrict__ k_out, int64_t k_out_stride,
+                    const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k, int64_t k_stride,
+                    const T* __restrict__ q_weight, const T* __restrict__ k_weight, float eps) {
+  __shared__ float warp_sums[kThreads / 32];
+  const int64_t tok = blockIdx.x;
+  if (blockIdx.y == 0) qk_norm_full_row<T, kQ, kThreads>(q_out + tok * q_out_stride, q + tok * q_stride, q_weight, eps, warp_sums);
+  else qk_norm_full_row<T, kK, kThreads>(k_out + tok * k_out_stride, k + tok * k_stride, k_weight, eps, warp_sums);
+}
+
 }  // namespace detail
+
+// Note [Full-width q/k norm]
+// OLMo-2 normalises q and k over all heads at once (vLLM's Olmo2Attention: q_norm =
+// RMSNorm(num_heads * head_dim), k_norm = RMSNorm(num_kv_heads * head_dim), applied to the q and
+// k columns of the qkv projection before rotary), so the weights are [Hq*D] and [Hkv*D] and
+// each token's row is one reduction. Rounding as vLLM's RMSNorm (x * inv_rms rounded to the
+// model dtype before the weight), like the per-head kind. 256 threads: 4096 bf16 elements are
+// two vectors per thread.
+
+/// q_out[t] = rmsnorm(q[t, 0:kQ]) * q_weight and k_out[t] = rmsnorm(k[t, 0:kK]) * k_weight, each row
+/// normalised as a whole. Row strides in elements (16-byte aligned). Outputs must not overlap the inputs.
+template <class T, int kQ, int kK>
+void qk_norm_full(T* q_out, int64_t q_out_stride, T* k_out, int64_t k_out_stride, const T* q, int64_t q_stride, const T* k,
+                  int64_t k_stride, const T* q_weight, const T* k_weight, int64_t num_tokens, float eps, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  constexpr int kThreads = 256;
+  detail::qk_norm_full_kernel<T, kQ, kK, kThreads><<<dim3(static_cast<unsigned>(num_tokens), 2), kThreads, 0, stream>>>(
+      q_out, q_out_stride, k_out, k_out_stride, q, q_stride, k, k_stride, q_weight, k_weight, eps);
+}
 
 /// q_out[t, h*D:(h+1)*D] = rmsnorm(q[t, h*D:(h+1)*D]) * q_weight for every head h < Hq, and the
 /// same for k with k_weight (Hkv heads). Row strides in elements (16-byte aligned; the head

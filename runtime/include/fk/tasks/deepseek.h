@@ -102,9 +102,6 @@ template <class Cfg, class M> Tensor mla_attention_forward(M& m, const Tensor& p
   return std::get<0>(m.o_proj.forward(attn.view({t, H * V})));
 }
 
-/// x += y elementwise in the model dtype (fp32 sum, one rounding), as torch's bf16 `+`.
-void add_(Tensor& x, const Tensor& y);
-
 /// DeepseekV2MoE.forward(hidden_states [T, H]) -> [T, H]: shared_experts(h) + experts(h, routing),
 /// routing = grouped_topk(gate(h), e_score_correction_bias) with routed_scaling_factor already in
 /// the weights (vLLM passes it to grouped_topk).

@@ -40,6 +40,27 @@ template <class M> struct IsGeluMlp<M, std::void_t<decltype(M::gelu_tanh)>> : st
 template <class L, class = void> struct IsGemmaLayer : std::false_type {};
 template <class L>
 struct IsGemmaLayer<L, std::void_t<decltype(std::declval<L&>().pre_feedforward_layernorm)>> : std::true_type {};
+/// A post-norm decoder layer (OLMo-2: L::post_norm; Note [Post-norm residual stream]).
+template <class L, class = void> struct IsPostNormLayer : std::false_type {};
+template <class L> struct IsPostNormLayer<L, std::void_t<decltype(L::post_norm)>> : std::bool_constant<L::post_norm> {};
+/// A full-width q/k norm (OLMo-2: N::full_width; Note [Full-width q/k norm] in fk/kernels/qk_norm.cuh).
+template <class N, class = void> struct IsFullWidthQKNorm : std::false_type {};
+template <class N> struct IsFullWidthQKNorm<N, std::void_t<decltype(N::full_width)>> : std::bool_constant<N::full_width> {};
+
+// Note [Post-norm residual stream]
+// OLMo-2's decoder layer (vLLM Olmo2DecoderLayer) norms each branch's output before the add:
+// x = x + post_attention_layernorm(self_attn(x)); x = x + post_feedforward_layernorm(mlp(x)),
+// with no norm on the way in, and the model ends with norm(x). The generated layer keeps the
+// (hidden_states, residual) pair every other layer here passes, the stream being their sum: it
+// returns (post_feedforward_layernorm(mlp(x)), x) and the next layer adds the two before its
+// attention (the first layer gets residual undefined: the embedding is the stream). The last
+// add then fuses into the model's final norm (a fused add + RMSNorm, as in Llama), so the
+// model, its harness, the engine and the parity dump (which records hidden_states + residual
+// after each layer) serve both layouts unchanged. The adds round once in the model dtype, as
+// torch's `residual + hidden_states` does.
+
+/// x += y elementwise in the model dtype (fp32 sum, one rounding), as torch's bf16 `+`.
+void add_(Tensor& x, const Tensor& y);
 
 // ---------------------------------------------------------------------------------------------
 // Forward glue (the baseline composition; every call goes through the child modules).
@@ -246,9 +267,15 @@ std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positi
   Tensor qkv = ref::linear(h, m.qkv_proj.weight, m.qkv_proj.bias);
   Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hkv * D), v = qkv.narrow_last((Hq + Hkv) * D, Hkv * D);
   if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
-    constexpr float off = IsGemmaQKNorm<std::decay_t<decltype(m.qk_norm)>>::value ? 1.f : 0.f;
-    q = ref::head_rms_norm(q, Hq, D, m.qk_norm.q_weight, m.qk_norm.variance_epsilon, off);
-    k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon, off);
+    using N = std::decay_t<decltype(m.qk_norm)>;
+    constexpr float off = IsGemmaQKNorm<N>::value ? 1.f : 0.f;
+    if constexpr (IsFullWidthQKNorm<N>::value) {  // one norm over all heads (OLMo-2)
+      q = ref::rms_norm(contiguous_rows(q), m.qk_norm.q_weight, m.qk_norm.variance_epsilon);
+      k = ref::rms_norm(contiguous_rows(k), m.qk_norm.k_weight, m.qk_norm.variance_epsilon);
+    } else {
+      q = ref::head_rms_norm(q, Hq, D, m.qk_norm.q_weight, m.qk_norm.variance_epsilon, off);
+      k = ref::head_rms_norm(k, Hkv, D, m.qk_norm.k_weight, m.qk_norm.variance_epsilon, off);
+    }
   }
   const int rot = static_cast<int>(m.rotary_emb.rotary_dim);
   const Tensor cache = m.rotary_emb.cache_for(positions);  // longrope: this step's table (Note [LongRoPE])
@@ -306,14 +333,36 @@ Tensor ref_llama_attention(A& a, const RefMeta& rm, const Tensor& positions, con
 }
 
 /// Decoder layer reference: (hidden_states, residual) -> (hidden_states, residual).
+/// Olmo2DecoderLayer (IsPostNormLayer): x = h + residual; x += norm(attn(x)); returns
+/// (norm(mlp(x)), x) (Note [Post-norm residual stream]). The pre-norm layers (ref_pre_norm_layer):
 /// LlamaDecoderLayer: fused add + RMSNorm before attention and before the MLP (Granite: both
 /// branches times Cfg::residual_multiplier, Note [Granite multipliers]).
 /// GemmaDecoderLayer (IsGemmaLayer; every norm a GemmaRMSNorm, 1 + w): input_layernorm (fused
 /// add), attention, post_attention_layernorm (plain), pre_feedforward_layernorm (fused add), MLP,
 /// post_feedforward_layernorm (plain), as vLLM's Gemma2/Gemma3DecoderLayer.
 template <class Cfg, class L>
+std::pair<Tensor, Tensor> ref_pre_norm_layer(L& l, const RefMeta& rm, const Tensor& positions, const Tensor& h,
+                                             const Tensor& residual);
+template <class Cfg, class L>
 std::pair<Tensor, Tensor> ref_decoder_layer(L& l, const RefMeta& rm, const Tensor& positions, const Tensor& h,
                                             const Tensor& residual) {
+  if constexpr (IsPostNormLayer<L>::value) {  // Note [Post-norm residual stream]
+    const DType dt = h.dtype();
+    const Tensor x = residual.defined() ? ref::round_to(ref::add_f32(h, residual), dt) : h;
+    Tensor attn = ref_llama_attention<Cfg>(l.self_attn, rm, positions, x);
+    attn = ref::rms_norm(attn, l.post_attention_layernorm.weight, l.post_attention_layernorm.variance_epsilon);
+    const Tensor x2 = ref::round_to(ref::add_f32(x, attn), dt);
+    const Tensor mlp = ref_mlp(l.mlp, x2);
+    return {ref::rms_norm(mlp, l.post_feedforward_layernorm.weight, l.post_feedforward_layernorm.variance_epsilon), x2};
+  } else {
+    return ref_pre_norm_layer<Cfg>(l, rm, positions, h, residual);
+  }
+}
+
+/// ref_decoder_layer's pre-norm layers (Llama, Gemma, MoE, DeepSeek).
+template <class Cfg, class L>
+std::pair<Tensor, Tensor> ref_pre_norm_layer(L& l, const RefMeta& rm, const Tensor& positions, const Tensor& h,
+                                             const Tensor& residual) {
   constexpr bool kGemma = IsGemmaLayer<L>::value;
   constexpr float off = kGemma ? 1.f : 0.f;
   Tensor x, res;

@@ -2,17 +2,27 @@
 // vllm.model_executor.models.qwen3.Qwen3Attention.q_norm / k_norm, RMSNorm(head_dim) applied per
 // head to q.view(T, Hq, D) and k.view(T, Hkv, D), both in one launch.
 // The `gemma_qk_norm` kind (Gemma 3: GemmaRMSNorm(head_dim), weight used as 1 + w, one
-// rounding) shares it with Cfg::gemma set.
-// Cfg (generated): num_heads, num_kv_heads, head_dim, eps, gemma, scalar_t.
+// rounding) shares it with Cfg::gemma set; the `olmo2_qk_norm` kind (OLMo-2: RMSNorm over all
+// heads, weights [Hq*D] and [Hkv*D]; Note [Full-width q/k norm] in fk/kernels/qk_norm.cuh) with
+// Cfg::full_width set.
+// Cfg (generated): num_heads, num_kv_heads, head_dim, eps, gemma, scalar_t (full_width: olmo2).
 #pragma once
 
 #include <tuple>
+#include <type_traits>
 
 #include "fk/kernels/qk_norm.cuh"
 #include "fk/kernels/reference/qk_norm_ref.cuh"
 #include "fk/tasks/harness.h"
 
 namespace fk::tasks {
+
+/// Cfg::full_width (the olmo2_qk_norm kind); false where the Cfg has no such member.
+template <class Cfg, class = void> struct FullWidthQKNorm : std::false_type {};
+template <class Cfg> struct FullWidthQKNorm<Cfg, std::void_t<decltype(Cfg::full_width)>> : std::bool_constant<Cfg::full_width> {};
+/// The q and k weight lengths: head_dim per-head, all heads' width when full-width.
+template <class Cfg> constexpr int64_t qk_norm_q_width() { return FullWidthQKNorm<Cfg>::value ? Cfg::num_heads * Cfg::head_dim : Cfg::head_dim; }
+template <class Cfg> constexpr int64_t qk_norm_k_width() { return FullWidthQKNorm<Cfg>::value ? Cfg::num_kv_heads * Cfg::head_dim : Cfg::head_dim; }
 
 /// QKNorm.forward(q [T, Hq*D], k [T, Hkv*D]) -> (q_out, k_out), new contiguous tensors. q and k
 /// may be strided row views (e.g. columns of the qkv projection output).
@@ -23,13 +33,21 @@ std::tuple<Tensor, Tensor> qk_norm_forward(const Tensor& q, const Tensor& k, con
   constexpr int64_t kQ = Cfg::num_heads * Cfg::head_dim, kK = Cfg::num_kv_heads * Cfg::head_dim;
   FK_CHECK(q.dim() == 2 && q.size(1) == kQ && q.stride(1) == 1, "QKNorm q " + q.str());
   FK_CHECK(k.dim() == 2 && k.size(1) == kK && k.stride(1) == 1 && k.size(0) == q.size(0), "QKNorm k " + k.str());
-  FK_CHECK(q_weight.numel() == Cfg::head_dim && k_weight.numel() == Cfg::head_dim, "QKNorm weights " + q_weight.str());
+  FK_CHECK(q_weight.numel() == qk_norm_q_width<Cfg>() && k_weight.numel() == qk_norm_k_width<Cfg>(),
+           "QKNorm weights " + q_weight.str() + ", " + k_weight.str());
   const int64_t tokens = q.size(0);
   Tensor q_out = empty({tokens, kQ}, dtype_of<T>);
   Tensor k_out = empty({tokens, kK}, dtype_of<T>);
-  fk::kernels::qk_norm<T, Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim, Cfg::gemma>(
-      q_out.data<T>(), kQ, k_out.data<T>(), kK, q.data<T>(), q.stride(0), k.data<T>(), k.stride(0),
-      q_weight.data<T>(), k_weight.data<T>(), tokens, static_cast<float>(eps), current_stream());
+  if constexpr (FullWidthQKNorm<Cfg>::value) {
+    static_assert(!Cfg::gemma, "full-width q/k norm: plain RMSNorm weights only");
+    fk::kernels::qk_norm_full<T, static_cast<int>(kQ), static_cast<int>(kK)>(
+        q_out.data<T>(), kQ, k_out.data<T>(), kK, q.data<T>(), q.stride(0), k.data<T>(), k.stride(0), q_weight.data<T>(),
+        k_weight.data<T>(), tokens, static_cast<float>(eps), current_stream());
+  } else {
+    fk::kernels::qk_norm<T, Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim, Cfg::gemma>(
+        q_out.data<T>(), kQ, k_out.data<T>(), kK, q.data<T>(), q.stride(0), k.data<T>(), k.stride(0),
+        q_weight.data<T>(), k_weight.data<T>(), tokens, static_cast<float>(eps), current_stream());
+  }
   FK_CHECK_LAUNCH();
   return {q_out, k_out};
 }
@@ -67,17 +85,19 @@ template <class Module, class Cfg> class QKNormInstance final : public TaskInsta
     Tensor k_ref = empty({tokens_, kK}, DType::kF32);
     const float eps = static_cast<float>(Cfg::eps);
     constexpr float kOffset = Cfg::gemma ? 1.f : 0.f;
+    // Full width: one "head" of all heads' width (the reference does not share the kernel's shape).
+    constexpr bool kFull = FullWidthQKNorm<Cfg>::value;
     ref::qk_norm_ref<T>(q_ref.data<float>(), q_[s].data<T>(), kWidth, module_.q_weight.template data<T>(), tokens_,
-                        Cfg::num_heads, Cfg::head_dim, eps, current_stream(), kOffset);
+                        kFull ? 1 : Cfg::num_heads, static_cast<int>(qk_norm_q_width<Cfg>()), eps, current_stream(), kOffset);
     ref::qk_norm_ref<T>(k_ref.data<float>(), k_[s].data<T>(), kWidth, module_.k_weight.template data<T>(), tokens_,
-                        Cfg::num_kv_heads, Cfg::head_dim, eps, current_stream(), kOffset);
+                        kFull ? 1 : Cfg::num_kv_heads, static_cast<int>(qk_norm_k_width<Cfg>()), eps, current_stream(), kOffset);
     FK_CHECK_LAUNCH();
     const Tolerance tol = default_tolerance(dtype_of<T>);
     return {{"q_out", q_out_[s], q_ref, tol}, {"k_out", k_out_[s], k_ref, tol}};
   }
   Cost cost() const override {
     const double elems = double(tokens_) * (kQ + kK);
-    return {elems * 4, elems * sizeof(T) * 2 + 2.0 * Cfg::head_dim * sizeof(T)};
+    return {elems * 4, elems * sizeof(T) * 2 + double(qk_norm_q_width<Cfg>() + qk_norm_k_width<Cfg>()) * sizeof(T)};
   }
 
  private:
