@@ -137,6 +137,17 @@ def gelu_tanh_and_mul_native(x):
     return F.gelu(x[..., :d], approximate="tanh") * x[..., d:]
 
 
+def gelu_and_mul_native(x):
+    d = x.shape[-1] // 2
+    return F.gelu(x[..., :d]) * x[..., d:]
+
+
+# The activation kind's modules as get_act_fn builds them (QuickGELU: vLLM's forward_native).
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x), "relu": F.relu, "silu": F.silu,
+               "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+
+
 def scaled_embedding_native(ids, w, scale):
     """HF Gemma3TextScaledWordEmbedding: rows times embed_scale in the weight dtype."""
     return F.embedding(ids, w) * scale
@@ -448,6 +459,18 @@ def build(kind, name, dims, use_compile):
         i_ = int(i_)
         n = nsets_for(T * i_ * 2 * 3)
         add(gelu_tanh_and_mul_native, [(torch.randn(T, 2 * i_, device=dev, dtype=dtype),) for _ in range(n)])
+        return peers, n
+    if kind == "gelu_and_mul":
+        (i_,) = g(r"gelu_and_mul_i(\d+)_", name)
+        i_ = int(i_)
+        n = nsets_for(T * i_ * 2 * 3)
+        add(gelu_and_mul_native, [(torch.randn(T, 2 * i_, device=dev, dtype=dtype),) for _ in range(n)])
+        return peers, n
+    if kind == "activation":
+        act, h = g(r"activation_(.+)_h(\d+)_[a-z0-9]+$", name)
+        h = int(h)
+        n = nsets_for(T * h * 2)
+        add(ACTIVATIONS[act], [(3 * torch.randn(T, h, device=dev, dtype=dtype),) for _ in range(n)])
         return peers, n
     if kind == "scaled_word_embedding":
         v, h = map(int, g(r"scaled_word_embedding_v(\d+)_h(\d+)_", name))

@@ -185,7 +185,7 @@ Tensor silu_and_mul(const Tensor& x, bool gelu_tanh) {
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     kr::silu_and_mul_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(d), current_stream(),
-                            gelu_tanh);
+                            gelu_tanh ? fk::kernels::GatedAct::kGeluTanh : fk::kernels::GatedAct::kSilu);
   });
   FK_CHECK_LAUNCH();
   return finish(out, x.dtype());

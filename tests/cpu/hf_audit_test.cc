@@ -43,7 +43,8 @@ TEST(HfAudit, CommittedRulesLoadAndNameOnlyExistingKinds) {
   EXPECT_GT(r.operators.size(), 50u);
   EXPECT_GT(r.rules.size(), 50u);
   ASSERT_NE(r.op("layer_norm"), nullptr);
-  EXPECT_EQ(r.op("layer_norm")->coverage, hfa::Coverage::kMissing);
+  EXPECT_EQ(r.op("layer_norm")->coverage, hfa::Coverage::kKinds);
+  EXPECT_EQ(r.op("bidirectional_attention")->coverage, hfa::Coverage::kMissing);
   EXPECT_EQ(r.op("selective_scan")->coverage, hfa::Coverage::kNewKernel);
   EXPECT_EQ(r.op("rms_norm")->coverage, hfa::Coverage::kKinds);
   for (const auto& op : r.operators) EXPECT_FALSE(op.doc.empty()) << op.id;
@@ -156,7 +157,7 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   EXPECT_NE(out.find("  covered      1    every operator"), std::string::npos) << out;
   EXPECT_NE(out.find("  new-kernel   1    some operator needs a genuinely new kernel"), std::string::npos) << out;
   EXPECT_NE(out.find("  2    lstm                      recurrence no LSTM kind (cuDNN RNN)\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("  tinymamba                   new-kernel causal_conv1d (new kernel), selective_scan (new kernel), silu\n"),
+  EXPECT_NE(out.find("  tinymamba                   new-kernel causal_conv1d (new kernel), selective_scan (new kernel)\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("unclassified (no rule matched, or the checkpoint picks the sub-models): tinywrap\n"), std::string::npos) << out;
@@ -170,7 +171,7 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   ASSERT_EQ(run("cd " + q(tmp.path()) + " && " + audit_cmd() + " --hf-markdown r.md --hf-json r.json", &out), 0) << out;
   const std::string md = slurp(tmp.path() / "r.md");
   EXPECT_NE(md.find("| partial | 3 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| tinymamba | tinymamba | new-kernel | causal_conv1d (new kernel), selective_scan (new kernel), silu |  |"),
+  EXPECT_NE(md.find("| tinymamba | tinymamba | new-kernel | causal_conv1d (new kernel), selective_scan (new kernel) |  |"),
             std::string::npos)
       << md;
   Diagnostics diag;
@@ -180,10 +181,12 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   const hfa::SummaryModel* bert = s->find("tinybert");
   ASSERT_NE(bert, nullptr);
   EXPECT_EQ(bert->verdict, "partial");
-  EXPECT_EQ(bert->by_coverage.at("missing"), (std::vector<std::string>{"bidirectional_attention", "gelu", "layer_norm", "tanh"}));
+  EXPECT_EQ(bert->by_coverage.at("missing"), (std::vector<std::string>{"bidirectional_attention"}));
+  EXPECT_EQ(bert->by_coverage.at("kinds"),
+            (std::vector<std::string>{"gelu", "layer_norm", "linear", "tanh", "token_embedding"}));
   EXPECT_EQ(bert->by_coverage.at("composition"), (std::vector<std::string>{"learned_absolute_position"}));
-  EXPECT_EQ(s->operators.at("layer_norm").detail,
-            "no layer_norm kind: mean subtraction and an optional bias; an extension of the rms_norm kernel");
+  EXPECT_EQ(s->operators.at("layer_norm").detail, "layer_norm, fused_add_layer_norm");
+  EXPECT_EQ(s->operators.at("bidirectional_attention").coverage, "missing");
 }
 
 TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
@@ -201,7 +204,7 @@ TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
                              "cover the operator)"},
       {"unknown_key.json", "$.operators[0].coverage: unknown key \"coverage\" (expected one of id, category, doc, kinds, composition, "
                            "how, missing, new_kernel, requires, subsumed_by)"},
-      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/kinds/*.json (attention_o_proj, "},
+      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/kinds/*.json (activation, attention_o_proj, "},
       {"unknown_operator.json", "$.rules[0].operator: expected the id of an operator in $.operators, got \"rmsnorm\""},
       {"values_without_group.json", "$.rules[0].regex: expected a regular expression with a capture group (group 1 is the value), "
                                     "got \"rope_type\""},
@@ -298,13 +301,13 @@ TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {
                      "generator/audit/hf_audit_summary.json):\n  verdict: partial\n"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("  covered by our task kinds:\n    linear                    other      replicated_linear, "), std::string::npos) << out;
+  EXPECT_NE(out.find("  covered by our task kinds:\n    gelu                      activation activation\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\n    linear                    other      replicated_linear, "), std::string::npos) << out;
   EXPECT_NE(out.find("  covered by composition:\n    learned_absolute_position position   vocab_parallel_embedding, "
                      "fused_add_rms_norm: a vocab_parallel_embedding lookup"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("    layer_norm                norm       no layer_norm kind: mean subtraction and an optional bias; an "
-                     "extension of the rms_norm kernel\n"),
+  EXPECT_NE(out.find("    layer_norm                norm       layer_norm, fused_add_layer_norm\n"),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("Next steps:\n  1. add task kinds for the missing operators (docs/HOWTO-add-architecture.md"), std::string::npos)

@@ -537,7 +537,7 @@ TEST(TaskNaming, CompositeKindsSpellTheirConstants) {
 TEST(TaskKinds, ClassNamesAndSlots) {
   std::map<std::string, std::string> l1 = {
       {"rms_norm", "RMSNorm"}, {"fused_add_rms_norm", "RMSNorm"}, {"qk_norm", "QKNorm"}, {"gemma_qk_norm", "GemmaQKNorm"},
-      {"olmo2_qk_norm", "Olmo2QKNorm"},
+      {"olmo2_qk_norm", "Olmo2QKNorm"}, {"activation", "Activation"}, {"gelu_and_mul", "GeluAndMul"},
       {"scaled_word_embedding", "ScaledWordEmbedding"},
       {"gemma_rms_norm", "GemmaRMSNorm"}, {"gemma_fused_add_rms_norm", "GemmaRMSNorm"},
       {"rotary_embedding", "RotaryEmbedding"}, {"silu_and_mul", "SiluAndMul"}, {"gelu_tanh_and_mul", "GeluAndMul"},

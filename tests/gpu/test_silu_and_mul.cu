@@ -20,8 +20,7 @@ void check_silu_and_mul(int64_t tokens) {
   fk::kernels::silu_and_mul<T, kI, kAct>(out.data<T>(), kI, x.data<T>(), 2 * kI, tokens, current_stream());
   FK_CHECK_LAUNCH();
   Tensor ref = empty({tokens, kI}, DType::kF32);
-  fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x.data<T>(), 2 * kI, tokens, kI, current_stream(),
-                                              kAct == fk::kernels::GatedAct::kGeluTanh);
+  fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x.data<T>(), 2 * kI, tokens, kI, current_stream(), kAct);
   FK_CHECK_LAUNCH();
   FK_EXPECT_CLOSE(out, ref, default_tolerance(dtype_of<T>));
 }
@@ -44,6 +43,13 @@ TEST(Kernels, GeluTanhAndMul_bf16_i6912_t1) { FK_REQUIRE_GPU(); check_silu_and_m
 TEST(Kernels, GeluTanhAndMul_bf16_i6912_t4096) { FK_REQUIRE_GPU(); check_silu_and_mul<bf16, 6912, kGelu>(4096); }
 TEST(Kernels, GeluTanhAndMul_bf16_i14336_t256) { FK_REQUIRE_GPU(); check_silu_and_mul<bf16, 14336, kGelu>(256); }
 TEST(Kernels, GeluTanhAndMul_f32_i1000_t7) { FK_REQUIRE_GPU(); check_silu_and_mul<float, 1000, kGelu>(7); }
+
+// GeluAndMul() (exact erf GELU; kind gelu_and_mul): BERT-style gated widths and a Llama width.
+constexpr auto kGeluErf = fk::kernels::GatedAct::kGelu;
+TEST(Kernels, GeluAndMul_bf16_i3072_t1) { FK_REQUIRE_GPU(); check_silu_and_mul<bf16, 3072, kGeluErf>(1); }
+TEST(Kernels, GeluAndMul_bf16_i3072_t4096) { FK_REQUIRE_GPU(); check_silu_and_mul<bf16, 3072, kGeluErf>(4096); }
+TEST(Kernels, GeluAndMul_f16_i14336_t256) { FK_REQUIRE_GPU(); check_silu_and_mul<f16, 14336, kGeluErf>(256); }
+TEST(Kernels, GeluAndMul_f32_i1000_t7) { FK_REQUIRE_GPU(); check_silu_and_mul<float, 1000, kGeluErf>(7); }
 
 // SwiGLU-OAI (gpt-oss experts, vLLM swigluoai_and_mul): interleaved gate/up, alpha 1.702,
 // limit 7. Inputs ~N(0, std^2) with std 4 put ~8% of them beyond +-limit (std 10: ~48%), so both
@@ -127,6 +133,20 @@ class TestGeluAndMul {
 TEST(Tasks, GeluTanhAndMul_bf16_i6912_t1024) {
   FK_REQUIRE_GPU();
   fk::tasks::SiluAndMulInstance<TestGeluAndMul, GeluCfg> inst(tokens_case(1024));
+  check_task_instance(inst);
+}
+struct GeluErfCfg {
+  static constexpr int64_t intermediate_size = 3072;
+  static constexpr fk::kernels::GatedAct activation = fk::kernels::GatedAct::kGelu;
+  using scalar_t = bf16;
+};
+class TestGeluErfAndMul {
+ public:
+  Tensor forward(const Tensor& x) { return fk::tasks::silu_and_mul_forward<GeluErfCfg>(x); }
+};
+TEST(Tasks, GeluAndMul_bf16_i3072_t512) {
+  FK_REQUIRE_GPU();
+  fk::tasks::SiluAndMulInstance<TestGeluErfAndMul, GeluErfCfg> inst(tokens_case(512));
   check_task_instance(inst);
 }
 

@@ -105,8 +105,11 @@ std::string render(const std::string& tmpl, const Params* p, const std::string& 
       if (p) {
         const std::string v = value_text(p->at(param));
         auto hit = m->second.find(v);
-        if (hit == m->second.end())
-          throw GenError{param + " " + json_quote(v) + " is not one of the values kind entry " + e.where + " knows"};
+        if (hit == m->second.end()) {
+          std::string known;
+          for (const auto& [k, _] : m->second) known += (known.empty() ? "" : ", ") + k;
+          throw GenError{param + " " + json_quote(v) + " is not one of the values kind entry " + e.where + " knows (" + known + ")"};
+        }
         out += hit->second;
       }
       continue;

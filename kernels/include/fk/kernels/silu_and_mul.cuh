@@ -20,24 +20,11 @@
 
 #include <algorithm>
 
+#include "fk/kernels/activation.cuh"  // GatedAct, gate_act
 #include "fk/kernels/common.cuh"
 #include "fk/kernels/launch_util.cuh"
 
 namespace fk::kernels {
-
-/// The gate activation of a gated MLP: silu (vLLM SiluAndMul) or the tanh approximation of GELU
-/// (vLLM GeluAndMul(approximate="tanh"), Gemma's gelu_pytorch_tanh). Either is computed in fp32
-/// and rounded to the model dtype before the multiply, as vLLM's act_and_mul kernel does.
-enum class GatedAct { kSilu, kGeluTanh, kSwigluOai };  // kSwigluOai: swigluoai_and_mul (below), not gate_act
-
-template <GatedAct kAct> __device__ __forceinline__ float gate_act(float a) {
-  if constexpr (kAct == GatedAct::kSilu) {
-    return __fdividef(a, 1.f + __expf(-a));
-  } else {
-    constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-    return 0.5f * a * (1.f + tanhf(kBeta * (a + 0.044715f * a * a * a)));
-  }
-}
 
 namespace detail {
 
@@ -129,7 +116,7 @@ swigluoai_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __res
 }  // namespace detail
 
 /// out [T, I] (row stride out_stride) = act(x[:, :I]) * x[:, I:] for x [T, 2I] (row stride
-/// x_stride), act = silu (default) or GELU-tanh. Strides in elements, 16-byte aligned. T * I / 8
+/// x_stride), act = silu (default), GELU-tanh or GELU. Strides in elements, 16-byte aligned. T * I / 8
 /// must be < 2^32.
 template <class T, int kI, GatedAct kAct = GatedAct::kSilu>
 void silu_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t num_tokens, cudaStream_t stream) {

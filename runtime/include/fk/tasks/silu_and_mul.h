@@ -1,6 +1,7 @@
 // Harness and forward glue for the `silu_and_mul` task kind: mirrors
 // vllm.model_executor.layers.activation.SiluAndMul (forward(x [T, 2I]) -> [T, I]), and of its
-// GeluAndMul (Gemma) and SwigluOAIAndMul (gpt-oss: interleaved gate/up, clamped) forms.
+// GeluAndMul (tanh: Gemma; exact: the gelu_and_mul kind) and SwigluOAIAndMul (gpt-oss:
+// interleaved gate/up, clamped) forms.
 // Cfg (generated): intermediate_size, activation, alpha, limit, scalar_t.
 #pragma once
 
@@ -67,8 +68,7 @@ template <class Module, class Cfg> class SiluAndMulInstance final : public TaskI
                                                        static_cast<float>(Cfg::limit), current_stream());
     } else {
       fk::kernels::reference::silu_and_mul_ref<T>(ref.data<float>(), x_[s].data<T>(), 2 * Cfg::intermediate_size, tokens_,
-                                                  Cfg::intermediate_size, current_stream(),
-                                                  ActOf<Cfg>::value == fk::kernels::GatedAct::kGeluTanh);
+                                                  Cfg::intermediate_size, current_stream(), ActOf<Cfg>::value);
     }
     FK_CHECK_LAUNCH();
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};

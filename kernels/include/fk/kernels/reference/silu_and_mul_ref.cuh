@@ -3,29 +3,29 @@
 #pragma once
 
 #include "fk/kernels/common.cuh"
+#include "fk/kernels/reference/activation_ref.cuh"
 
 namespace fk::kernels::reference {
 
 template <class T>
-__global__ void silu_and_mul_ref_kernel(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, bool gelu_tanh) {
+__global__ void silu_and_mul_ref_kernel(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, Act act) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= num_tokens * d) return;
   const int64_t t = i / d;
   const int c = static_cast<int>(i % d);
   const double a = to_float(x[t * x_stride + c]);
   const double b = to_float(x[t * x_stride + d + c]);
-  const double act = gelu_tanh ? 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)))
-                               : a / (1.0 + exp(-a));
-  out[i] = static_cast<float>(act * b);
+  out[i] = static_cast<float>(act_ref(a, act) * b);
 }
 
-/// out (fp32, contiguous [T, d]) = act(x[:, :d]) * x[:, d:2d], act = silu or (gelu_tanh) the tanh
-/// approximation of GELU.
+/// out (fp32, contiguous [T, d]) = act(x[:, :d]) * x[:, d:2d], act = silu (default), the tanh
+/// approximation of GELU or exact GELU (kSwigluOai: swigluoai_and_mul_ref).
 template <class T>
 void silu_and_mul_ref(float* out, const T* x, int64_t x_stride, int64_t num_tokens, int d, cudaStream_t stream,
-                      bool gelu_tanh = false) {
+                      GatedAct gated = GatedAct::kSilu) {
   if (num_tokens == 0) return;
-  silu_and_mul_ref_kernel<T><<<ceil_div(num_tokens * d, 256), 256, 0, stream>>>(out, x, x_stride, num_tokens, d, gelu_tanh);
+  const Act act = gated == GatedAct::kGelu ? Act::kGelu : gated == GatedAct::kGeluTanh ? Act::kGeluTanh : Act::kSilu;
+  silu_and_mul_ref_kernel<T><<<ceil_div(num_tokens * d, 256), 256, 0, stream>>>(out, x, x_stride, num_tokens, d, act);
 }
 
 template <class T>
