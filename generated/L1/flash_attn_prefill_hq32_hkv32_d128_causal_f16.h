@@ -18,13 +18,14 @@ struct Config {
   static constexpr int64_t sliding_window = 0;  ///< keys attended, own included; 0: none
   static constexpr double softcap = 0;  ///< scores s -> softcap * tanh(s / softcap); 0: none
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
+  static constexpr bool causal = true;  ///< false: every query sees its whole sequence (encoders)
   using scalar_t = fk::f16;
 };
 
 /// Mirrors vLLM's flash_attn_varlen_func (FlashAttention 3 on Hopper) behind a module:
 ///   __init__(num_heads, num_kv_heads, head_dim) /
 ///   forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], cu_seqlens_q, cu_seqlens_k,
-///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal; window_size
+///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal=Config::causal; window_size
 ///   (sliding_window - 1, 0) when sliding_window > 0 (Note [Sliding window] in fk/tasks/attention.h);
 ///   with Config::sinks, s_aux = sinks (Note [Attention sinks]).
 class FlashAttnPrefill {

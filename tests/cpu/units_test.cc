@@ -454,6 +454,15 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_scale0.125_cap50_bf16");
   attn["softcap"] = -1.0;
   EXPECT_THROW(name_of("flash_attn_decode", attn), GenError);
+  // Bidirectional prefill (encoders): spelled bidir; it serves no window, soft-capping or sinks.
+  Params bidir = {{"num_heads", int64_t{12}}, {"num_kv_heads", int64_t{12}}, {"head_dim", int64_t{64}},
+                  {"softmax_scale", 0.125}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
+                  {"sinks", false}, {"max_position", int64_t{512}}, {"causal", false}};
+  EXPECT_EQ(name_of("flash_attn_prefill", bidir), "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16");
+  EXPECT_EQ(find_kind("flash_attn_prefill")->served(bidir, "bfloat16"), "");
+  bidir["sliding_window"] = int64_t{128};
+  EXPECT_EQ(find_kind("flash_attn_prefill")->served(bidir, "bfloat16"),
+            "bidirectional (causal false) prefill serves no sliding window, soft-capping or sinks");
   // Attention sinks (gpt-oss) are spelled last.
   attn["softcap"] = 0.0;
   attn["softmax_scale"] = 0.08838834764831845;

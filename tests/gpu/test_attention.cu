@@ -24,13 +24,14 @@ constexpr int kHq = 32, kHkv = 8, kD = 128;
 
 // window > 0: a sliding window of that many keys (Note [Sliding window] in fk/tasks/attention.h);
 // the reference gets it as each row's key range.
+// causal false: bidirectional (encoders), every query sees its whole sequence.
 template <int Hq = kHq, int Hkv = kHkv, int D = kD>
-void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true, int window = 0) {
+void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true, int window = 0, bool causal = true) {
   std::vector<int32_t> cu{0}, begin, len;
   int64_t max_len = 0;
   for (int64_t l : lens) {
     for (int64_t p = 0; p < l; ++p) {
-      const auto [first, count] = fk::tasks::window_range(p, window);
+      const auto [first, count] = causal ? fk::tasks::window_range(p, window) : std::pair<int64_t, int64_t>{0, l};
       begin.push_back(static_cast<int32_t>(cu.back() + first));
       len.push_back(static_cast<int32_t>(count));
     }
@@ -62,6 +63,7 @@ void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true, in
   a.softmax_scale = scale;
   a.allow_dense = allow_dense;
   a.window = window;
+  a.causal = causal;
   fk::kernels::varlen_attention_cudnn(a, current_stream());
   Tensor ref = empty({total, Hq, D}, DType::kF32);
   fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), Hq * D, k.data<bf16>(), v.data<bf16>(),
@@ -72,6 +74,45 @@ void check_prefill(const std::vector<int64_t>& lens, bool allow_dense = true, in
 }
 
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b1_s1024) { FK_REQUIRE_GPU(); FK_REQUIRE_CUDNN(); check_prefill({1024}); }
+
+// Bidirectional (encoder) attention at the issue's head dims: BERT-base 12 x 64 at 512 tokens,
+// ViT-B/16 12 x 64 at 197, SigLIP-so400m 16 x 72, a 20 x 80 and a 12 x 96 shape, DINOv3-7B-like
+// 32 x 128; equal lengths (the dense graph) and padded/variable lengths (ragged offsets).
+TEST(Kernels, AttnBidir_bf16_hq12_hkv12_d64_b1_s512) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<12, 12, 64>({512}, true, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq12_hkv12_d64_b32_s197_equal) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<12, 12, 64>(std::vector<int64_t>(32, 197), true, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq12_hkv12_d64_b4_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<12, 12, 64>({512, 7, 300, 129}, true, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq16_hkv16_d72_b3_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<16, 16, 72>({729, 256, 1024}, true, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq20_hkv20_d80_b2_s577) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<20, 20, 80>({577, 577}, true, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq12_hkv12_d96_b2_ragged) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<12, 12, 96>({333, 1}, false, 0, false);
+}
+TEST(Kernels, AttnBidir_bf16_hq32_hkv32_d128_b1_s1029) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  check_prefill<32, 32, 128>({1029}, true, 0, false);
+}
 // Equal lengths: the dense graph (Note [cuDNN SDPA, equal lengths]); b1_s1024 above takes it too.
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b3_s320_equal) { FK_REQUIRE_GPU(); FK_REQUIRE_CUDNN(); check_prefill({320, 320, 320}); }
 TEST(Kernels, AttnPrefill_bf16_hq32_hkv8_d128_b3_s320_equal_ragged) {
@@ -370,6 +411,37 @@ TEST(Tasks, FlashAttnPrefill_bf16_hq32_hkv8_d128_b1_s4096) {
   fk::tasks::FlashAttnPrefillInstance<TestPrefill, AttnCfg> inst(prefill_case(1, 4096));
   check_task_instance(inst);
 }
+struct BidirCfg {  // BERT-base's attention
+  static constexpr int64_t num_heads = 12;
+  static constexpr int64_t num_kv_heads = 12;
+  static constexpr int64_t head_dim = 64;
+  static constexpr double softmax_scale = 0.125;
+  static constexpr int64_t sliding_window = 0;
+  static constexpr double softcap = 0;
+  static constexpr bool causal = false;
+  using scalar_t = bf16;
+};
+class TestBidirPrefill {
+ public:
+  TestBidirPrefill(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk) {
+    return fk::tasks::flash_attn_prefill_forward<BidirCfg>(q, k, v, cq, ck, mq, mk);
+  }
+  Tensor sinks;
+};
+TEST(Tasks, FlashAttnPrefillBidir_bf16_hq12_hkv12_d64_b8_s512) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<TestBidirPrefill, BidirCfg> inst(prefill_case(8, 512));
+  check_task_instance(inst);
+}
+TEST(Tasks, FlashAttnPrefillBidir_bf16_hq12_hkv12_d64_b1_s197) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<TestBidirPrefill, BidirCfg> inst(prefill_case(1, 197));
+  check_task_instance(inst);
+}
+
 TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv8_d128_b8_kv8192) {
   FK_REQUIRE_GPU();
   fk::tasks::FlashAttnDecodeInstance<TestDecode, AttnCfg> inst(decode_case(8, 8192));

@@ -240,7 +240,12 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   render(production, nullptr, "", false, *e, hooks);
   for (const auto& [ph, t] : extra) render(t, nullptr, "", false, *e, hooks);
 
-  k.name = [e, name, checks, &hooks](const Params& p, const std::string& dt) {
+  // A caller may leave out a parameter with a default (as a descriptor's bind may): it is the default.
+  const std::vector<ParamSpec> specs = k.params;
+  k.name = [e, name, checks, specs, &hooks](const Params& given, const std::string& dt) {
+    Params p = given;
+    for (const ParamSpec& ps : specs)
+      if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
     for (const auto& c : checks) hooks.checks.at(c)(p);
     return render(name, &p, dt, true, *e, hooks);
   };

@@ -292,6 +292,8 @@ std::string attention_served(const Params& p, const std::string& dtype, bool pre
   if (hkv <= 0 || hq % hkv != 0)
     return "num_heads " + i2s(hq) + " is not a multiple of num_kv_heads " + i2s(hkv) + " (grouped-query attention needs one)";
   if (d % 8 != 0 || d > 256) return "head_dim " + i2s(d) + ": attention kernels serve multiples of 8 up to 256";
+  if (prefill && p.count("causal") && !B(p, "causal") && (I(p, "sliding_window") > 0 || F(p, "softcap") > 0 || B(p, "sinks")))
+    return "bidirectional (causal false) prefill serves no sliding window, soft-capping or sinks";
   const bool own = prefill && (F(p, "softcap") > 0 || B(p, "sinks"));
   if (own && d != 64 && d != 128 && d != 192 && d != 256)
     return "head_dim " + i2s(d) + ": prefill with soft-capping or sinks (own kernel, fk/kernels/flash_prefill.cuh) serves "

@@ -89,8 +89,13 @@ inline std::pair<int64_t, int64_t> window_range(int64_t pos, int64_t window) {
   return {first, pos - first + 1};
 }
 
+/// Cfg::causal (false: bidirectional, the encoders' flash_attn_varlen_func(causal=False)); true
+/// where the Cfg has no such member.
+template <class Cfg, class = void> struct CausalOf : std::true_type {};
+template <class Cfg> struct CausalOf<Cfg, std::void_t<decltype(Cfg::causal)>> : std::bool_constant<Cfg::causal> {};
+
 /// flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-/// softmax_scale, causal=True): out [T, Hq, D] (a new tensor).
+/// softmax_scale, causal=Cfg::causal): out [T, Hq, D] (a new tensor).
 template <class Cfg>
 Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
                                   const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
@@ -123,7 +128,9 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
   a.num_kv_heads = static_cast<int>(Hkv);
   a.head_dim = static_cast<int>(D);
   a.softmax_scale = static_cast<float>(Cfg::softmax_scale);
-  a.causal = true;
+  a.causal = CausalOf<Cfg>::value;
+  static_assert(CausalOf<Cfg>::value || (Cfg::sliding_window == 0 && Cfg::softcap == 0.0 && !detail::kSinks<Cfg>),
+                "bidirectional prefill: no window, soft-capping or sinks");
   a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
   // Soft-capping and sinks: our own kernel, since cuDNN's SDPA refuses a score modifier together
@@ -174,7 +181,8 @@ Tensor flash_attn_decode_forward(const Tensor& q, const Tensor& k_cache, const T
 
 /// One case of a flash_attn_prefill task. Case dims: batch, seq_len (lengths from
 /// prefill_seq_lens). q, k, v ~ N(0, 1) (scores ~ N(0, 1) at scale D^-0.5); the sets rotate
-/// q/k/v, cu_seqlens is shared. Reference: fp32 attention over each token's causal range.
+/// q/k/v, cu_seqlens is shared. Reference: fp32 attention over each token's causal range (its
+/// whole sequence when Cfg::causal is false).
 template <class Module, class Cfg> class FlashAttnPrefillInstance final : public TaskInstance {
  public:
   explicit FlashAttnPrefillInstance(const ShapeCase& c) : module_(Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim) {
@@ -182,7 +190,8 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
     std::vector<int32_t> cu{0}, begin, len;
     for (int64_t l : lens_) {
       for (int64_t p = 0; p < l; ++p) {
-        const auto [first, count] = window_range(p, Cfg::sliding_window);
+        const auto [first, count] =
+            CausalOf<Cfg>::value ? window_range(p, Cfg::sliding_window) : std::pair<int64_t, int64_t>{0, l};
         begin.push_back(static_cast<int32_t>(cu.back() + first));
         len.push_back(static_cast<int32_t>(count));
         pairs_ += double(count);
