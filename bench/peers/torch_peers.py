@@ -547,8 +547,11 @@ def build(kind, name, dims, use_compile):
     if kind == "flash_attn_prefill":
         hq, hkv, d = map(int, g(r"flash_attn_prefill_hq(\d+)_hkv(\d+)_d(\d+)_", name))
         B, S = dims["batch"], dims["seq_len"]
+        bidir = "_bidir" in name  # encoders: no causal mask
         if B != 1:
-            return {}, 1  # SDPA has no variable-length batch; peers only for single sequences
+            # SDPA has no variable-length batch, and a padded one would do more work than the task
+            # (the registry's batches have unequal lengths): peers for single sequences only.
+            return {}, 1
         n = 2
         sets = [(torch.randn(1, hq, S, d, device=dev, dtype=dtype), torch.randn(1, hkv, S, d, device=dev, dtype=dtype),
                  torch.randn(1, hkv, S, d, device=dev, dtype=dtype)) for _ in range(n)]
@@ -602,7 +605,7 @@ def build(kind, name, dims, use_compile):
                         ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
             def f(i, be=be):
                 with sdpa_kernel([be]):
-                    return F.scaled_dot_product_attention(*sets[i], is_causal=True, enable_gqa=True)
+                    return F.scaled_dot_product_attention(*sets[i], is_causal=not bidir, enable_gqa=True)
             peers["torch_sdpa_" + tag] = f
         return peers, n
     if kind == "flash_attn_decode":

@@ -44,7 +44,8 @@ TEST(HfAudit, CommittedRulesLoadAndNameOnlyExistingKinds) {
   EXPECT_GT(r.rules.size(), 50u);
   ASSERT_NE(r.op("layer_norm"), nullptr);
   EXPECT_EQ(r.op("layer_norm")->coverage, hfa::Coverage::kKinds);
-  EXPECT_EQ(r.op("bidirectional_attention")->coverage, hfa::Coverage::kMissing);
+  EXPECT_EQ(r.op("bidirectional_attention")->coverage, hfa::Coverage::kKinds);  // flash_attn_prefill, causal false
+  EXPECT_EQ(r.op("cross_attention")->coverage, hfa::Coverage::kMissing);
   EXPECT_EQ(r.op("selective_scan")->coverage, hfa::Coverage::kNewKernel);
   EXPECT_EQ(r.op("rms_norm")->coverage, hfa::Coverage::kKinds);
   for (const auto& op : r.operators) EXPECT_FALSE(op.doc.empty()) << op.id;
@@ -62,7 +63,7 @@ TEST(HfAudit, FixtureVerdictsOnePerCase) {
   auto verdict = [&](const std::string& folder) { return std::string(hfa::verdict_name(a.find(folder)->verdict)); };
   EXPECT_EQ(verdict("tinyllama"), "covered");
   EXPECT_EQ(verdict("tinygpt"), "composition");
-  EXPECT_EQ(verdict("tinybert"), "partial");
+  EXPECT_EQ(verdict("tinybert"), "composition");  // bidirectional attention, layer_norm, gelu: kinds now
   EXPECT_EQ(verdict("tinylstm"), "partial");
   EXPECT_EQ(verdict("tinymamba"), "new-kernel");
   EXPECT_EQ(verdict("tinyvlm"), "partial");  // its sub-models' operators count (Note [Sub-models])
@@ -70,7 +71,7 @@ TEST(HfAudit, FixtureVerdictsOnePerCase) {
   EXPECT_EQ(verdict("tinywrap"), "unclassified");
   EXPECT_EQ(op_ids(*a.find("tinywrap")), (std::vector<std::string>{"linear"}));
   EXPECT_TRUE(a.find("tinywrap")->uses_folders.empty());  // the skipped auto folder is no sub-model
-  EXPECT_EQ(a.count(hfa::Verdict::kPartial), 3u);
+  EXPECT_EQ(a.count(hfa::Verdict::kPartial), 2u);
 
   // Comments, docstrings and import lines do not count: no LayerNorm, Conv2d or bidirectional mask.
   EXPECT_EQ(op_ids(*a.find("tinyllama")),
@@ -161,7 +162,7 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("unclassified (no rule matched, or the checkpoint picks the sub-models): tinywrap\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("summary: transformers 0.0.1.fixture: 1 covered, 1 composition, 3 partial, 1 new-kernel, 1 unclassified; "
+  EXPECT_NE(out.find("summary: transformers 0.0.1.fixture: 1 covered, 2 composition, 2 partial, 1 new-kernel, 1 unclassified; "
                      "1 activation reference(s) not resolved"),
             std::string::npos)
       << out;
@@ -170,7 +171,7 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   TempDir tmp;
   ASSERT_EQ(run("cd " + q(tmp.path()) + " && " + audit_cmd() + " --hf-markdown r.md --hf-json r.json", &out), 0) << out;
   const std::string md = slurp(tmp.path() / "r.md");
-  EXPECT_NE(md.find("| partial | 3 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| partial | 2 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| tinymamba | tinymamba | new-kernel | causal_conv1d (new kernel), selective_scan (new kernel) |  |"),
             std::string::npos)
       << md;
@@ -180,13 +181,14 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   EXPECT_EQ(s->version, "0.0.1.fixture");
   const hfa::SummaryModel* bert = s->find("tinybert");
   ASSERT_NE(bert, nullptr);
-  EXPECT_EQ(bert->verdict, "partial");
-  EXPECT_EQ(bert->by_coverage.at("missing"), (std::vector<std::string>{"bidirectional_attention"}));
+  EXPECT_EQ(bert->verdict, "composition");
+  EXPECT_FALSE(bert->by_coverage.count("missing"));
   EXPECT_EQ(bert->by_coverage.at("kinds"),
-            (std::vector<std::string>{"gelu", "layer_norm", "linear", "tanh", "token_embedding"}));
+            (std::vector<std::string>{"bidirectional_attention", "gelu", "layer_norm", "linear", "tanh", "token_embedding"}));
   EXPECT_EQ(bert->by_coverage.at("composition"), (std::vector<std::string>{"learned_absolute_position"}));
   EXPECT_EQ(s->operators.at("layer_norm").detail, "layer_norm, fused_add_layer_norm");
-  EXPECT_EQ(s->operators.at("bidirectional_attention").coverage, "missing");
+  EXPECT_EQ(s->operators.at("bidirectional_attention").detail, "flash_attn_prefill");
+  EXPECT_EQ(s->operators.at("cross_attention").coverage, "missing");
 }
 
 TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
@@ -291,17 +293,20 @@ TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {
   spit(tmp.path() / "in" / "config.json", "{\"model_type\": \"tinybert\", \"_name_or_path\": \"acme/tinybert\", \"hidden_size\": 64}\n");
   const std::string add = bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "config.json");
   EXPECT_EQ(run(add, &out), 1) << out;
-  EXPECT_NE(out.find("$.model_type: unknown model_type \"tinybert\"; known: deepseek_v3, "), std::string::npos) << out;
+  EXPECT_NE(out.find("$.model_type: unknown model_type \"tinybert\"; known: bert, deepseek_v3, "), std::string::npos) << out;
   EXPECT_NE(out.find("no audit summary at generator/audit/hf_audit_summary.json"), std::string::npos) << out;
 
   // With the fixture audit's summary in place.
   ASSERT_EQ(run(audit_cmd() + " --hf-json " + q(tmp.path() / "generator" / "audit" / "hf_audit_summary.json"), &out), 0) << out;
   EXPECT_EQ(run(add, &out), 1) << out;
   EXPECT_NE(out.find("What the transformers audit knows about model_type \"tinybert\" (models/tinybert, transformers 0.0.1.fixture, "
-                     "generator/audit/hf_audit_summary.json):\n  verdict: partial\n"),
+                     "generator/audit/hf_audit_summary.json):\n  verdict: composition\n"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("  covered by our task kinds:\n    gelu                      activation activation\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("  covered by our task kinds:\n    bidirectional_attention   attention  flash_attn_prefill\n"
+                     "    gelu                      activation activation\n"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("\n    linear                    other      replicated_linear, "), std::string::npos) << out;
   EXPECT_NE(out.find("  covered by composition:\n    learned_absolute_position position   vocab_parallel_embedding, "
                      "fused_add_rms_norm: a vocab_parallel_embedding lookup"),
@@ -310,9 +315,16 @@ TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {
   EXPECT_NE(out.find("    layer_norm                norm       layer_norm, fused_add_layer_norm\n"),
             std::string::npos)
       << out;
+  // Every operator covered: the way on is a descriptor, or `add --as` for a known model type's forward.
+  EXPECT_NE(out.find("`fastkernels add --as <that model_type>` lowers this config as it"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme"));  // nothing written
+
+  // A partial model type: add the kinds first.
+  spit(tmp.path() / "in" / "lstm.json", "{\"model_type\": \"tinylstm\"}\n");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "lstm.json"), &out), 1) << out;
+  EXPECT_NE(out.find("  verdict: partial\n"), std::string::npos) << out;
   EXPECT_NE(out.find("Next steps:\n  1. add task kinds for the missing operators (docs/HOWTO-add-architecture.md"), std::string::npos)
       << out;
-  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme"));  // nothing written
 
   // New-kernel and covered model types get their own next steps.
   spit(tmp.path() / "in" / "mamba.json", "{\"model_type\": \"tinymamba\"}\n");

@@ -294,7 +294,7 @@ TEST(UserConfigs, Float32CheckpointsOnlyWithADtypeChoice) {
 TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
-            "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
             "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
@@ -314,7 +314,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   EXPECT_TRUE(bias);
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
-            "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
             "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),

@@ -43,6 +43,7 @@ const std::vector<FieldSpec>& field_table() {
         {"decoder_sparse_step", FieldType::kPosInt, {}, "every n-th layer is sparse (MoE); qwen3_moe"},
         {"max_window_layers", FieldType::kNonNegInt, {}, "layers below this use sliding-window attention (qwen2)"},
         {"layer_types", FieldType::kStringList, {}, "per-layer attention: \"sliding_attention\" or \"full_attention\" (gpt_oss)"},
+        {"layer_norm_eps", FieldType::kPosNumber, {"layer_norm_epsilon"}, "LayerNorm epsilon (encoders)"},
         {"mlp_bias", FieldType::kBool, {}, "MLP projections carry a bias"},
         {"mlp_only_layers", FieldType::kIntList, {}, "layers with a dense MLP instead of experts (qwen3_moe)"},
         {"model_type", FieldType::kString, {}, "HF model type, selects the descriptor"},
@@ -56,12 +57,14 @@ const std::vector<FieldSpec>& field_table() {
         {"rms_norm_eps", FieldType::kPosNumber, {"norm_eps"}, "RMSNorm epsilon"},
         {"rope_scaling", FieldType::kRopeScaling, {}, "RoPE scaling (llama3, linear, yarn, longrope) or null"},
         {"original_max_position_embeddings", FieldType::kIntOrNull, {}, "pretraining context of a longrope model (phi3) or null"},
+        {"position_embedding_type", FieldType::kString, {}, "\"absolute\" (a learned table) or relative_key(_query) (bert)"},
         {"partial_rotary_factor", FieldType::kPosNumber, {}, "fraction of each head that RoPE rotates (rotary_dim = int(head_dim * it))"},
         {"rope_theta", FieldType::kPosNumber, {"rotary_emb_base", "rope_base"}, "RoPE base"},
         {"sliding_window", FieldType::kIntOrNull, {}, "sliding-window size or null"},
         {"swiglu_limit", FieldType::kPosNumber, {}, "clamp of the experts' SwiGLU gate and up halves (gpt_oss)"},
         {"tie_word_embeddings", FieldType::kBool, {}, "lm_head shares the embedding weight"},
         {"torch_dtype", FieldType::kDType, {"dtype"}, "parameter dtype"},
+        {"type_vocab_size", FieldType::kNonNegInt, {}, "token-type (segment) embedding rows (bert; 0: none)"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
         {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
     };
@@ -120,7 +123,8 @@ const std::set<std::string>& tool_only_keys() {
       // task heads' label maps and problem types (the generated model is the backbone + LM head)
       "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
       // training only (dropout is off at inference; initialisation and router losses do not run)
-      "initializer_range", "attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop",
+      "initializer_range", "attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop",
+      "attention_probs_dropout_prob", "hidden_dropout_prob", "classifier_dropout", "gradient_checkpointing",
       "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aux_loss_alpha", "seq_aux",
   };
   return keys;

@@ -274,7 +274,9 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     r.dtype = choices.dtype;
     r.dtype_from = declared;
   } else if (declared == "float32") {
-    err(dtype_path, "float32 checkpoint: no kind serves fp32 weights (the kernels serve \"bfloat16\" and \"float16\"); "
+    const bool defaulted = r.origin.count("torch_dtype") && r.origin["torch_dtype"] == "default";
+    err(dtype_path, std::string("float32 checkpoint") + (defaulted ? " (the config names no dtype; " + d->file + "'s default)" : "") +
+                        ": no kind serves fp32 weights (the kernels serve \"bfloat16\" and \"float16\"); "
                     "pass `add --dtype bfloat16` (or float16) to generate 16-bit tasks for it knowingly, as vLLM's "
                     "dtype=\"auto\" serves fp32 checkpoints (recorded beside it and in the manifest)");
     return std::nullopt;
