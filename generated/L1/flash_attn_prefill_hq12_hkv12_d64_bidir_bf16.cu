@@ -11,7 +11,7 @@ namespace fk::generated::flash_attn_prefill_hq12_hkv12_d64_bidir_bf16 {
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16", 1, "flash_attn_prefill", "vllm.vllm_flash_attn.flash_attn_varlen_func", "generated/L1/flash_attn_prefill_hq12_hkv12_d64_bidir_bf16.cu",
     { "google-bert/bert-base-uncased" },
-    {  },
+    { {"b1_s512", "prefill", {{"batch", 1}, {"seq_len", 512}}}, {"b8_s512", "prefill", {{"batch", 8}, {"seq_len", 512}}}, {"b32_s512", "prefill", {{"batch", 32}, {"seq_len", 512}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::FlashAttnPrefillInstance<FlashAttnPrefill, Config>>(c);

@@ -454,6 +454,16 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_scale0.125_cap50_bf16");
   attn["softcap"] = -1.0;
   EXPECT_THROW(name_of("flash_attn_decode", attn), GenError);
+  // Prefill cases: the registry entries that fit the context, or, for an encoder's short context,
+  // whole-context batches of 1, 8 and 32.
+  auto case_names = [](int64_t max_position) {
+    std::vector<std::string> out;
+    Params q = {{"max_position", max_position}};
+    for (const ShapeCase& c : find_kind("flash_attn_prefill")->cases(q)) out.push_back(c.name);
+    return out;
+  };
+  EXPECT_EQ(case_names(4096), (std::vector<std::string>{"b1_s1024", "b1_s4096", "b4_s2048", "b16_s1024"}));
+  EXPECT_EQ(case_names(512), (std::vector<std::string>{"b1_s512", "b8_s512", "b32_s512"}));
   // Bidirectional prefill (encoders): spelled bidir; it serves no window, soft-capping or sinks.
   Params bidir = {{"num_heads", int64_t{12}}, {"num_kv_heads", int64_t{12}}, {"head_dim", int64_t{64}},
                   {"softmax_scale", 0.125}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},

@@ -81,6 +81,11 @@ std::vector<ShapeCase> prefill_attn_cases(int64_t max_position) {
       out.push_back({"b" + i2s(b) + "_s" + i2s(s), "prefill", {{"batch", b}, {"seq_len", s}}, {k}});
     ++k;
   }
+  // Encoders' contexts are shorter than every entry (BERT: 512): whole-context batches of 1, 8 and
+  // 32 sequences (issue 22's batch-1 and batch-32 shapes) instead of none.
+  if (out.empty())
+    for (int64_t b : {1, 8, 32})
+      out.push_back({"b" + i2s(b) + "_s" + i2s(max_position), "prefill", {{"batch", b}, {"seq_len", max_position}}, {k++}});
   return out;
 }
 
