@@ -96,13 +96,12 @@ def sidecar(arch, root=None):
 def model_dtype(arch, root=None):
     """torch.bfloat16 or torch.float16: the dtype `arch` is served in (Note [Model dtype])."""
     cpath = config_path(arch, root)
-    side = os.path.join(os.path.dirname(cpath), "fastkernels.json")
-    if os.path.isfile(side):
-        choice = sidecar(arch, root).get("dtype")
-        if choice is not None:
-            if not isinstance(choice, str) or choice not in DTYPES:
-                raise SetupError(f"{side}: dtype {choice!r} (want one of {', '.join(DTYPES)})")
-            return DTYPES[choice]
+    choice = sidecar(arch, root).get("dtype")
+    if choice is not None:
+        if not isinstance(choice, str) or choice not in DTYPES:
+            raise SetupError(f"{os.path.join(os.path.dirname(cpath), 'fastkernels.json')}: dtype {choice!r} "
+                             f"(want one of {', '.join(DTYPES)})")
+        return DTYPES[choice]
     with open(cpath) as f:
         d = json.load(f)
     text = d.get("text_config") if isinstance(d.get("text_config"), dict) else {}

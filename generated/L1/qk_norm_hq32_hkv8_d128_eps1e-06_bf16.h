@@ -16,18 +16,22 @@ struct Config {
   static constexpr int64_t head_dim = 128;
   static constexpr double eps = 1e-06;
   static constexpr bool gemma = false;  ///< GemmaRMSNorm: the weight multiplies as 1 + w
+  static constexpr bool full_width = false;  ///< one norm over all heads (Note [Full-width q/k norm])
   using scalar_t = fk::bf16;
 };
 
-/// Mirrors vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm: RMSNorm(head_dim) (GemmaRMSNorm when
-/// Config::gemma) applied per head to q.view(T, Hq, D) and k.view(T, Hkv, D), fused into one module:
+/// Mirrors vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm: RMSNorm(head_dim) (GemmaRMSNorm when Config::gemma) applied per head to
+/// q.view(T, Hq, D) and k.view(T, Hkv, D), or, when Config::full_width (OLMo-2),
+/// RMSNorm(num_heads * head_dim) and RMSNorm(num_kv_heads * head_dim) over each token's whole q and
+/// k rows; fused into one module:
 ///   __init__(num_heads, num_kv_heads, head_dim, eps) / forward(q, k) -> (q_out, k_out).
 class QKNorm {
  public:
   static constexpr bool gemma = Config::gemma;  ///< for references: the weight is used as 1 + w
+  static constexpr bool full_width = Config::full_width;  ///< for references: one norm over all heads
   QKNorm(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps)
-      : q_weight(fk::empty({head_dim}, fk::dtype_of<Config::scalar_t>)),
-        k_weight(fk::empty({head_dim}, fk::dtype_of<Config::scalar_t>)),
+      : q_weight(fk::empty({fk::tasks::qk_norm_q_width<Config>()}, fk::dtype_of<Config::scalar_t>)),
+        k_weight(fk::empty({fk::tasks::qk_norm_k_width<Config>()}, fk::dtype_of<Config::scalar_t>)),
         variance_epsilon(eps) {
     FK_CHECK(num_heads == Config::num_heads && num_kv_heads == Config::num_kv_heads && head_dim == Config::head_dim,
              "qk_norm_hq32_hkv8_d128_eps1e-06_bf16 is specialised on num_heads 32, num_kv_heads 8, head_dim 128");

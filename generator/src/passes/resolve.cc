@@ -248,14 +248,18 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   if (d->fields.count("rope_scaling"))
     for (const auto& n : rope_scaling_names()) lookup(n);
   for (const auto& [name, _] : d->constants) lookup(name);
+  // The JSON path a field's value came from (its default or a constant: where the config would set it).
+  auto path_of = [&](const std::string& field) {
+    auto o = r.origin.find(field);
+    return o != r.origin.end() && o->second.rfind("$", 0) == 0 ? o->second : "$." + field;
+  };
   for (const auto& c : d->checks) {
     if (diag.errors().size() != errors_before || !cfg.invalid.empty()) break;  // checks would read values that failed
     try {
       Value ok = c.require.eval(lookup);
       if (ok != Value(true)) {
         auto it = r.values.find(c.field);
-        std::string where = r.origin.count(c.field) && r.origin[c.field].rfind("$", 0) == 0 ? r.origin[c.field] : "$." + c.field;
-        err(where, "expected " + c.expected + ", got " + (it == r.values.end() ? "nothing" : value_to_display(it->second)));
+        err(path_of(c.field), "expected " + c.expected + ", got " + (it == r.values.end() ? "nothing" : value_to_display(it->second)));
       }
     } catch (const GenError& ge) {
       err("$." + c.field, ge.message + " (check \"" + c.require.text() + "\" in " + d->file + ")");
@@ -264,8 +268,7 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   if (diag.errors().size() != errors_before || !cfg.invalid.empty()) return std::nullopt;
   // The dtype the tasks serve (Note [User choices]): the checkpoint's, or the user's choice.
   const std::string declared = std::get<std::string>(r.values.at("torch_dtype"));
-  const std::string dtype_path = r.origin.count("torch_dtype") && r.origin["torch_dtype"].rfind("$", 0) == 0
-                                     ? r.origin["torch_dtype"] : std::string("$.torch_dtype");
+  const std::string dtype_path = path_of("torch_dtype");
   if (!choices.dtype.empty()) {
     if (choices.dtype == declared) {
       diag.error(choices.file + ": $.dtype: " + cfg.file + " already has torch_dtype " + json_quote(declared) + " (remove dtype)");

@@ -23,6 +23,7 @@
 #include "fk/tasks/forward_context.h"
 #include "fk/tasks/harness.h"
 #include "fk/tasks/linear.h"
+#include "fk/tasks/qk_norm.h"  // FullWidthQKNorm
 #include "fk/tasks/reference_ops.h"
 #include "fk/tasks/rotary_embedding.h"
 
@@ -43,9 +44,6 @@ struct IsGemmaLayer<L, std::void_t<decltype(std::declval<L&>().pre_feedforward_l
 /// A post-norm decoder layer (OLMo-2: L::post_norm; Note [Post-norm residual stream]).
 template <class L, class = void> struct IsPostNormLayer : std::false_type {};
 template <class L> struct IsPostNormLayer<L, std::void_t<decltype(L::post_norm)>> : std::bool_constant<L::post_norm> {};
-/// A full-width q/k norm (OLMo-2: N::full_width; Note [Full-width q/k norm] in fk/kernels/qk_norm.cuh).
-template <class N, class = void> struct IsFullWidthQKNorm : std::false_type {};
-template <class N> struct IsFullWidthQKNorm<N, std::void_t<decltype(N::full_width)>> : std::bool_constant<N::full_width> {};
 
 // Note [Post-norm residual stream]
 // OLMo-2's decoder layer (vLLM Olmo2DecoderLayer) norms each branch's output before the add:
@@ -269,7 +267,7 @@ std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positi
   if constexpr (kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>) {
     using N = std::decay_t<decltype(m.qk_norm)>;
     constexpr float off = IsGemmaQKNorm<N>::value ? 1.f : 0.f;
-    if constexpr (IsFullWidthQKNorm<N>::value) {  // one norm over all heads (OLMo-2)
+    if constexpr (FullWidthQKNorm<N>::value) {  // one norm over all heads (OLMo-2)
       q = ref::rms_norm(contiguous_rows(q), m.qk_norm.q_weight, m.qk_norm.variance_epsilon);
       k = ref::rms_norm(contiguous_rows(k), m.qk_norm.k_weight, m.qk_norm.variance_epsilon);
     } else {

@@ -17,7 +17,7 @@
 
 namespace fk::tasks {
 
-/// Cfg::full_width (the olmo2_qk_norm kind); false where the Cfg has no such member.
+/// T::full_width (the olmo2_qk_norm kind's Config and module class); false where T has no such member.
 template <class Cfg, class = void> struct FullWidthQKNorm : std::false_type {};
 template <class Cfg> struct FullWidthQKNorm<Cfg, std::void_t<decltype(Cfg::full_width)>> : std::bool_constant<Cfg::full_width> {};
 /// The q and k weight lengths: head_dim per-head, all heads' width when full-width.
