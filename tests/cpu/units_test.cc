@@ -454,6 +454,12 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(name_of("flash_attn_prefill", attn), "flash_attn_prefill_hq32_hkv8_d128_causal_sw2047_scale0.125_cap50_bf16");
   attn["softcap"] = -1.0;
   EXPECT_THROW(name_of("flash_attn_decode", attn), GenError);
+  // The elementwise kinds move 16-byte vectors: a row width that is no multiple of them is refused.
+  EXPECT_EQ(find_kind("activation")->served({{"activation", std::string("gelu")}, {"hidden_size", int64_t{3072}}}, "bfloat16"), "");
+  EXPECT_EQ(find_kind("activation")->served({{"activation", std::string("gelu")}, {"hidden_size", int64_t{1001}}}, "float32"),
+            "hidden_size 1001: the elementwise kernels serve rows of a multiple of 4 elements (16 bytes) in float32");
+  EXPECT_EQ(find_kind("gelu_and_mul")->served({{"intermediate_size", int64_t{3076}}}, "bfloat16"),
+            "intermediate_size 3076: the elementwise kernels serve rows of a multiple of 8 elements (16 bytes) in bfloat16");
   // Prefill cases: the registry entries that fit the context, or, for an encoder's short context,
   // whole-context batches of 1, 8 and 32.
   auto case_names = [](int64_t max_position) {

@@ -444,6 +444,15 @@ const KindHooks& kind_hooks() {
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };
     h.served["attention_prefill"] = [](const Params& p, const std::string& d) { return attention_served(p, d, true); };
     h.served["attention_decode"] = [](const Params& p, const std::string& d) { return attention_served(p, d, false); };
+    // The elementwise kernels (fk/kernels/activation.cuh, silu_and_mul.cuh) move rows as 16-byte
+    // vectors: the row width in the model dtype must be a multiple of 16 bytes.
+    h.served["vector_rows"] = [](const Params& p, const std::string& d) {
+      const char* key = p.count("hidden_size") ? "hidden_size" : "intermediate_size";
+      const int64_t w = I(p, key), bytes = d == "float32" ? 4 : 2;
+      return (w * bytes) % 16 == 0 ? std::string()
+                                    : std::string(key) + " " + i2s(w) + ": the elementwise kernels serve rows of a multiple of " +
+                                          i2s(16 / bytes) + " elements (16 bytes) in " + d;
+    };
     return h;
   }();
   return hooks;
