@@ -322,6 +322,30 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
             "remove served_as\n");
 }
 
+TEST(UserConfigs, SeparateOutputProjectionBias) {
+  // Seed-OSS: q/k/v bias without an o_proj bias (attention_out_bias), served as llama.
+  const std::string seed = std::string(R"({"model_type": "seed_oss", "attention_bias": true, "attention_out_bias": false, )") +
+                           "\"residual_dropout\": 0.1, " + kBase + "}";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.served_as = "llama";
+  for (const char* out_bias : {"false", "true", ""}) {
+    std::string text = seed;
+    const std::string key = "\"attention_out_bias\": false, ";
+    text.replace(text.find(key), key.size(), *out_bias ? std::string("\"attention_out_bias\": ") + out_bias + ", " : std::string());
+    Generation g;
+    ASSERT_EQ(run_with(text, c, &g), "") << out_bias;
+    std::optional<bool> qkv, o;
+    for (const OpInstance& op : g.lowered.at(0).ops) {
+      if (op.name == "blk.0.qkv_proj") qkv = std::get<bool>(op.params.at("bias"));
+      if (op.name == "blk.0.o_proj") o = std::get<bool>(op.params.at("bias"));
+    }
+    ASSERT_TRUE(qkv && o) << out_bias;
+    EXPECT_TRUE(*qkv) << out_bias;
+    EXPECT_EQ(*o, std::string(out_bias) != "false") << out_bias;  // absent: attention_bias's value
+  }
+}
+
 TEST(UserConfigs, ChoicesFileIsStrict) {
   Diagnostics diag;
   UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true, "dtype": "float32"})", diag);

@@ -11,6 +11,7 @@ const std::vector<FieldSpec>& field_table() {
     std::vector<FieldSpec> t = {
         {"architectures", FieldType::kStringList, {}, "HF model classes, e.g. LlamaForCausalLM"},
         {"attention_bias", FieldType::kBool, {}, "q/k/v/o projections carry a bias"},
+        {"attention_out_bias", FieldType::kBool, {}, "o_proj carries a bias, apart from q/k/v (seed_oss; defaults to attention_bias)"},
         {"attn_logit_softcapping", FieldType::kNumberOrNull, {}, "attention scores -> c * tanh(s / c) (gemma2) or null"},
         {"final_logit_softcapping", FieldType::kNumberOrNull, {}, "logits -> c * tanh(x / c) (gemma2) or null"},
         {"query_pre_attn_scalar", FieldType::kPosNumber, {}, "softmax scale is its inverse square root (gemma)"},
@@ -124,7 +125,7 @@ const std::set<std::string>& tool_only_keys() {
       "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
       // training only (dropout is off at inference; initialisation and router losses do not run)
       "initializer_range", "attention_dropout", "hidden_dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop",
-      "attention_probs_dropout_prob", "hidden_dropout_prob", "classifier_dropout", "gradient_checkpointing",
+      "attention_probs_dropout_prob", "hidden_dropout_prob", "classifier_dropout", "residual_dropout", "gradient_checkpointing",
       "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "aux_loss_alpha", "seq_aux",
   };
   return keys;
