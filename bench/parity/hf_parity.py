@@ -3,7 +3,8 @@
 
 Runs `fk_model` (or takes its files), rebuilds the same model in transformers from the repo's
 hf_configs/ with the same weights (bf16 or fp16: the model dtype, Note [Model dtype] in
-hfmodel.py), and compares, per prompt (no padding):
+hfmodel.py), and compares, per prompt (no padding) (encoders, e.g. BERT: per-layer hidden states and
+pooled vectors instead, encoder_parity.py):
   a) the residual stream after every decoder layer   (prefill.layer.{i})
   b) last-token logits of every prompt               (prefill.logits)
   c) greedy decode, teacher-forced in HF on the prompt + our tokens: argmax agreement, near-tie
@@ -254,6 +255,9 @@ def check_arch(a, arch, workdir):
            "checks": [], "errors": [], "pass": False}
     if a.device.startswith("cuda"):
         res["gpu"] = torch.cuda.get_device_name()
+    import encoder_parity
+    if encoder_parity.encoder_model_type(arch, a.config_root):  # an embedding model (BERT): encoder_parity.py
+        return encoder_parity.check_encoder(a, arch, workdir, res)
     t_start = time.time()
     if a.weights:
         wpath, dpath = a.weights, a.dump
@@ -553,8 +557,12 @@ def main(argv=None):
         if p and not os.path.isfile(p):
             return setup_error(f"no such file: {p}")
     try:
+        import encoder_parity
         for arch in archs:
-            hfmodel.load_config(arch, a.layers, a.config_root)
+            if encoder_parity.encoder_model_type(arch, a.config_root):
+                encoder_parity.load_encoder_config(arch, a.layers, a.config_root)
+            else:
+                hfmodel.load_config(arch, a.layers, a.config_root)
             hfmodel.model_dtype(arch, a.config_root)
     except hfmodel.SetupError as e:
         return setup_error(str(e))

@@ -7,6 +7,8 @@
 //   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl r.jsonl --markdown r.md
 //   fk_model --arch Qwen/Qwen2.5-7B-Instruct --greedy g.json --decode-steps 64   (candidate comparison)
 //   fk_model --arch Qwen/Qwen2.5-7B-Instruct --teacher-forced tf.json --force-tokens base/g.json
+//   fk_model --arch google-bert/bert-base-uncased --layers 4 --dump d.safetensors   (an encoder: per-layer
+//            hidden states and pooled vectors; --bench times whole batches, --list says which runner)
 //
 // The dump and weights formats are the contract with bench/parity/hf_parity.py (docs/parity.md).
 // Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.
@@ -64,7 +66,8 @@ template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& na
 
 const fk::TaskInfo* find_model(const std::string& arch) {
   for (const fk::TaskInfo* t : fk::all_tasks())
-    if (t->level == 4 && t->make_model && std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end()) return t;
+    if (t->level == 4 && (t->make_model || t->make_encoder) && std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end())
+      return t;
   return nullptr;
 }
 
@@ -517,6 +520,135 @@ int run_bench(fk::CausalLM& m, const Options& o) {
   return fk::kExitOk;
 }
 
+
+// --------------------------------------------------------------------------------------------
+// Encoders (embedding models behind fk::EncoderModel): the parity dump and throughput.
+
+/// One batch of whole sequences as vLLM's pooling runner packs it: ids, positions 0.. per
+/// sequence, token types (with token types: the second half of each sequence is type 1, a
+/// sentence pair), cu_seqlens; the forward context is a prefill without a KV cache.
+struct EncoderBatch {
+  fk::tasks::AttnMetadata meta;
+  Tensor ids, positions, types;
+  std::vector<int64_t> ids_h, types_h;
+  std::vector<int32_t> cu{0};
+};
+
+EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std::vector<int64_t>>& prompts) {
+  EncoderBatch e;
+  std::vector<int64_t> pos;
+  for (const auto& p : prompts) {
+    const auto n = static_cast<int64_t>(p.size());
+    if (n < 1 || n > m.max_position())
+      throw std::runtime_error("a sequence of " + std::to_string(n) + " tokens; " + m.task_name() + " takes 1 to " +
+                               std::to_string(m.max_position()));
+    for (int64_t i = 0; i < n; ++i) {
+      e.ids_h.push_back(p[i]);
+      pos.push_back(i);
+      e.types_h.push_back(m.type_vocab_size() > 1 && 2 * i >= n ? 1 : 0);
+    }
+    e.cu.push_back(e.cu.back() + static_cast<int32_t>(n));
+    e.meta.max_seqlen = std::max(e.meta.max_seqlen, n);
+  }
+  const auto t = static_cast<int64_t>(e.ids_h.size()), b = static_cast<int64_t>(prompts.size());
+  e.meta.is_prefill = true;
+  e.meta.num_seqs = b;
+  e.meta.num_tokens = t;
+  e.meta.cu_seqlens = fk::to_device(e.cu, {b + 1});
+  e.ids = fk::to_device(e.ids_h, {t});
+  e.positions = fk::to_device(pos, {t});
+  if (m.type_vocab_size() > 0) e.types = fk::to_device(e.types_h, {t});
+  return e;
+}
+
+int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  EncoderBatch e = make_encoder_batch(m, prompts);
+  std::vector<Tensor> layers;
+  Tensor pooled;
+  {
+    fk::tasks::ForwardContextGuard ctx(&e.meta);
+    Tensor h = m.forward(e.ids, e.positions, e.types, &layers);
+    pooled = fk::tasks::to_f32(m.pool(h));
+  }
+  const int64_t B = static_cast<int64_t>(prompts.size()), T = e.meta.num_tokens;
+  fk::SafetensorsWriter w;
+  add_host(w, "input_ids", "I64", {T}, e.ids_h);
+  add_host(w, "token_type_ids", "I64", {T}, e.types_h);
+  add_host(w, "cu_seqlens", "I32", {B + 1}, e.cu);
+  for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
+  fk::add_device_tensor(w, "pooled", pooled);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("runner", "embedding");
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.write(o.dump);
+  std::cerr << "fk_model: wrote " << o.dump << " (" << B << " sequences, " << T << " tokens, embedding)\n";
+  return fk::kExitOk;
+}
+
+/// Throughput of whole batches: forward + pooler over B sequences of S tokens, eager (the
+/// encoder's kernels are large at these shapes; batch-1 latency is reported as measured).
+int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<std::string>& shapes) {
+  std::vector<nlohmann::json> rows;
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  for (const std::string& spec : shapes) {
+    const auto x = spec.find('x');
+    const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
+    fk::release_cached_memory();
+    EncoderBatch e = make_encoder_batch(m, random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b)));
+    fk::tasks::ForwardContextGuard ctx(&e.meta);
+    auto step = [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); };
+    for (int i = 0; i < 3; ++i) step();
+    std::vector<double> ms;
+    for (int i = 0; i < 10; ++i) {
+      FK_CUDA_CHECK(cudaEventRecord(e0, fk::current_stream()));
+      step();
+      FK_CUDA_CHECK(cudaEventRecord(e1, fk::current_stream()));
+      FK_CUDA_CHECK(cudaEventSynchronize(e1));
+      ms.push_back(elapsed_ms(e0, e1));
+    }
+    std::sort(ms.begin(), ms.end());
+    nlohmann::json j;
+    j["tool"] = "fk_model";
+    j["arch"] = o.arch;
+    j["task"] = m.task_name();
+    j["layers"] = m.num_layers();
+    j["mode"] = "embed";
+    j["batch"] = b;
+    j["seq_len"] = s;
+    j["ms"] = ms[ms.size() / 2];
+    j["ms_min"] = ms.front();
+    j["ms_max"] = ms.back();
+    j["sequences_per_s"] = 1000.0 * b / ms[ms.size() / 2];
+    j["tokens_per_s"] = 1000.0 * b * s / ms[ms.size() / 2];
+    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    std::cerr << "embed " << spec << ": " << j["ms"].get<double>() << " ms, " << j["sequences_per_s"].get<double>()
+              << " sequences/s\n";
+    rows.push_back(j);
+  }
+  const nlohmann::json env = fk::environment_json(0);
+  if (!o.jsonl.empty()) {
+    std::ofstream f(o.jsonl);
+    for (auto& j : rows) {
+      j["env"] = env;
+      f << j.dump() << "\n";
+    }
+  }
+  if (!o.markdown.empty()) {
+    std::ofstream f(o.markdown);
+    f << "| arch | layers | mode | batch | tokens | ms | sequences/s | tokens/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|---|\n";
+    for (const auto& j : rows)
+      f << "| " << o.arch << " | " << j["layers"] << " | embed | " << j["batch"] << " | " << j["seq_len"] << " | " << std::fixed
+        << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1) << j["sequences_per_s"].get<double>()
+        << " | " << j["tokens_per_s"].get<double>() << " | " << std::setprecision(2) << j["peak_reserved_gib"].get<double>()
+        << " |\n";
+  }
+  return fk::kExitOk;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -545,7 +677,9 @@ int main(int argc, char** argv) {
   app.add_flag("--bench", o.bench, "measure decode and prefill throughput and memory");
   app.add_option("--decode-batches", o.decode_batches, "bench: decode batch sizes")->delimiter(',');
   app.add_option("--prompt-len", o.prompt_len, "bench: prompt length before decoding")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--prefill", o.prefill, "bench: prefill shapes BxS")->delimiter(',');
+  CLI::Option* prefill_opt =
+      app.add_option("--prefill", o.prefill, "bench: prefill shapes BxS (encoders: the batches timed; default 1x128,1x512,32x128,32x512)")
+          ->delimiter(',');
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
   app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
@@ -555,10 +689,12 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : fk::kExitUsage;
   }
+  const bool prefill_given = prefill_opt->count() > 0;
   if (list) {
+    // arch, runner (causal-lm: generation; embedding: pooled vectors), task
     for (const fk::TaskInfo* t : fk::all_tasks()) {
-      if (t->level != 4 || !t->make_model) continue;
-      for (const auto& a : t->archs) std::cout << a << "  " << t->name << "\n";
+      if (t->level != 4 || !(t->make_model || t->make_encoder)) continue;
+      for (const auto& a : t->archs) std::cout << a << "  " << (t->make_model ? "causal-lm" : "embedding") << "  " << t->name << "\n";
     }
     return fk::kExitOk;
   }
@@ -591,6 +727,42 @@ int main(int argc, char** argv) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "fk_model: no CUDA device\n";
     return fk::kExitNoGpu;
+  }
+  if (task->make_encoder) {  // an embedding model: the dump, throughput, weights
+    if (!o.greedy.empty() || !o.teacher_forced.empty()) {
+      std::cerr << "fk_model: " << o.arch << " is an encoder (" << task->name
+                << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
+      return fk::kExitUsage;
+    }
+    try {
+      std::unique_ptr<fk::EncoderModel> model = task->make_encoder(o.layers);
+      if (!o.load_weights.empty()) fk::load_weights(*model, o.load_weights);
+      else fk::tasks::init_params(model->named_parameters(), o.seed);
+      FK_CUDA_CHECK(cudaDeviceSynchronize());
+      std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, " << std::fixed
+                << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
+      if (!o.save_weights.empty())
+        fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+      int rc = fk::kExitOk;
+      if (!o.dump.empty()) rc = run_encoder_dump(*model, o);
+      if (rc == fk::kExitOk && o.bench) {
+        std::vector<std::string> shapes = o.prefill;
+        if (!prefill_given) {  // batch-1 latency and batch-32 throughput at 128 tokens and at the context
+          shapes.clear();
+          const int64_t ctx = std::min<int64_t>(512, model->max_position());
+          for (int64_t b : {1, 32})
+            for (int64_t l : {std::min<int64_t>(128, ctx), ctx}) {
+              const std::string spec = std::to_string(b) + "x" + std::to_string(l);
+              if (std::find(shapes.begin(), shapes.end(), spec) == shapes.end()) shapes.push_back(spec);
+            }
+        }
+        rc = run_encoder_bench(*model, o, shapes);
+      }
+      return rc;
+    } catch (const std::exception& e) {
+      std::cerr << "fk_model: " << e.what() << "\n";
+      return fk::kExitFailed;
+    }
   }
   try {
     std::unique_ptr<fk::CausalLM> model = task->make_model(o.layers);  // 0: the config's layer count

@@ -30,19 +30,21 @@ void add_device_tensor(SafetensorsWriter& w, const std::string& name, const Tens
   w.add(name, safetensors_dtype(t.dtype()), t.sizes(), b.data(), b.size());
 }
 
-void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+namespace {
+void save_params(const ParamList& params, const std::string& task, int64_t layers, const std::string& path,
+                 const std::map<std::string, std::string>& metadata) {
   SafetensorsWriter w;
-  for (const auto& p : m.named_parameters()) add_device_tensor(w, p.name, p.tensor);
-  w.set_metadata("task", m.task_name());
-  w.set_metadata("layers", std::to_string(m.num_layers()));
+  for (const auto& p : params) add_device_tensor(w, p.name, p.tensor);
+  w.set_metadata("task", task);
+  w.set_metadata("layers", std::to_string(layers));
   for (const auto& [k, v] : metadata) w.set_metadata(k, v);
   w.write(path);
 }
 
-void load_weights(CausalLM& m, const std::string& path) {
+void load_params(const ParamList& params, const std::string& task, const std::string& path) {
   auto f = SafetensorsFile::open(path);
   std::set<std::string> expected;
-  for (const auto& p : m.named_parameters()) {
+  for (const auto& p : params) {
     expected.insert(p.name);
     if (!f.contains(p.name)) throw std::runtime_error(path + ": missing tensor " + p.name);
     const auto& info = f.info(p.name);
@@ -54,8 +56,17 @@ void load_weights(CausalLM& m, const std::string& path) {
     FK_CUDA_CHECK(cudaMemcpy(p.tensor.data_ptr(), b.data(), b.size(), cudaMemcpyHostToDevice));
   }
   for (const auto& t : f.tensors())
-    if (!expected.count(t.name))
-      throw std::runtime_error(path + ": unexpected tensor " + t.name + " (not a parameter of " + m.task_name() + ")");
+    if (!expected.count(t.name)) throw std::runtime_error(path + ": unexpected tensor " + t.name + " (not a parameter of " + task + ")");
 }
+}  // namespace
+
+void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  save_params(m.named_parameters(), m.task_name(), m.num_layers(), path, metadata);
+}
+void save_weights(EncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  save_params(m.named_parameters(), m.task_name(), m.num_layers(), path, metadata);
+}
+void load_weights(CausalLM& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }
+void load_weights(EncoderModel& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }
 
 }  // namespace fk

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "fk/kernels/gemm.h"
+#include "fk/kernels/reference/activation_ref.cuh"
 #include "fk/kernels/reference/attention_ref.cuh"
+#include "fk/kernels/reference/layer_norm_ref.cuh"
 #include "fk/kernels/reference/moe_ref.cuh"
 #include "fk/kernels/reference/qk_norm_ref.cuh"
 #include "fk/kernels/reference/rms_norm_ref.cuh"
@@ -151,6 +153,37 @@ std::pair<Tensor, Tensor> add_rms_norm(const Tensor& x, const Tensor& residual, 
   return {rms_norm(sum, w, eps, weight_offset), sum};
 }
 
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  check_model_dtype(x, "layer_norm input");
+  Tensor out = empty({x.size(0), x.size(1)}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::layer_norm_ref<T>(out.data<float>(), nullptr, x.data<T>(), x.stride(0), nullptr, 0, w.data<T>(),
+                          b.defined() ? b.data<T>() : nullptr, x.size(0), static_cast<int>(x.size(1)), eps, current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps) {
+  check_model_dtype(x, "layer_norm input");
+  check_model_dtype(residual, "layer_norm residual");
+  Tensor sum = finish(add_f32(x, residual), x.dtype());  // rounded before the norm reads it
+  return {layer_norm(sum, w, b, eps), sum};
+}
+
+Tensor activation(const Tensor& x, fk::kernels::Act act) {
+  check_model_dtype(x, "activation input");
+  Tensor out = empty({x.size(0), x.size(1)}, DType::kF32);
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    kr::activation_ref<T>(out.data<float>(), x.data<T>(), x.stride(0), x.size(0), static_cast<int>(x.size(1)), act,
+                          current_stream());
+  });
+  FK_CHECK_LAUNCH();
+  return finish(out, x.dtype());
+}
+
 Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, double eps, float weight_offset) {
   check_model_dtype(x, "head_rms_norm input");
   Tensor out = empty({x.size(0), int64_t(heads) * head_dim}, DType::kF32);
@@ -293,13 +326,19 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_t
 }  // namespace
 
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window, double softcap, const Tensor& sinks) {
+                         int hkv, int d, double scale, int64_t window, double softcap, const Tensor& sinks, bool causal) {
   check_model_dtype(k, "attention k");
   check_model_dtype(v, "attention v");
   FK_CHECK(k.stride(0) == v.stride(0), "reference attention: k and v need the same row stride");
   std::vector<int32_t> begin, len;
   for (size_t s = 0; s + 1 < cu.size(); ++s)
     for (int32_t p = 0; p < cu[s + 1] - cu[s]; ++p) {
+      if (!causal) {  // bidirectional (encoders): the whole sequence
+        FK_CHECK(window == 0, "reference attention: a window needs causal attention");
+        begin.push_back(cu[s]);
+        len.push_back(cu[s + 1] - cu[s]);
+        continue;
+      }
       const auto first = static_cast<int32_t>(window_range(p, window).first);
       begin.push_back(cu[s] + first);
       len.push_back(p + 1 - first);

@@ -155,7 +155,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"gemma_attention", 2},     {"gemma_decoder_layer", 3},  {"gemma_for_causal_lm", 4},
                                        {"gpt_oss_for_causal_lm", 4}, {"deepseek_mla_attention", 2}, {"deepseek_moe", 2},
                                        {"deepseek_decoder_layer", 3}, {"deepseek_for_causal_lm", 4}, {"olmo2_attention", 2},
-                                       {"olmo2_decoder_layer", 3}, {"olmo2_for_causal_lm", 4}};
+                                       {"olmo2_decoder_layer", 3}, {"olmo2_for_causal_lm", 4}, {"bert_attention", 2},
+                                       {"bert_mlp", 2},            {"bert_layer", 3},           {"bert_model", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -174,8 +175,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // deepseek_moe, the dense and the MoE decoder layer, the model. Llama-2-7b (fp16): its own 7 (no
   // task shared across dtypes). OLMo-2: attention_o_proj, gate_up_silu, llama_mlp and its own
   // attention, layer and model (6; its MLP shapes are Llama-2's, but bf16). Seed-OSS 36B (served as
-  // llama: q/k/v bias, o_proj without): its own 7.
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7);
+  // llama: q/k/v bias, o_proj without): its own 7. BERT-base: attention, MLP, layer, model (4).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -232,6 +233,26 @@ TEST(Composites, Cases) {
   const auto& c = real().tasks.tasks.at("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16").cases;
   EXPECT_EQ(case_initializer(c.at(3)), "{\"b64_kv2048\", \"decode\", {{\"batch\", 64}, {\"kv_len\", 2048}}}");
   EXPECT_EQ(case_initializer(c.at(5)), "{\"b8_s2048\", \"prefill\", {{\"batch\", 8}, {\"seq_len\", 2048}}}");
+}
+
+TEST(Composites, BertEncoder) {
+  const std::string bert = "google-bert/bert-base-uncased";
+  auto m = modules(bert);
+  EXPECT_EQ(m["attention"], "bert_attention_h768_hq12_d64_eps1e-12_bias_bf16");
+  EXPECT_EQ(m["mlp"], "bert_mlp_h768_i3072_gelu_eps1e-12_bias_bf16");
+  EXPECT_EQ(m["layer"], "bert_layer_h768_i3072_hq12_d64_gelu_eps1e-12_bias_bf16");
+  EXPECT_EQ(m["model"], "bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e-12_bias_bf16");
+  std::vector<std::string> names;
+  for (const auto& c : task_of(m["model"]).cases) names.push_back(c.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"b1_s128", "b1_s512", "b32_s128", "b32_s512", "b8_s512_ragged"}));
+  EXPECT_EQ(case_initializer(task_of(m["layer"]).cases.at(4)),
+            "{\"b8_s512_ragged\", \"prefill\", {{\"batch\", 8}, {\"seq_len\", 512}, {\"ragged\", 22}}}");
+  // The attention child is the bidirectional prefill; the model's token types, pooler and activation are bound.
+  EXPECT_EQ(children(m["attention"])["attn"], "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16");
+  auto kids = children(m["model"]);
+  EXPECT_EQ(kids["token_type_embeddings"], "vocab_parallel_embedding_v2_h768_bf16");
+  EXPECT_EQ(kids["pooler_act"], "activation_tanh_h768_bf16");
+  EXPECT_EQ(placeholders(m["model"])["activation"], "fk::kernels::Act::kGelu");
 }
 
 TEST(Composites, Manifest) {

@@ -626,6 +626,11 @@ TEST(TaskKinds, ClassNamesAndSlots) {
     }
   }
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
+      {"bert_attention", {"qkv_proj", "attn", "dense", "layernorm"}},
+      {"bert_mlp", {"intermediate_dense", "act_fn", "output_dense", "layernorm"}},
+      {"bert_layer", {"attention", "mlp"}},
+      {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
+                      "pooler_dense", "pooler_act"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
       {"deepseek_for_causal_lm", {"embed_tokens", "dense_layers", "moe_layers", "norm", "lm_head"}},
       {"deepseek_mla_attention", {"fused_qkv_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj", "rotary_emb",

@@ -195,6 +195,25 @@ std::vector<ShapeCase> step_cases(int64_t max_position, int64_t window) {
   return out;
 }
 
+// Encoder forward passes (bert_attention, bert_layer, bert_model): whole batches of 1 and 32
+// sequences (issue 22's batch-1 latency and batch-32 throughput shapes) at 128 tokens and at the
+// context (capped at 512, BERT's), and one ragged batch of 8 (lengths drawn from [1, context],
+// the first at the context: case_seq_lens), so that padding-free variable-length batches are
+// checked too.
+std::vector<ShapeCase> encoder_cases(int64_t max_position) {
+  if (max_position < 1) throw GenError{"max_position must be >= 1, got " + i2s(max_position)};
+  const int64_t ctx = std::min<int64_t>(512, max_position);
+  std::vector<int64_t> lens;
+  if (ctx > 128) lens.push_back(128);
+  lens.push_back(ctx);
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 32})
+    for (int64_t l : lens) out.push_back({"b" + i2s(b) + "_s" + i2s(l), "prefill", {{"batch", b}, {"seq_len", l}}, {k++, l}});
+  out.push_back({"b8_s" + i2s(ctx) + "_ragged", "prefill", {{"batch", 8}, {"seq_len", ctx}, {"ragged", 22}}, {k++, ctx}});
+  return out;
+}
+
 // A layer pattern: one letter per layer: 'S' for
 // "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
 std::string layer_pattern(const std::string& layer_types) {
@@ -368,6 +387,16 @@ const KindHooks& kind_hooks() {
     h.spell["rope_theta"] = [](const Params& p) { return rope_spelling(p, "rope_theta"); };
     h.spell["qk_norm"] = qk_norm_spelling;
     h.spell["layer"] = layer_spelling;
+    // Encoders (bert_*): hq{H}_d{D} (all heads attend with their own k/v), _scale{s} unless D^-0.5.
+    h.spell["encoder_heads"] = [](const Params& p) {
+      return "hq" + i2s(I(p, "num_heads")) + "_d" + i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim"));
+    };
+    // h{hidden}_i{intermediate}_hq_d_{activation}_eps_{bias}: an encoder layer's constants.
+    h.spell["encoder_layer"] = [](const Params& p) {
+      return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
+             i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
+             "_eps" + nf(F(p, "layer_norm_eps")) + "_" + bias_word(B(p, "bias"));
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;
@@ -439,6 +468,7 @@ const KindHooks& kind_hooks() {
     };
     h.cases["steps_local"] = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
     h.cases["tokens"] = [](const Params&) { return token_cases(false); };
+    h.cases["encoder"] = [](const Params& p) { return encoder_cases(I(p, "max_position")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };

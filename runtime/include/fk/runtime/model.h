@@ -47,6 +47,27 @@ class CausalLM {
                                   const Tensor& rows) = 0;
 };
 
+/// An encoder (an embedding model's backbone) as vLLM's pooling runner sees it: forward over a
+/// batch of whole sequences under a prefill forward context (cu_seqlens) -> hidden states [T, H];
+/// pool(hidden) -> one vector per sequence [B, H] (BERT's pooler on each first token).
+class EncoderModel {
+ public:
+  virtual ~EncoderModel() = default;
+  virtual std::string task_name() const = 0;
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  virtual int64_t max_position() const = 0;
+  virtual int64_t type_vocab_size() const = 0;  ///< 0: the model takes no token types
+  virtual DType dtype() const = 0;
+  /// Every parameter once, HF names, in a fixed order.
+  virtual ParamList named_parameters() = 0;
+  /// token_type_ids may be undefined (all 0). layer_outputs (optional) gets each layer's output.
+  virtual Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids,
+                         std::vector<Tensor>* layer_outputs = nullptr) = 0;
+  virtual Tensor pool(const Tensor& hidden_states) = 0;
+};
+
 class SafetensorsWriter;
 
 /// The safetensors dtype string of a runtime dtype ("BF16", "F32", ...).
@@ -56,8 +77,10 @@ void add_device_tensor(SafetensorsWriter& w, const std::string& name, const Tens
 /// Writes every parameter of `m` by its HF name, with "task" and "layers" and `metadata` in
 /// "__metadata__" (the weights file of docs/parity.md).
 void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
+void save_weights(EncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 /// Loads every parameter of `m` from a safetensors file: each name must be there with the
 /// parameter's dtype and shape, and the file may hold nothing else; errors name the file and tensor.
 void load_weights(CausalLM& m, const std::string& path);
+void load_weights(EncoderModel& m, const std::string& path);
 
 }  // namespace fk

@@ -112,6 +112,8 @@ struct TaskInfo {
   std::function<std::unique_ptr<TaskInstance>(const ShapeCase&)> make;
   /// L4 tasks only: the whole model with `num_layers` decoder layers (fk_model, parity).
   std::function<std::unique_ptr<CausalLM>(int64_t num_layers)> make_model = nullptr;
+  /// L4 encoder tasks only: the whole encoder with `num_layers` layers (fk_model --embed, parity).
+  std::function<std::unique_ptr<EncoderModel>(int64_t num_layers)> make_encoder = nullptr;
 };
 
 /// Adds a task; a second task with the same name is a hard error (names are identities).

@@ -16,6 +16,10 @@
 
 #include "fk/runtime/tensor.h"
 
+namespace fk::kernels {
+enum class Act;  // fk/kernels/activation.cuh
+}
+
 namespace fk::tasks::ref {
 
 /// x [M, K] (row stride free, last dim dense) @ w[N, K]^T + bias[N]? -> [M, N].
@@ -30,6 +34,12 @@ Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, 
 /// RoPE of x [T, heads * head_size] with the fp32 cos/sin cache [rows, rotary_dim].
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cache, int heads, int head_size,
             int rotary_dim, bool neox);
+/// LayerNorm: (x - mean) * rstd * w (+ b when defined), over the last dim.
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
+/// (layer_norm(x + residual), x + residual), the sum rounded to the model dtype first.
+std::pair<Tensor, Tensor> add_layer_norm(const Tensor& x, const Tensor& residual, const Tensor& w, const Tensor& b, double eps);
+/// act(x) elementwise (GELU, GELU-tanh, QuickGELU, ReLU, SiLU, sigmoid, tanh).
+Tensor activation(const Tensor& x, fk::kernels::Act act);
 /// silu(x[:, :d]) * x[:, d:] (gelu_tanh: GELU with the tanh approximation instead of silu).
 Tensor silu_and_mul(const Tensor& x, bool gelu_tanh = false);
 /// SwigluOAIAndMul: gate x[:, 0::2], up x[:, 1::2]; (clamp(up, -limit, limit) + 1) * g *
@@ -43,13 +53,14 @@ Tensor softcap(const Tensor& x, double cap);
 Tensor scale(const Tensor& x, double s);
 /// cache_rows[slot_mapping[t]] = x[t] for a cache viewed as [slots, row] rows.
 void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
-/// Causal attention over each sequence's own tokens: q [T, Hq*D], k/v [T, Hkv*D], sequences
+/// Attention over each sequence's own tokens (causal; `causal` false: every token of its sequence): q [T, Hq*D], k/v [T, Hkv*D], sequences
 /// given by host token offsets cu (size B+1). Returns [T, Hq*D]. window > 0: each query sees
 /// its last `window` keys only (Note [Sliding window] in fk/tasks/attention.h). softcap > 0:
 /// scaled scores s become softcap * tanh(s / softcap) (Gemma 2). sinks: f32 [hq] attention-sink
 /// logits or undefined (Note [Attention sinks] in fk/tasks/attention.h).
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
-                         int hkv, int d, double scale, int64_t window = 0, double softcap = 0, const Tensor& sinks = Tensor());
+                         int hkv, int d, double scale, int64_t window = 0, double softcap = 0, const Tensor& sinks = Tensor(),
+                         bool causal = true);
 /// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
 /// lens: host KV lengths (the query is the last of them). Returns [B, Hq*D].
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,

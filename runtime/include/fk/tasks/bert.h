@@ -1,0 +1,328 @@
+// Forward glue, references and harnesses of the encoder composites (issue 22), mirroring vLLM's
+// BERT (vllm/model_executor/models/bert.py), the post-norm encoder:
+//   bert_attention (L2)  BertAttention: LayerNorm(dense(attn(qkv_proj(x))) + x), bidirectional
+//                        attention over each sequence of the batch (flash_attn_varlen_func with
+//                        causal=False under the forward context's cu_seqlens)
+//   bert_mlp (L2)        BertIntermediate + BertOutput: LayerNorm(dense2(act(dense1(x))) + x)
+//   bert_layer (L3)      BertLayer: the two above
+//   bert_model (L4)      BertModel + BertPooler: embeddings (word + token type + position, then
+//                        LayerNorm), the layers, and the pooler (first token of each sequence ->
+//                        dense -> tanh)
+// An encoder runs whole sequences: the forward context is a prefill (no KV cache). Parameters
+// carry HF transformers' BertModel names (Note [Seeded weights] in fk/tasks/llama.h).
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fk/kernels/activation.cuh"
+#include "fk/tasks/llama.h"
+
+namespace fk::tasks {
+
+/// The token-type embedding slot of an encoder without token types (type_vocab_size 0).
+struct NoTokenTypes {
+  NoTokenTypes(int64_t, int64_t) {}
+  Tensor weight;
+};
+template <class E> inline constexpr bool kHasTokenTypes = !std::is_same_v<E, NoTokenTypes>;
+
+// ---------------------------------------------------------------------------------------------
+// Forward glue (the baseline composition; every call goes through the child modules).
+
+/// BertAttention.forward(hidden_states [T, H]) -> [T, H] over the forward context's sequences.
+template <class Cfg, class M> Tensor bert_attention_forward(M& m, const Tensor& x) {
+  constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
+  const AttnMetadata& meta = forward_context();
+  FK_CHECK(meta.is_prefill, "an encoder runs whole sequences: the forward context must be a prefill");
+  const int64_t tokens = x.size(0);
+  Tensor qkv = std::get<0>(m.qkv_proj.forward(x));
+  Tensor q = contiguous_rows(qkv.narrow_last(0, q_size)).view({tokens, Hq, D});
+  Tensor k = contiguous_rows(qkv.narrow_last(q_size, q_size)).view({tokens, Hq, D});
+  Tensor v = contiguous_rows(qkv.narrow_last(2 * q_size, q_size)).view({tokens, Hq, D});
+  Tensor attn = m.attn.forward(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
+  Tensor o = std::get<0>(m.dense.forward(attn.view({tokens, q_size})));
+  return std::get<0>(m.layernorm.forward(o, x));  // LayerNorm(o + x); the sum is not kept (post-norm)
+}
+
+/// BertIntermediate + BertOutput: LayerNorm(output_dense(act(intermediate_dense(x))) + x).
+template <class M> Tensor bert_mlp_forward(M& m, const Tensor& x) {
+  Tensor h = m.act_fn.forward(std::get<0>(m.intermediate_dense.forward(x)));
+  return std::get<0>(m.layernorm.forward(std::get<0>(m.output_dense.forward(h)), x));
+}
+
+/// BertEmbedding: LayerNorm(word[ids] + token_type[types] + position[positions]), summed in the
+/// model dtype in HF's and vLLM's order (words + types, then + positions).
+template <class M> Tensor bert_embeddings_forward(M& m, const Tensor& ids, const Tensor& positions, const Tensor& types) {
+  Tensor e = m.word_embeddings.forward(ids);
+  if constexpr (kHasTokenTypes<std::decay_t<decltype(m.token_type_embeddings)>>) add_(e, m.token_type_embeddings.forward(types));
+  add_(e, m.position_embeddings.forward(positions));
+  return m.embeddings_layernorm.forward(e);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters (HF BertModel names).
+
+template <class N> void add_layer_norm_params(ParamList& out, N& norm, const std::string& name) {
+  out.push_back({name + ".weight", norm.weight, 1.f, 0.1f});
+  if (norm.bias.defined()) out.push_back({name + ".bias", norm.bias, 0.f, 0.1f});
+}
+/// `prefix`: e.g. "encoder.layer.0.attention."
+template <class Cfg, class M> void add_bert_attention_params(ParamList& out, M& m, const std::string& prefix) {
+  constexpr int64_t q_size = Cfg::num_heads * Cfg::head_dim;
+  add_linear(out, m.qkv_proj,
+             {Part(prefix + "self.query", q_size), Part(prefix + "self.key", q_size), Part(prefix + "self.value", q_size)});
+  add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  add_layer_norm_params(out, m.layernorm, prefix + "output.LayerNorm");
+}
+/// `prefix`: e.g. "encoder.layer.0."
+template <class Cfg, class M> void add_bert_mlp_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.intermediate_dense, {Part(prefix + "intermediate.dense", Cfg::intermediate_size)});
+  add_linear(out, m.output_dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  add_layer_norm_params(out, m.layernorm, prefix + "output.LayerNorm");
+}
+
+// ---------------------------------------------------------------------------------------------
+// References (Note [Composite references]): op by op from the model dtype, rounded where a
+// bf16 network rounds; attention over each token's whole sequence.
+
+template <class Cfg, class M> Tensor ref_bert_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
+  constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
+  Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
+  Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hq * D), v = qkv.narrow_last(2 * Hq * D, Hq * D);
+  Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), /*causal=*/false);
+  Tensor o = ref::linear(attn, m.dense.weight, m.dense.bias);
+  return ref::add_layer_norm(o, x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
+}
+template <class Cfg, class M> Tensor ref_bert_mlp(M& m, const Tensor& x) {
+  Tensor h = ref::activation(ref::linear(x, m.intermediate_dense.weight, m.intermediate_dense.bias), Cfg::activation);
+  Tensor o = ref::linear(h, m.output_dense.weight, m.output_dense.bias);
+  return ref::add_layer_norm(o, x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
+}
+template <class Cfg, class L> Tensor ref_bert_layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) {
+  return ref_bert_mlp<Cfg>(l.mlp, ref_bert_attention<Cfg>(l.attention, cu, x));
+}
+
+/// (last hidden state [T, H], pooled [B, H]) of a BertModel `bm` (Model::model) by reference.
+template <class Cfg, class M>
+std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, const Tensor& ids, const Tensor& positions,
+                                         const Tensor& types, const Tensor& first_rows) {
+  Tensor e = ref::embedding(ids, m.word_embeddings.weight);
+  if constexpr (kHasTokenTypes<std::decay_t<decltype(m.token_type_embeddings)>>)
+    e = ref::round_to(ref::add_f32(e, ref::embedding(types, m.token_type_embeddings.weight)), e.dtype());
+  Tensor h = ref::add_layer_norm(e, ref::embedding(positions, m.position_embeddings.weight), m.embeddings_layernorm.weight,
+                                 m.embeddings_layernorm.bias, m.embeddings_layernorm.eps)
+                 .first;
+  for (auto& layer : m.layers) h = ref_bert_layer<Cfg>(layer, cu, h);
+  Tensor cls = gather_rows(h, first_rows);
+  Tensor pooled = ref::activation(ref::linear(cls, m.pooler_dense.weight, m.pooler_dense.bias), fk::kernels::Act::kTanh);
+  return {h, pooled};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harnesses.
+
+/// The first token's row of each sequence (i32, device): the [CLS] rows the pooler reads.
+inline Tensor first_rows_of(const std::vector<int32_t>& cu) {
+  std::vector<int32_t> rows(cu.begin(), cu.end() - 1);
+  return to_device(rows, {static_cast<int64_t>(rows.size())});
+}
+
+enum class EncoderKind { kAttention, kLayer };
+
+/// bert_attention (L2) and bert_layer (L3) over one batch of whole sequences (StepInputs'
+/// prefill: batch, seq_len, ragged lengths). Input x ~ N(0, 1) (a LayerNorm output's scale).
+template <class Module, class Cfg, EncoderKind kKind> class EncoderInstance final : public TaskInstance {
+ public:
+  explicit EncoderInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+    FK_CHECK(step_.meta.is_prefill, "encoder cases are whole sequences (batch, seq_len)");
+    constexpr int64_t H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const int64_t t = step_.tokens();
+    const double act = double(t) * (4 * H + 6 * Hq * D + (kKind == EncoderKind::kLayer ? 2 * IntermediateOf<Cfg>::value : 0)) *
+                       sizeof(T);
+    require_device_memory(3 * act, "encoder activations");
+    if constexpr (kKind == EncoderKind::kLayer) module_.named_parameters("encoder.layer.0.", params_);
+    else module_.named_parameters("encoder.layer.0.attention.", params_);
+    x_ = empty({t, H}, dtype_of<T>);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 4001));
+  }
+  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
+  void prepare(int) override { out_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    out_ = module_.forward(x_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    Tensor ref;
+    if constexpr (kKind == EncoderKind::kLayer) ref = ref_bert_layer<Cfg>(module_, step_.host.cu, x_);
+    else ref = ref_bert_attention<Cfg>(module_, step_.host.cu, x_);
+    return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const double t = double(step_.tokens()), es = sizeof(T);
+    double pairs = 0;  // every (query, key) pair of each sequence
+    for (size_t b = 0; b + 1 < step_.host.cu.size(); ++b) pairs += std::pow(double(step_.host.cu[b + 1] - step_.host.cu[b]), 2);
+    double flops = 2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H;
+    if (kKind == EncoderKind::kLayer) flops += 4 * t * H * IntermediateOf<Cfg>::value;
+    return {flops, param_bytes(params_) + 2 * t * H * es};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  StepInputs step_;
+  Module module_;
+  ParamList params_;
+  Tensor x_, out_;
+};
+
+/// bert_mlp (L2). Case dims: num_tokens.
+template <class Module, class Cfg> class EncoderMlpInstance final : public TaskInstance {
+ public:
+  explicit EncoderMlpInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+    module_.named_parameters("encoder.layer.0.", params_);
+    const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(n * set_bytes + 3.0 * tokens_ * (Cfg::intermediate_size + 2 * Cfg::hidden_size) * sizeof(T),
+                          "encoder MLP activations");
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1000 + s));
+  }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(x_[s]); }
+  std::vector<Tensor> inputs(int s) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_[s]);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    return {{"out", out_[s], to_f32(ref_bert_mlp<Cfg>(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    const double H = Cfg::hidden_size, I = Cfg::intermediate_size, t = double(tokens_);
+    return {4 * t * H * I, param_bytes(params_) + 2 * t * H * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  ParamList params_;
+  std::vector<Tensor> x_, out_;
+};
+
+/// The whole encoder (L4) as vLLM's pooling runner calls it: forward over a batch of whole
+/// sequences (input ids, positions 0.., token types), then the pooler on each sequence's first
+/// token. Checked: the last hidden state and the pooled vectors against the composite reference
+/// (Note [Composite references]); HF transformers is the external check (bench/parity/).
+template <class Model, class Cfg> class EncoderModelInstance final : public TaskInstance {
+ public:
+  explicit EncoderModelInstance(const ShapeCase& c) : step_(c) {
+    constexpr double H = Cfg::hidden_size, I = Cfg::intermediate_size;
+    const double t = double(step_.tokens());
+    const double weights = Cfg::num_hidden_layers * (4 * H * H + 2 * H * I) + (double(Cfg::vocab_size) + Cfg::positions) * H;
+    const double act = t * (8 * H + 2 * I);
+    require_device_memory((weights + 3 * act) * sizeof(T), "the whole encoder (weights, activations)");
+    model_ = std::make_unique<Model>();
+    model_->named_parameters(params_);
+    const int64_t tokens = step_.tokens();
+    ids_ = empty({tokens}, DType::kI64);
+    types_ = empty({tokens}, DType::kI64);
+    first_rows_ = first_rows_of(step_.host.cu);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 5001));
+  }
+  /// New token ids and token types (every activation changes); weights stay.
+  void refresh(int, uint64_t seed) override {
+    fill_randint(ids_, mix_seed(seed, 0), 0, Cfg::vocab_size);
+    fill_randint(types_, mix_seed(seed, 1), 0, std::max<int64_t>(1, Cfg::type_vocab_size));
+  }
+  void prepare(int) override { hidden_ = pooled_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    hidden_ = model_->forward(ids_, step_.positions, types_);
+    pooled_ = model_->pool(hidden_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(ids_);
+    v.push_back(types_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    std::pair<Tensor, Tensor> r =
+        ref_bert_model<Cfg>(*model_, step_.host.cu, ids_, step_.positions, types_, first_rows_);
+    const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
+    return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
+  }
+  Cost cost() const override {
+    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
+    const double t = double(step_.tokens()), L = double(model_->num_layers());
+    const double b = double(step_.meta.num_seqs);
+    double pairs = 0;
+    for (size_t s = 0; s + 1 < step_.host.cu.size(); ++s) pairs += std::pow(double(step_.host.cu[s + 1] - step_.host.cu[s]), 2);
+    const double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + 2 * b * H * H;
+    // Every weight except the embedding tables (only T rows of each are read).
+    const double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  StepInputs step_;
+  std::unique_ptr<Model> model_;
+  ParamList params_;
+  Tensor ids_, types_, first_rows_, hidden_, pooled_;
+};
+
+/// The generated BertModel behind the EncoderModel interface (fk_model --embed, parity).
+template <class Model, class Cfg> class EncoderModelAdapter final : public EncoderModel {
+ public:
+  /// num_layers 0: the config's layer count.
+  EncoderModelAdapter(std::string task_name, int64_t num_layers)
+      : name_(std::move(task_name)), m_(num_layers > 0 ? num_layers : Cfg::num_hidden_layers) {}
+  std::string task_name() const override { return name_; }
+  int64_t num_layers() const override { return m_.num_layers(); }
+  int64_t vocab_size() const override { return Cfg::vocab_size; }
+  int64_t hidden_size() const override { return Cfg::hidden_size; }
+  int64_t max_position() const override { return Cfg::positions; }
+  int64_t type_vocab_size() const override { return Cfg::type_vocab_size; }
+  DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
+  ParamList named_parameters() override {
+    ParamList p;
+    m_.named_parameters(p);
+    return p;
+  }
+  Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids,
+                 std::vector<Tensor>* layer_outputs) override {
+    return m_.forward(input_ids, positions, token_type_ids, layer_outputs);
+  }
+  Tensor pool(const Tensor& hidden_states) override { return m_.pool(hidden_states); }
+
+ private:
+  std::string name_;
+  Model m_;
+};
+
+}  // namespace fk::tasks
