@@ -48,7 +48,7 @@ class RotaryEmbedding {
                  max_position_embeddings == Config::max_position && is_neox_style == Config::is_neox_style,
              "rotary_embedding_d256_rot256_pos32768_base1000000_none_neox_hq4_hkv1_bf16 is specialised on head_size 256, rotary_dim 256, "
              "max_position 32768, is_neox_style true");
-    cos_sin_cache = fk::tasks::compute_cos_sin_cache(
+    cos_sin_cache = fk::tasks::shared_cos_sin_cache(  // Note [Shared cos_sin_cache]
         fk::tasks::rope_params<Config>(rotary_dim, max_position_embeddings, base));
     if constexpr (Config::scaling_type == fk::tasks::RopeScaling::kLongrope)
       long_offset = fk::empty({1}, fk::DType::kI32);  // Note [LongRoPE] in fk/tasks/rotary_embedding.h

@@ -48,7 +48,7 @@ class RotaryEmbedding {
                  max_position_embeddings == Config::max_position && is_neox_style == Config::is_neox_style,
              "rotary_embedding_d64_rot64_pos163840_base10000_deepseek_yarn_f40_omp4096_bf32_bs1_gptj_hq128_hkv1_bf16 is specialised on head_size 64, rotary_dim 64, "
              "max_position 163840, is_neox_style false");
-    cos_sin_cache = fk::tasks::compute_cos_sin_cache(
+    cos_sin_cache = fk::tasks::shared_cos_sin_cache(  // Note [Shared cos_sin_cache]
         fk::tasks::rope_params<Config>(rotary_dim, max_position_embeddings, base));
     if constexpr (Config::scaling_type == fk::tasks::RopeScaling::kLongrope)
       long_offset = fk::empty({1}, fk::DType::kI32);  // Note [LongRoPE] in fk/tasks/rotary_embedding.h

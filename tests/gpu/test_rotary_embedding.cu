@@ -93,6 +93,25 @@ TEST(RopeCache, Llama3KeepsHighAndScalesLowFrequencies) {
   EXPECT_NEAR(c[5 * 128 + 64 + 0], std::sin(5 * f0), 1e-5);
   EXPECT_NEAR(c[15 * 128 + 64 + 63], std::sin(15 * f63), 1e-6);
 }
+// Note [Shared cos_sin_cache]: one buffer per parameter set while any module holds it.
+TEST(RopeCache, SharedPerParameterSetWhileHeld) {
+  FK_REQUIRE_GPU();
+  const RopeParams a = params(RopeScaling::kNone, 128, 4096, 1e4), b = params(RopeScaling::kNone, 128, 4096, 5e5);
+  fk::Tensor x = fk::tasks::shared_cos_sin_cache(a);
+  fk::Tensor y = fk::tasks::shared_cos_sin_cache(a);
+  fk::Tensor z = fk::tasks::shared_cos_sin_cache(b);
+  EXPECT_EQ(x.data_ptr(), y.data_ptr());
+  EXPECT_NE(x.data_ptr(), z.data_ptr());
+  EXPECT_EQ(x.sizes(), (fk::Shape{4096, 128}));
+  EXPECT_EQ(fk::to_host<float>(x), fk::tasks::compute_cos_sin_cache_host(a));  // the same values as computed afresh
+  EXPECT_EQ(fk::to_host<float>(z), fk::tasks::compute_cos_sin_cache_host(b));
+  EXPECT_EQ(x.storage().use_count(), 2);  // x and y: the registry holds no reference
+  x = fk::Tensor();
+  y = fk::Tensor();
+  fk::Tensor again = fk::tasks::shared_cos_sin_cache(a);  // released with its last holder, then rebuilt
+  EXPECT_EQ(again.storage().use_count(), 1);
+  EXPECT_EQ(fk::to_host<float>(again), fk::tasks::compute_cos_sin_cache_host(a));
+}
 TEST(RopeCache, RowsFollowVllm) {
   EXPECT_EQ(fk::tasks::cos_sin_cache_rows(params(RopeScaling::kNone, 128, 4096, 1e4)), 4096);
   EXPECT_EQ(fk::tasks::cos_sin_cache_rows(params(RopeScaling::kLinear, 128, 4096, 1e4)), 8192);

@@ -70,6 +70,8 @@ class Tensor {
   Tensor as_strided(Shape shape, Shape strides, int64_t offset = 0) const;
 
   std::string str() const;  ///< e.g. "bf16[4096, 4096]"
+  /// The owner of the memory (shared by views; empty for from_blob views).
+  const std::shared_ptr<void>& storage() const { return storage_; }
 
  private:
   std::shared_ptr<void> storage_;

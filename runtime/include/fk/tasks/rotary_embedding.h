@@ -28,6 +28,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -59,6 +61,13 @@ struct RopeParams {
   int64_t original_max_position = 0;                 // llama3, yarn
   double beta_fast = 32, beta_slow = 1;              // yarn
   std::vector<double> long_factor, short_factor;      // longrope (factor: the cos/sin scale)
+
+  bool operator==(const RopeParams& o) const {
+    return rotary_dim == o.rotary_dim && max_position == o.max_position && base == o.base && scaling == o.scaling &&
+           factor == o.factor && low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
+           original_max_position == o.original_max_position && beta_fast == o.beta_fast && beta_slow == o.beta_slow &&
+           long_factor == o.long_factor && short_factor == o.short_factor;
+  }
 };
 
 /// The numbers of a comma-joined list (the generator's spelling of longrope's factors).
@@ -218,6 +227,42 @@ inline std::vector<float> compute_cos_sin_cache_host(const RopeParams& p) {
 /// The module's cos_sin_cache buffer (fp32, on the device).
 inline Tensor compute_cos_sin_cache(const RopeParams& p) {
   return to_device(compute_cos_sin_cache_host(p), {cos_sin_cache_rows(p), p.rotary_dim});
+}
+
+// Note [Shared cos_sin_cache]
+// vLLM's get_rope returns one RotaryEmbedding per parameter set (its _ROPE_DICT), so every layer
+// of a model reads the same cos_sin_cache buffer. The modules here do the same: a cache is
+// computed once per (device, RopeParams) and shared while any module holds it (the registry keeps
+// only weak references, so it is freed with the last module). Per layer it would cost
+// max_position x rotary_dim x 4 bytes each: 16 GiB over Seed-OSS-36B's 64 layers of 524288
+// positions, and minutes of host trigonometry.
+
+/// The cos/sin cache for `p` on the current device, shared (Note [Shared cos_sin_cache]).
+inline Tensor shared_cos_sin_cache(const RopeParams& p) {
+  struct Entry {
+    int device;
+    RopeParams params;
+    std::weak_ptr<void> storage;
+    void* data;
+    Shape shape;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> entries;
+  int device = 0;
+  FK_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = entries.begin(); it != entries.end();) {
+    std::shared_ptr<void> s = it->storage.lock();
+    if (!s) {
+      it = entries.erase(it);
+      continue;
+    }
+    if (it->device == device && it->params == p) return Tensor(s, it->data, DType::kF32, it->shape, {it->shape[1], 1});
+    ++it;
+  }
+  Tensor t = compute_cos_sin_cache(p);
+  entries.push_back({device, p, t.storage(), t.data_ptr(), t.sizes()});
+  return t;
 }
 
 namespace detail {
