@@ -12,7 +12,7 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert",)
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta")
 
 
 def encoder_model_type(arch, root):
@@ -45,7 +45,7 @@ def load_encoder_config(arch, layers, root):
 
 
 def build_encoder(cfg, dtype, device, attn):
-    """BertModel (with its pooler) in eval mode, random init on `device`."""
+    """BertModel / XLMRobertaModel (with its pooler) in eval mode, random init on `device`."""
     import torch
     from transformers import AutoModel
 

@@ -23,6 +23,7 @@ struct Config {
   static constexpr int64_t vocab_size = 30522;
   static constexpr int64_t type_vocab_size = 2;  // 0: no token types
   static constexpr int64_t positions = 512;  // rows of the position table (max_position_embeddings)
+  static constexpr int64_t position_offset = 0;  // row of position 0 (RoBERTa: padding_idx + 1)
   static constexpr int64_t hidden_size = 768;
   static constexpr int64_t num_heads = 12;
   static constexpr int64_t head_dim = 64;
@@ -36,7 +37,7 @@ struct Config {
 
 /// Mirrors vllm.model_executor.models.bert.BertModel + BertPooler:
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /
-///   forward(input_ids [T] i64, positions [T] i64, token_type_ids [T] i64) -> hidden_states [T, hidden]
+///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64) -> hidden_states [T, hidden]
 ///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)).
 class BertModel {
  public:
@@ -67,7 +68,7 @@ class BertModel {
     if (fk::tasks::kHasTokenTypes<TokenTypeEmbeddings> && !types.defined()) {  // HF's default: all 0
       types = fk::to_device(std::vector<int64_t>(static_cast<size_t>(input_ids.numel()), 0), {input_ids.numel()});
     }
-    fk::Tensor h = fk::tasks::bert_embeddings_forward(*this, input_ids, positions, types);
+    fk::Tensor h = fk::tasks::bert_embeddings_forward(*this, input_ids, fk::tasks::offset_positions(positions, Config::position_offset), types);
     for (Layer& layer : layers) {
       h = layer.forward(h);
       if (layer_outputs) layer_outputs->push_back(h);

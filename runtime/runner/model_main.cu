@@ -534,6 +534,18 @@ struct EncoderBatch {
   std::vector<int32_t> cu{0};
 };
 
+/// Random prompts for an encoder. RoBERTa-style models (position_offset > 0) take the id
+/// padding_idx = position_offset - 1 as padding (HF numbers positions from the ids and skips it),
+/// so the prompts do not contain it.
+std::vector<std::vector<int64_t>> encoder_prompts(const fk::EncoderModel& m, const std::vector<int64_t>& lens, uint64_t seed) {
+  auto prompts = random_prompts(lens, m.vocab_size(), seed);
+  if (m.position_offset() > 0)
+    for (auto& p : prompts)
+      for (auto& id : p)
+        if (id == m.position_offset() - 1) id = (id + 1) % m.vocab_size();
+  return prompts;
+}
+
 EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std::vector<int64_t>>& prompts) {
   EncoderBatch e;
   std::vector<int64_t> pos;
@@ -562,7 +574,7 @@ EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std
 }
 
 int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
-  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  const auto prompts = encoder_prompts(m, o.prompt_lens, fk::mix_seed(o.seed, 77));
   EncoderBatch e = make_encoder_batch(m, prompts);
   std::vector<Tensor> layers;
   Tensor pooled;
@@ -599,7 +611,7 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
     const auto x = spec.find('x');
     const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
     fk::release_cached_memory();
-    EncoderBatch e = make_encoder_batch(m, random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b)));
+    EncoderBatch e = make_encoder_batch(m, encoder_prompts(m, std::vector<int64_t>(b, s), fk::mix_seed(o.seed, 1000 + b)));
     fk::tasks::ForwardContextGuard ctx(&e.meta);
     auto step = [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); };
     for (int i = 0; i < 3; ++i) step();

@@ -31,6 +31,24 @@ void add_(Tensor& x, const Tensor& y) {
   FK_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void offset_kernel(int64_t* out, const int64_t* in, int64_t n, int64_t offset) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) out[i] = in[i] + offset;
+}
+}  // namespace
+
+Tensor offset_positions(const Tensor& positions, int64_t offset) {
+  if (offset == 0) return positions;
+  FK_CHECK(positions.dtype() == DType::kI64 && positions.is_contiguous(), "offset_positions: contiguous i64 expected, got " + positions.str());
+  Tensor out = empty(positions.sizes(), DType::kI64);
+  const int64_t n = positions.numel();
+  if (n == 0) return out;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 8192));
+  offset_kernel<<<blocks, 256, 0, current_stream()>>>(out.data<int64_t>(), positions.data<int64_t>(), n, offset);
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
 Tensor gather_rows(const Tensor& x, const Tensor& rows) {
   FK_CHECK(x.dim() == 2 && x.stride(1) == 1, "gather_rows: 2-D rows expected, got " + x.str());
   FK_CHECK(rows.dtype() == DType::kI32 && rows.dim() == 1, "gather_rows: i32 row indices expected, got " + rows.str());

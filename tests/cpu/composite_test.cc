@@ -175,8 +175,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // deepseek_moe, the dense and the MoE decoder layer, the model. Llama-2-7b (fp16): its own 7 (no
   // task shared across dtypes). OLMo-2: attention_o_proj, gate_up_silu, llama_mlp and its own
   // attention, layer and model (6; its MLP shapes are Llama-2's, but bf16). Seed-OSS 36B (served as
-  // llama: q/k/v bias, o_proj without): its own 7. BERT-base: attention, MLP, layer, model (4).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4);
+  // llama: q/k/v bias, o_proj without): its own 7. BERT-base and BGE-M3 (XLM-R large): attention,
+  // MLP, layer, model (4 each).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -253,6 +254,11 @@ TEST(Composites, BertEncoder) {
   EXPECT_EQ(kids["token_type_embeddings"], "vocab_parallel_embedding_v2_h768_bf16");
   EXPECT_EQ(kids["pooler_act"], "activation_tanh_h768_bf16");
   EXPECT_EQ(placeholders(m["model"])["activation"], "fk::kernels::Act::kGelu");
+  EXPECT_EQ(placeholders(m["model"])["position_offset"], "0");
+  // BGE-M3 (XLM-RoBERTa large): positions from padding_idx + 1 = 2, spelled _po2; one token type.
+  auto xlmr = modules("BAAI/bge-m3");
+  EXPECT_EQ(xlmr["model"], "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16");
+  EXPECT_EQ(placeholders(xlmr["model"])["position_offset"], "2");
 }
 
 TEST(Composites, Manifest) {

@@ -295,7 +295,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -315,7 +315,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -344,6 +344,31 @@ TEST(UserConfigs, SeparateOutputProjectionBias) {
     EXPECT_TRUE(*qkv) << out_bias;
     EXPECT_EQ(*o, std::string(out_bias) != "false") << out_bias;  // absent: attention_bias's value
   }
+}
+
+TEST(UserConfigs, RobertaPositionsFromThePaddingIndex) {
+  // xlm-roberta numbers positions from pad_token_id + 1; BERT ignores pad_token_id; a token id
+  // field takes any integer or null for the families that do not read it.
+  const std::string enc = R"("hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2, "num_hidden_layers": 1,
+    "vocab_size": 100, "max_position_embeddings": 66, "torch_dtype": "bfloat16", "type_vocab_size": 1)";
+  auto offset = [&](const std::string& extra, const char* type) {
+    Generation g;
+    const std::string err = run_with(std::string("{\"model_type\": \"") + type + "\", " + extra + enc + "}", {}, &g);
+    EXPECT_EQ(err, "") << type << " " << extra;
+    return g.resolved.empty() ? int64_t{-1} : std::get<int64_t>(g.resolved[0].values.at("position_offset"));
+  };
+  EXPECT_EQ(offset(R"("pad_token_id": 1, )", "xlm-roberta"), 2);
+  EXPECT_EQ(offset("", "xlm-roberta"), 2);  // XLMRobertaConfig's default padding index 1
+  EXPECT_EQ(offset(R"("pad_token_id": 0, )", "bert"), 0);
+  EXPECT_EQ(offset(R"("pad_token_id": -1, )", "bert"), 0);
+  EXPECT_EQ(offset(R"("pad_token_id": null, )", "xlm-roberta"), 2);  // null is the key's absence
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "xlm-roberta", "pad_token_id": -1, )") + enc + "}", {}),
+            "t/config.json: $.pad_token_id: expected a token id >= 0 (RoBERTa-style encoders number positions from "
+            "padding_idx + 1), got -1\n");
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "llama", "pad_token_id": -1, )") + kBase + "}", {}), "");
+  EXPECT_NE(run_with(std::string(R"({"model_type": "llama", "pad_token_id": "x", )") + kBase + "}", {}).find(
+                "$.pad_token_id: expected integer or null"),
+            std::string::npos);
 }
 
 TEST(UserConfigs, ChoicesFileIsStrict) {
@@ -598,7 +623,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"moe_align_block_size", "MoeAlignBlockSize"}, {"moe_grouped_gemm", "MoeGroupedGemm"}, {"moe_sum", "MoeSum"},
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
-      {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"}};
+      {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
+      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

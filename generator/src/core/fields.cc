@@ -65,6 +65,7 @@ const std::vector<FieldSpec>& field_table() {
         {"swiglu_limit", FieldType::kPosNumber, {}, "clamp of the experts' SwiGLU gate and up halves (gpt_oss)"},
         {"tie_word_embeddings", FieldType::kBool, {}, "lm_head shares the embedding weight"},
         {"torch_dtype", FieldType::kDType, {"dtype"}, "parameter dtype"},
+        {"pad_token_id", FieldType::kAnyIntOrNull, {}, "padding token id; RoBERTa-style encoders (xlm-roberta) number positions from it + 1"},
         {"type_vocab_size", FieldType::kNonNegInt, {}, "token-type (segment) embedding rows (bert; 0: none)"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
         {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
@@ -89,6 +90,7 @@ std::string expected_text(FieldType t) {
     case FieldType::kPosInt: return "positive integer";
     case FieldType::kNonNegInt: return "non-negative integer";
     case FieldType::kIntOrNull: return "positive integer or null";
+    case FieldType::kAnyIntOrNull: return "integer or null";
     case FieldType::kPosNumber: return "positive number";
     case FieldType::kNumberOrNull: return "positive number or null";
     case FieldType::kBool: return "boolean";
@@ -117,7 +119,7 @@ const std::set<std::string>& tool_only_keys() {
       // hub and library bookkeeping
       "_name_or_path", "_commit_hash", "_attn_implementation", "_attn_implementation_autoset", "auto_map",
       "transformers_version", "transformers.js_config", "torchscript", "return_dict", "output_attentions",
-      "output_hidden_states", "use_cache", "cache_implementation",
+      "output_hidden_states", "use_cache", "cache_implementation", "output_past",
       // tokenizer and generation defaults
       "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
       "prefix", "bad_words_ids", "task_specific_params",

@@ -391,6 +391,12 @@ const KindHooks& kind_hooks() {
     h.spell["encoder_heads"] = [](const Params& p) {
       return "hq" + i2s(I(p, "num_heads")) + "_d" + i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim"));
     };
+    // _po{offset}: positions numbered from `offset` (RoBERTa: padding_idx + 1); nothing for BERT's 0.
+    h.spell["position_offset"] = [](const Params& p) {
+      const int64_t o = I(p, "position_offset");
+      if (o < 0) throw GenError{"position_offset must be >= 0, got " + i2s(o)};
+      return o ? "_po" + i2s(o) : std::string();
+    };
     // h{hidden}_i{intermediate}_hq_d_{activation}_eps_{bias}: an encoder layer's constants.
     h.spell["encoder_layer"] = [](const Params& p) {
       return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
@@ -441,6 +447,11 @@ const KindHooks& kind_hooks() {
     // rms_norm_eps is 0 unless qk_norm is set (nothing else reads it in the attention composites,
     // like unused rope scaling constants), so configs that differ only in it share the task, as the name promises.
     h.spell["eps_if_qk_norm"] = [](const Params& p) { return B(p, "qk_norm") ? cf(F(p, "rms_norm_eps")) : std::string("0"); };
+    h.checks["pooling"] = [](const Params& p) {
+      const std::string& pool = S(p, "pooling");
+      if (pool != "cls" && pool != "mean" && pool != "last")
+        throw GenError{"pooling must be \"cls\", \"mean\" or \"last\", got " + json_quote(pool)};
+    };
     h.checks["gemma_model"] = [](const Params& p) {
       const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
       if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};

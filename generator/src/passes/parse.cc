@@ -161,15 +161,16 @@ class ConfigParser {
     switch (spec.type) {
       case FieldType::kPosInt:
       case FieldType::kNonNegInt:
-      case FieldType::kIntOrNull: {
-        if (v.is_null() && spec.type == FieldType::kIntOrNull) {
+      case FieldType::kIntOrNull:
+      case FieldType::kAnyIntOrNull: {
+        if (v.is_null() && (spec.type == FieldType::kIntOrNull || spec.type == FieldType::kAnyIntOrNull)) {
           value = std::monostate{};
           break;
         }
         if (!v.is_number_integer()) return bad();
         if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return bad();
         int64_t x = v.get<int64_t>();
-        if (x < 0 || (x == 0 && spec.type != FieldType::kNonNegInt)) return bad();
+        if (spec.type != FieldType::kAnyIntOrNull && (x < 0 || (x == 0 && spec.type != FieldType::kNonNegInt))) return bad();
         value = x;
         break;
       }

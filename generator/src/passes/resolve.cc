@@ -20,7 +20,8 @@ bool value_fits(FieldType t, const Value& v) {
   switch (t) {
     case FieldType::kPosInt:
     case FieldType::kNonNegInt: return v.index() == 2;
-    case FieldType::kIntOrNull: return v.index() == 2 || v.index() == 0;
+    case FieldType::kIntOrNull:
+    case FieldType::kAnyIntOrNull: return v.index() == 2 || v.index() == 0;
     case FieldType::kPosNumber: return is_numeric(v);
     case FieldType::kNumberOrNull: return is_numeric(v) || v.index() == 0;
     case FieldType::kBool: return v.index() == 1;

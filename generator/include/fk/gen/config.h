@@ -25,6 +25,7 @@ enum class FieldType {
   kPosInt,      ///< integer > 0
   kNonNegInt,   ///< integer >= 0
   kIntOrNull,   ///< integer > 0, or null (absent optional)
+  kAnyIntOrNull,  ///< any integer, or null (token ids: the family's checks say which it accepts)
   kPosNumber,   ///< number > 0
   kNumberOrNull,  ///< number > 0, or null (absent optional)
   kBool,

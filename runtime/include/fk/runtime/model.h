@@ -57,8 +57,11 @@ class EncoderModel {
   virtual int64_t num_layers() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t hidden_size() const = 0;
-  virtual int64_t max_position() const = 0;
+  virtual int64_t max_position() const = 0;  ///< longest sequence
   virtual int64_t type_vocab_size() const = 0;  ///< 0: the model takes no token types
+  /// Row of position 0 in the position table: 0 (BERT) or padding_idx + 1 (RoBERTa-style; HF
+  /// derives positions from the ids there, so inputs must not contain padding_idx).
+  virtual int64_t position_offset() const = 0;
   virtual DType dtype() const = 0;
   /// Every parameter once, HF names, in a fixed order.
   virtual ParamList named_parameters() = 0;

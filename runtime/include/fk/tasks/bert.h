@@ -106,14 +106,16 @@ template <class Cfg, class L> Tensor ref_bert_layer(L& l, const std::vector<int3
   return ref_bert_mlp<Cfg>(l.mlp, ref_bert_attention<Cfg>(l.attention, cu, x));
 }
 
-/// (last hidden state [T, H], pooled [B, H]) of a BertModel `bm` (Model::model) by reference.
+/// (last hidden state [T, H], pooled [B, H]) of a BertModel by reference (positions 0-based per
+/// sequence; the model's position_offset applied as the model applies it).
 template <class Cfg, class M>
 std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, const Tensor& ids, const Tensor& positions,
                                          const Tensor& types, const Tensor& first_rows) {
   Tensor e = ref::embedding(ids, m.word_embeddings.weight);
   if constexpr (kHasTokenTypes<std::decay_t<decltype(m.token_type_embeddings)>>)
     e = ref::round_to(ref::add_f32(e, ref::embedding(types, m.token_type_embeddings.weight)), e.dtype());
-  Tensor h = ref::add_layer_norm(e, ref::embedding(positions, m.position_embeddings.weight), m.embeddings_layernorm.weight,
+  const Tensor pos = offset_positions(positions, Cfg::position_offset);  // index arithmetic only
+  Tensor h = ref::add_layer_norm(e, ref::embedding(pos, m.position_embeddings.weight), m.embeddings_layernorm.weight,
                                  m.embeddings_layernorm.bias, m.embeddings_layernorm.eps)
                  .first;
   for (auto& layer : m.layers) h = ref_bert_layer<Cfg>(layer, cu, h);
@@ -306,7 +308,8 @@ template <class Model, class Cfg> class EncoderModelAdapter final : public Encod
   int64_t num_layers() const override { return m_.num_layers(); }
   int64_t vocab_size() const override { return Cfg::vocab_size; }
   int64_t hidden_size() const override { return Cfg::hidden_size; }
-  int64_t max_position() const override { return Cfg::positions; }
+  int64_t max_position() const override { return Cfg::positions - Cfg::position_offset; }
+  int64_t position_offset() const override { return Cfg::position_offset; }
   int64_t type_vocab_size() const override { return Cfg::type_vocab_size; }
   DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
   ParamList named_parameters() override {

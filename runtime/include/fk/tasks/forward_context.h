@@ -96,6 +96,10 @@ std::pair<Tensor, int> next_task_routing();
 /// A contiguous copy of a 2-D view whose last dimension is dense (e.g. columns of the qkv output).
 Tensor contiguous_rows(const Tensor& t);
 
+/// positions + offset (i64, a new tensor; offset 0 returns `positions`): RoBERTa-style encoders
+/// number positions from padding_idx + 1 (vLLM's replace_roberta_positions).
+Tensor offset_positions(const Tensor& positions, int64_t offset);
+
 /// Rows `rows` (i32, device) of x [T, C] -> [len(rows), C], e.g. the last token of each
 /// sequence before compute_logits (runtime/src/llama_glue.cu).
 Tensor gather_rows(const Tensor& x, const Tensor& rows);
