@@ -19,6 +19,9 @@
 #     sanitizer@G           compute-sanitizer memcheck, racecheck (our kernels only), initcheck over
 #                           every L1 task's smallest registry case, on GPU G (background);
 #                           sanitizer:TOOL@G runs one tool
+#     encoders@G            the encoder families (issue 22) on GPU G (background): their GPU tests,
+#                           fk_bench over every BERT and BGE-M3 task, HF parity at 4 layers, and
+#                           fk_model --bench beside HF eager/torch.compile with the same weights
 #     wait:S                wait up to S seconds for the background steps
 #     collect               pack out/protocol into $OUT
 set -uo pipefail
@@ -92,6 +95,20 @@ for step in "${steps[@]}"; do
       bg candidates-l4 "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/good_rms_norm $S/bad_layer_drift --out '$P/cand-l4' --build-dir build/cand-l4 --max-level 4 --model --model-layers 4 \
         --model-checks-only --case-timeout 120 --run-timeout 1500 --static-results $S/static.jsonl \
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t256|b1_kv2048)\$' --bench-arg=--off-registry=0 --seed $seed --jobs $(nproc)"
+      ;;
+    encoders@*)
+      g="${step#*@}"
+      bg encoders "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'Pool|L2Normalize|RopeCache|bert_|Bert' --output-on-failure -j 1 --timeout 600) >'$P/enc_tests.log' 2>&1; \
+        for a in bert-base-uncased bge-m3; do '$b/fk_bench' --arch \$a --seed $seed --case-timeout 300 --jsonl '$P/enc_bench_'\$a.jsonl \
+          --markdown '$P/enc_bench_'\$a.md >'$P/enc_bench_'\$a.log 2>&1; done; \
+        python3 bench/parity/hf_parity.py --arch google-bert/bert-base-uncased,BAAI/bge-m3 --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/enc_parity' >'$P/enc_parity.log' 2>&1; \
+        for a in google-bert/bert-base-uncased BAAI/bge-m3; do t=\$(echo \$a | tr / _); \
+          '$b/fk_model' --arch \$a --save-weights '$P/w.safetensors' --bench --jsonl '$P/enc_model_'\$t.jsonl \
+            --markdown '$P/enc_model_'\$t.md >'$P/enc_model_'\$t.log 2>&1; \
+          python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/w.safetensors' --modes eager,compile \
+            --jsonl '$P/enc_hf_'\$t.jsonl >'$P/enc_hf_'\$t.log 2>&1; rm -f '$P/w.safetensors'; done"
       ;;
     sanitizer@* | sanitizer:*@*)  # sanitizer@G: all three tools; sanitizer:TOOL@G: one. A lost CUDA
       # context or a timeout (fk_bench says "rerun with --resume"; the case is a RUNTIME_ERROR) is resumed after that case.
