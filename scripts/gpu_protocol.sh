@@ -99,7 +99,7 @@ for step in "${steps[@]}"; do
     encoders@*)
       g="${step#*@}"
       bg encoders "export CUDA_VISIBLE_DEVICES=$g; \
-        (cd '$b' && ctest -L gpu -R 'Pool|L2Normalize|RopeCache|bert_|Bert' --output-on-failure -j 1 --timeout 600) >'$P/enc_tests.log' 2>&1; \
+        (cd '$b' && ctest -L gpu -R 'Pool|L2Normalize|RopeCache|LayerNorm|layer_norm|bert_|Bert' --output-on-failure -j 1 --timeout 600) >'$P/enc_tests.log' 2>&1; \
         for a in bert-base-uncased bge-m3; do '$b/fk_bench' --arch \$a --seed $seed --case-timeout 300 --jsonl '$P/enc_bench_'\$a.jsonl \
           --markdown '$P/enc_bench_'\$a.md >'$P/enc_bench_'\$a.log 2>&1; done; \
         python3 bench/parity/hf_parity.py --arch google-bert/bert-base-uncased,BAAI/bge-m3 --layers 4 --fk-model '$b/fk_model' \

@@ -735,17 +735,17 @@ int main(int argc, char** argv) {
     std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
     return fk::kExitUsage;
   }
+  if (task->make_encoder && (!o.greedy.empty() || !o.teacher_forced.empty())) {
+    std::cerr << "fk_model: " << o.arch << " is an encoder (" << task->name
+              << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
+    return fk::kExitUsage;
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "fk_model: no CUDA device\n";
     return fk::kExitNoGpu;
   }
   if (task->make_encoder) {  // an embedding model: the dump, throughput, weights
-    if (!o.greedy.empty() || !o.teacher_forced.empty()) {
-      std::cerr << "fk_model: " << o.arch << " is an encoder (" << task->name
-                << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
-      return fk::kExitUsage;
-    }
     try {
       std::unique_ptr<fk::EncoderModel> model = task->make_encoder(o.layers);
       if (!o.load_weights.empty()) fk::load_weights(*model, o.load_weights);

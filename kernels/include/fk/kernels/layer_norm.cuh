@@ -9,8 +9,12 @@
 // the variance are two block reductions over the registers (sum of x, then sum of (x - mean)^2):
 // the two-pass variance is as exact as Welford's and costs one more reduction, no more memory
 // traffic. The weight and bias loads are issued with the row's before the first reduction, so
-// they are off the critical path. Launch shape as RMSNorm's: ViT/BERT 768 bf16 -> 64 threads x 2
-// vectors (the last 16 threads idle); 1152 -> 96 x 2 (24 idle); 4096 -> 256 x 2.
+// they are off the critical path. Launch shape as RMSNorm's: 4096 bf16 -> 256 threads x 2 vectors.
+// Narrow rows (at most 160 vectors: 1280 bf16, the encoders' and vision towers' widths) take one
+// warp per row instead, 8 rows per 256-thread block: the reductions are warp shuffles (no shared
+// memory, no barrier), and a block holds 8 rows in flight where a row-per-block launch of 64
+// threads held one (H100, 2026-11-26: the block-per-row kernel reached 35% of copy bandwidth at
+// 4096 rows of 768 bf16 and 64% at 16384).
 #pragma once
 
 #include "fk/kernels/common.cuh"
@@ -94,6 +98,85 @@ layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __
   }
 }
 
+/// Rows narrow enough for one warp each (Note [LayerNorm kernel]).
+template <int kHidden, class T> struct LayerNormWarpShape {
+  static constexpr int kN = Vec16<T>::kN;
+  static constexpr int kVecs = kHidden / kN;
+  static constexpr int kVecPerLane = (kVecs + 31) / 32;
+  static constexpr bool kUse = kHidden % kN == 0 && kVecs <= 160;
+  static constexpr int kRowsPerBlock = 8;
+};
+
+template <int kHidden, class T, bool kBias, bool kFusedAdd>
+__global__ void __launch_bounds__(256)
+layer_norm_warp_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __restrict__ x, int64_t x_stride,
+                       const T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight,
+                       const T* __restrict__ bias, int64_t rows, float eps) {
+  using S = LayerNormWarpShape<kHidden, T>;
+  constexpr int kN = S::kN, kV = S::kVecPerLane;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * S::kRowsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;  // a whole warp: no barrier below
+  Vec16<T> v[kV], r[kV], w[kV], b[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = lane + i * 32;
+    if (vi < S::kVecs) {
+      v[i] = load16_stream(x + row * x_stride + vi * kN);
+      if constexpr (kFusedAdd) r[i] = load16_stream(residual + row * res_stride + vi * kN);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = lane + i * 32;
+    if (vi < S::kVecs) {
+      w[i] = load16(weight + vi * kN);
+      if constexpr (kBias) b[i] = load16(bias + vi * kN);
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = lane + i * 32;
+    if (vi < S::kVecs) {
+      if constexpr (kFusedAdd) {
+#pragma unroll
+        for (int j = 0; j < kN; ++j) v[i].v[j] = from_float<T>(to_float(v[i].v[j]) + to_float(r[i].v[j]));
+        store16(residual_out + row * kHidden + vi * kN, v[i]);
+      }
+#pragma unroll
+      for (int j = 0; j < kN; ++j) sum += to_float(v[i].v[j]);
+    }
+  }
+  const float mean = warp_sum(sum) / static_cast<float>(kHidden);
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    if (lane + i * 32 < S::kVecs) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float d = to_float(v[i].v[j]) - mean;
+        sq += d * d;
+      }
+    }
+  }
+  const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(kHidden) + eps);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = lane + i * 32;
+    if (vi < S::kVecs) {
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        float y = (to_float(v[i].v[j]) - mean) * rstd * to_float(w[i].v[j]);
+        if constexpr (kBias) y += to_float(b[i].v[j]);
+        o.v[j] = from_float<T>(y);
+      }
+      store16(out + row * kHidden + vi * kN, o);
+    }
+  }
+}
+
 }  // namespace detail
 
 /// out[r, :] = (x[r, :] - mean) * rstd * weight (+ bias) for r < rows; out is contiguous
@@ -103,9 +186,15 @@ template <int kHidden, class T, bool kBias>
 void layer_norm(T* out, const T* x, int64_t x_stride, const T* weight, const T* bias, int64_t rows, float eps,
                 cudaStream_t stream) {
   if (rows == 0) return;
-  using S = detail::LayerNormShape<kHidden, T>;
-  detail::layer_norm_kernel<kHidden, T, kBias, false>
-      <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(out, nullptr, x, x_stride, nullptr, 0, weight, bias, eps);
+  using W = detail::LayerNormWarpShape<kHidden, T>;
+  if constexpr (W::kUse) {
+    detail::layer_norm_warp_kernel<kHidden, T, kBias, false><<<ceil_div(rows, W::kRowsPerBlock), 256, 0, stream>>>(
+        out, nullptr, x, x_stride, nullptr, 0, weight, bias, rows, eps);
+  } else {
+    using S = detail::LayerNormShape<kHidden, T>;
+    detail::layer_norm_kernel<kHidden, T, kBias, false>
+        <<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(out, nullptr, x, x_stride, nullptr, 0, weight, bias, eps);
+  }
 }
 
 /// residual_out = x + residual (rounded to T); out = layer_norm(residual_out). out and
@@ -114,9 +203,15 @@ template <int kHidden, class T, bool kBias>
 void fused_add_layer_norm(T* out, T* residual_out, const T* x, int64_t x_stride, const T* residual, int64_t res_stride,
                           const T* weight, const T* bias, int64_t rows, float eps, cudaStream_t stream) {
   if (rows == 0) return;
-  using S = detail::LayerNormShape<kHidden, T>;
-  detail::layer_norm_kernel<kHidden, T, kBias, true><<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(
-      out, residual_out, x, x_stride, residual, res_stride, weight, bias, eps);
+  using W = detail::LayerNormWarpShape<kHidden, T>;
+  if constexpr (W::kUse) {
+    detail::layer_norm_warp_kernel<kHidden, T, kBias, true><<<ceil_div(rows, W::kRowsPerBlock), 256, 0, stream>>>(
+        out, residual_out, x, x_stride, residual, res_stride, weight, bias, rows, eps);
+  } else {
+    using S = detail::LayerNormShape<kHidden, T>;
+    detail::layer_norm_kernel<kHidden, T, kBias, true><<<static_cast<unsigned>(rows), S::kThreads, 0, stream>>>(
+        out, residual_out, x, x_stride, residual, res_stride, weight, bias, eps);
+  }
 }
 
 }  // namespace fk::kernels
