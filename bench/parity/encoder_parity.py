@@ -41,6 +41,8 @@ def load_encoder_config(arch, layers, root):
     d["num_hidden_layers"] = n
     for k in ("torch_dtype", "dtype", "transformers_version", "architectures"):
         d.pop(k, None)
+    for k in [k for k in d if k.startswith("_")]:  # hub bookkeeping (_name_or_path)
+        d.pop(k)
     return AutoConfig.for_model(mt, **d)
 
 
