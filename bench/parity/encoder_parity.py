@@ -27,23 +27,9 @@ def encoder_model_type(arch, root):
 
 def load_encoder_config(arch, layers, root):
     """transformers config (AutoConfig.for_model, nothing from the hub) with num_hidden_layers set."""
-    import json
-    from transformers import AutoConfig
     import hfmodel
 
-    with open(hfmodel.config_path(arch, root)) as f:
-        d = json.load(f)
-    mt = d.pop("model_type")
-    full = int(d["num_hidden_layers"])
-    n = full if layers is None else int(layers)
-    if not 1 <= n <= full:
-        raise hfmodel.SetupError(f"{arch}: --layers {n} out of range 1..{full}")
-    d["num_hidden_layers"] = n
-    for k in ("torch_dtype", "dtype", "transformers_version", "architectures"):
-        d.pop(k, None)
-    for k in [k for k in d if k.startswith("_")]:  # hub bookkeeping (_name_or_path)
-        d.pop(k)
-    return AutoConfig.for_model(mt, **d)
+    return hfmodel.load_config(arch, layers, root, supported=ENCODER_MODEL_TYPES)
 
 
 def build_encoder(cfg, dtype, device, attn):
@@ -109,7 +95,7 @@ def check_encoder(a, arch, workdir, res):
     import torch
     import hfmodel
     import st
-    from hf_parity import ContractError, free, rel_l2, run_fk_model
+    from hf_parity import ContractError, free, rel_entry, run_fk_model
 
     mdt = hfmodel.model_dtype(arch, a.config_root)
     tag = hfmodel.dtype_tag(mdt)
@@ -167,16 +153,9 @@ def check_encoder(a, arch, workdir, res):
     del W
     (h16_layers, h16_pool), (f32_layers, f32_pool) = runs[tag], runs["fp32"]
 
-    def rel_check(name, ours, hf, truth):
-        e_o, e_h = rel_l2(ours, truth), rel_l2(hf, truth)
-        bound = max(a.factor * e_h, a.floor_rel)
-        res["checks"].append({"name": name, "metric": "rel_l2", "ours": e_o, f"hf_{tag}": e_h, "bound": bound,
-                              "ours_vs_hf": rel_l2(ours, hf), "max_abs_vs_fp32": float((ours - truth).abs().max()),
-                              "pass": bool(e_o <= bound)})
-
     for i in range(layers):
-        rel_check(f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i])
-    rel_check("pooled", D["pooled"], h16_pool, f32_pool)
+        res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
+    res["checks"].append(rel_entry(a, tag, "pooled", D["pooled"], h16_pool, f32_pool))
     res["pass"] = not res["errors"] and all(c["pass"] for c in res["checks"])
     res["total_s"] = round(time.time() - t_start, 2)
     free(runs, D)

@@ -63,6 +63,15 @@ def rel_l2(a, b):
     return num / den if den > 0 else (0.0 if num == 0 else math.inf)
 
 
+def rel_entry(a, tag, name, ours, hf, truth):
+    """One relative-L2 check (docs/parity.md): ours-vs-fp32 <= max(factor x HF-{tag}-vs-fp32, floor)."""
+    e_o, e_h = rel_l2(ours, truth), rel_l2(hf, truth)
+    bound = max(a.factor * e_h, a.floor_rel)
+    return {"name": name, "metric": "rel_l2", "ours": e_o, f"hf_{tag}": e_h, "bound": bound,
+            "ours_vs_hf": rel_l2(ours, hf), "max_abs_vs_fp32": float((ours - truth).abs().max()),
+            "pass": bool(e_o <= bound)}
+
+
 def fmt(x):
     if x is None:
         return "-"
@@ -326,11 +335,7 @@ def check_arch(a, arch, workdir):
     top_k = int(getattr(cfg, "num_experts_per_tok", 0) or 0)
 
     def rel_check(name, ours, hf, truth, ambiguous=None):
-        e_o, e_h = rel_l2(ours, truth), rel_l2(hf, truth)
-        bound = max(a.factor * e_h, a.floor_rel)
-        c = {"name": name, "metric": "rel_l2", "ours": e_o, f"hf_{tag}": e_h, "bound": bound,
-             "ours_vs_hf": rel_l2(ours, hf), "max_abs_vs_fp32": float((ours - truth).abs().max()),
-             "pass": bool(e_o <= bound)}
+        c = rel_entry(a, tag, name, ours, hf, truth)
         if ours.dim() == 2:  # one row per prompt: say which rows carry the error
             c["rows_ours"] = [rel_l2(ours[i], truth[i]) for i in range(ours.shape[0])]
             c[f"rows_hf_{tag}"] = [rel_l2(hf[i], truth[i]) for i in range(ours.shape[0])]

@@ -114,9 +114,10 @@ def model_dtype(arch, root=None):
     return DTYPES[dt]
 
 
-def load_config(arch, layers=None, root=None):
+def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
     """transformers config for `arch` from <root>/<arch>/config.json, num_hidden_layers
-    overridden. Built with AutoConfig.for_model from the JSON dict: nothing touches the hub."""
+    overridden. Built with AutoConfig.for_model from the JSON dict: nothing touches the hub.
+    `supported`: the model types the caller's check handles (encoder_parity passes its own)."""
     from transformers import AutoConfig
 
     with open(config_path(arch, root)) as f:
@@ -124,8 +125,8 @@ def load_config(arch, layers=None, root=None):
     mt = d.pop("model_type", None)
     # A config lowered as a known model type (`add --as`, recorded as the sidecar's served_as) runs
     # transformers' own class for its model_type: that is the check of the user's claim.
-    if mt not in SUPPORTED_MODEL_TYPES and sidecar(arch, root).get("served_as") not in SUPPORTED_MODEL_TYPES:
-        raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(SUPPORTED_MODEL_TYPES)}, "
+    if mt not in supported and sidecar(arch, root).get("served_as") not in supported:
+        raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(supported)}, "
                          f"or a config added with `fastkernels add --as` one of them)")
     full = int(d["num_hidden_layers"])
     n = full if layers is None else int(layers)
@@ -138,6 +139,8 @@ def load_config(arch, layers=None, root=None):
     # torch_dtype/dtype: the caller builds the model in model_dtype() (or fp32, the truth).
     for k in ("torch_dtype", "dtype", "transformers_version", "architectures", "quantization_config"):
         d.pop(k, None)
+    for k in [k for k in d if k.startswith("_")]:  # hub bookkeeping (_name_or_path)
+        d.pop(k)
     cfg = AutoConfig.for_model(mt, **d)
     cfg.architectures = None
     return cfg

@@ -394,6 +394,31 @@ double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
+/// `iters` timed calls of `call` on `stream` (CUDA events around each), sorted ascending.
+template <class F> std::vector<double> timed_calls(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, int iters, F call) {
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    FK_CUDA_CHECK(cudaEventRecord(e0, stream));
+    call();
+    FK_CUDA_CHECK(cudaEventRecord(e1, stream));
+    FK_CUDA_CHECK(cudaEventSynchronize(e1));
+    ms.push_back(elapsed_ms(e0, e1));
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
+/// The bench rows as JSON lines, each with the environment block.
+void write_bench_jsonl(std::vector<nlohmann::json>& rows, const std::string& path) {
+  if (path.empty()) return;
+  const nlohmann::json env = fk::environment_json(0);
+  std::ofstream f(path);
+  for (auto& j : rows) {
+    j["env"] = env;
+    f << j.dump() << "\n";
+  }
+}
+
 int run_bench(fk::CausalLM& m, const Options& o) {
   std::vector<nlohmann::json> rows;
   cudaEvent_t e0, e1;
@@ -445,15 +470,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     fk::Engine engine(m, b, s, 0);
     const auto prompts = random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b));
     for (int i = 0; i < 2; ++i) engine.prefill(prompts);
-    std::vector<double> ms;
-    for (int i = 0; i < 5; ++i) {
-      FK_CUDA_CHECK(cudaEventRecord(e0, engine.stream()));
-      engine.prefill(prompts);
-      FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
-      FK_CUDA_CHECK(cudaEventSynchronize(e1));
-      ms.push_back(elapsed_ms(e0, e1));
-    }
-    std::sort(ms.begin(), ms.end());
+    const std::vector<double> ms = timed_calls(engine.stream(), e0, e1, 5, [&] { engine.prefill(prompts); });
     nlohmann::json j = base("prefill");
     j["batch"] = b;
     j["seq_len"] = s;
@@ -496,14 +513,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
               << j["device_used_gib_after"].get<double>() << " GiB used\n";
     rows.push_back(j);
   }
-  const nlohmann::json env = fk::environment_json(0);
-  if (!o.jsonl.empty()) {
-    std::ofstream f(o.jsonl);
-    for (auto& j : rows) {
-      j["env"] = env;
-      f << j.dump() << "\n";
-    }
-  }
+  write_bench_jsonl(rows, o.jsonl);
   if (!o.markdown.empty()) {
     std::ofstream f(o.markdown);
     f << "| arch | layers | mode | batch | tokens | graph | ms | tokens/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|---|\n";
@@ -615,15 +625,7 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
     fk::tasks::ForwardContextGuard ctx(&e.meta);
     auto step = [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); };
     for (int i = 0; i < 3; ++i) step();
-    std::vector<double> ms;
-    for (int i = 0; i < 10; ++i) {
-      FK_CUDA_CHECK(cudaEventRecord(e0, fk::current_stream()));
-      step();
-      FK_CUDA_CHECK(cudaEventRecord(e1, fk::current_stream()));
-      FK_CUDA_CHECK(cudaEventSynchronize(e1));
-      ms.push_back(elapsed_ms(e0, e1));
-    }
-    std::sort(ms.begin(), ms.end());
+    const std::vector<double> ms = timed_calls(fk::current_stream(), e0, e1, 10, step);
     nlohmann::json j;
     j["tool"] = "fk_model";
     j["arch"] = o.arch;
@@ -642,14 +644,7 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
               << " sequences/s\n";
     rows.push_back(j);
   }
-  const nlohmann::json env = fk::environment_json(0);
-  if (!o.jsonl.empty()) {
-    std::ofstream f(o.jsonl);
-    for (auto& j : rows) {
-      j["env"] = env;
-      f << j.dump() << "\n";
-    }
-  }
+  write_bench_jsonl(rows, o.jsonl);
   if (!o.markdown.empty()) {
     std::ofstream f(o.markdown);
     f << "| arch | layers | mode | batch | tokens | ms | sequences/s | tokens/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|---|\n";

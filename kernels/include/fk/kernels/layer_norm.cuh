@@ -27,29 +27,28 @@ namespace detail {
 // The launch shape of RMSNorm (fk/kernels/rms_norm.cuh): the same row-in-registers layout.
 template <int kHidden, class T> using LayerNormShape = RmsNormShape<kHidden, T>;
 
-template <int kHidden, class T, bool kBias, bool kFusedAdd>
-__global__ void __launch_bounds__(LayerNormShape<kHidden, T>::kThreads)
-layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __restrict__ x, int64_t x_stride,
-                  const T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight,
-                  const T* __restrict__ bias, float eps) {
-  using S = LayerNormShape<kHidden, T>;
-  constexpr int kN = S::kVecElems;
-  constexpr int kV = S::kVecPerThread;
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
+// One row, held in registers: the thread with index `tid` of the kStride threads that share the
+// row owns its vectors tid, tid + kStride, ... (at most kV); `sum` reduces a float over those
+// threads (a block or a warp), every thread getting the result.
+template <int kHidden, class T, bool kBias, bool kFusedAdd, int kStride, int kV, class Sum>
+__device__ __forceinline__ void layer_norm_row(T* __restrict__ out, T* __restrict__ residual_out, const T* __restrict__ x,
+                                               const T* __restrict__ residual, const T* __restrict__ weight,
+                                               const T* __restrict__ bias, int tid, float eps, Sum sum_of) {
+  constexpr int kN = Vec16<T>::kN;
+  constexpr int kVecs = kHidden / kN;
   Vec16<T> v[kV], r[kV], w[kV], b[kV];
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
-      v[i] = load16_stream(x + row * x_stride + vi * kN);
-      if constexpr (kFusedAdd) r[i] = load16_stream(residual + row * res_stride + vi * kN);
+    const int vi = tid + i * kStride;
+    if (vi < kVecs) {
+      v[i] = load16_stream(x + vi * kN);
+      if constexpr (kFusedAdd) r[i] = load16_stream(residual + vi * kN);
     }
   }
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
+    const int vi = tid + i * kStride;
+    if (vi < kVecs) {
       w[i] = load16(weight + vi * kN);
       if constexpr (kBias) b[i] = load16(bias + vi * kN);
     }
@@ -57,23 +56,22 @@ layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
+    const int vi = tid + i * kStride;
+    if (vi < kVecs) {
       if constexpr (kFusedAdd) {
 #pragma unroll
         for (int j = 0; j < kN; ++j) v[i].v[j] = from_float<T>(to_float(v[i].v[j]) + to_float(r[i].v[j]));
-        store16(residual_out + row * kHidden + vi * kN, v[i]);
+        store16(residual_out + vi * kN, v[i]);
       }
 #pragma unroll
       for (int j = 0; j < kN; ++j) sum += to_float(v[i].v[j]);
     }
   }
-  const float mean = block_sum<S::kThreads>(sum, scratch) / static_cast<float>(kHidden);
+  const float mean = sum_of(sum) / static_cast<float>(kHidden);
   float sq = 0.f;
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
+    if (tid + i * kStride < kVecs) {
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
         const float d = to_float(v[i].v[j]) - mean;
@@ -81,11 +79,11 @@ layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __
       }
     }
   }
-  const float rstd = rsqrtf(block_sum<S::kThreads>(sq, scratch) / static_cast<float>(kHidden) + eps);
+  const float rstd = rsqrtf(sum_of(sq) / static_cast<float>(kHidden) + eps);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
+    const int vi = tid + i * kStride;
+    if (vi < kVecs) {
       Vec16<T> o;
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
@@ -93,9 +91,24 @@ layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __
         if constexpr (kBias) y += to_float(b[i].v[j]);
         o.v[j] = from_float<T>(y);
       }
-      store16(out + row * kHidden + vi * kN, o);
+      store16(out + vi * kN, o);
     }
   }
+}
+
+// One block per row.
+template <int kHidden, class T, bool kBias, bool kFusedAdd>
+__global__ void __launch_bounds__(LayerNormShape<kHidden, T>::kThreads)
+layer_norm_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __restrict__ x, int64_t x_stride,
+                  const T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight,
+                  const T* __restrict__ bias, float eps) {
+  using S = LayerNormShape<kHidden, T>;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  layer_norm_row<kHidden, T, kBias, kFusedAdd, S::kThreads, S::kVecPerThread>(
+      out + row * kHidden, kFusedAdd ? residual_out + row * kHidden : nullptr, x + row * x_stride,
+      kFusedAdd ? residual + row * res_stride : nullptr, weight, bias, threadIdx.x, eps,
+      [&](float v) { return block_sum<S::kThreads>(v, scratch); });
 }
 
 /// Rows narrow enough for one warp each (Note [LayerNorm kernel]).
@@ -107,74 +120,19 @@ template <int kHidden, class T> struct LayerNormWarpShape {
   static constexpr int kRowsPerBlock = 8;
 };
 
+// One warp per row, kRowsPerBlock rows per block.
 template <int kHidden, class T, bool kBias, bool kFusedAdd>
 __global__ void __launch_bounds__(256)
 layer_norm_warp_kernel(T* __restrict__ out, T* __restrict__ residual_out, const T* __restrict__ x, int64_t x_stride,
                        const T* __restrict__ residual, int64_t res_stride, const T* __restrict__ weight,
                        const T* __restrict__ bias, int64_t rows, float eps) {
   using S = LayerNormWarpShape<kHidden, T>;
-  constexpr int kN = S::kN, kV = S::kVecPerLane;
-  const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * S::kRowsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;  // a whole warp: no barrier below
-  Vec16<T> v[kV], r[kV], w[kV], b[kV];
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = lane + i * 32;
-    if (vi < S::kVecs) {
-      v[i] = load16_stream(x + row * x_stride + vi * kN);
-      if constexpr (kFusedAdd) r[i] = load16_stream(residual + row * res_stride + vi * kN);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = lane + i * 32;
-    if (vi < S::kVecs) {
-      w[i] = load16(weight + vi * kN);
-      if constexpr (kBias) b[i] = load16(bias + vi * kN);
-    }
-  }
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = lane + i * 32;
-    if (vi < S::kVecs) {
-      if constexpr (kFusedAdd) {
-#pragma unroll
-        for (int j = 0; j < kN; ++j) v[i].v[j] = from_float<T>(to_float(v[i].v[j]) + to_float(r[i].v[j]));
-        store16(residual_out + row * kHidden + vi * kN, v[i]);
-      }
-#pragma unroll
-      for (int j = 0; j < kN; ++j) sum += to_float(v[i].v[j]);
-    }
-  }
-  const float mean = warp_sum(sum) / static_cast<float>(kHidden);
-  float sq = 0.f;
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    if (lane + i * 32 < S::kVecs) {
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        const float d = to_float(v[i].v[j]) - mean;
-        sq += d * d;
-      }
-    }
-  }
-  const float rstd = rsqrtf(warp_sum(sq) / static_cast<float>(kHidden) + eps);
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = lane + i * 32;
-    if (vi < S::kVecs) {
-      Vec16<T> o;
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-        float y = (to_float(v[i].v[j]) - mean) * rstd * to_float(w[i].v[j]);
-        if constexpr (kBias) y += to_float(b[i].v[j]);
-        o.v[j] = from_float<T>(y);
-      }
-      store16(out + row * kHidden + vi * kN, o);
-    }
-  }
+  if (row >= rows) return;  // a whole warp: the reductions are shuffles, no barrier
+  layer_norm_row<kHidden, T, kBias, kFusedAdd, 32, S::kVecPerLane>(
+      out + row * kHidden, kFusedAdd ? residual_out + row * kHidden : nullptr, x + row * x_stride,
+      kFusedAdd ? residual + row * res_stride : nullptr, weight, bias, threadIdx.x % 32, eps,
+      [](float v) { return warp_sum(v); });
 }
 
 }  // namespace detail

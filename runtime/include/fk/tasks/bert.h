@@ -12,7 +12,6 @@
 // carry HF transformers' BertModel names (Note [Seeded weights] in fk/tasks/llama.h).
 #pragma once
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -127,12 +126,6 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
 // ---------------------------------------------------------------------------------------------
 // Harnesses.
 
-/// The first token's row of each sequence (i32, device): the [CLS] rows the pooler reads.
-inline Tensor first_rows_of(const std::vector<int32_t>& cu) {
-  std::vector<int32_t> rows(cu.begin(), cu.end() - 1);
-  return to_device(rows, {static_cast<int64_t>(rows.size())});
-}
-
 enum class EncoderKind { kAttention, kLayer };
 
 /// bert_attention (L2) and bert_layer (L3) over one batch of whole sequences (StepInputs'
@@ -175,8 +168,7 @@ template <class Module, class Cfg, EncoderKind kKind> class EncoderInstance fina
   Cost cost() const override {
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
     const double t = double(step_.tokens()), es = sizeof(T);
-    double pairs = 0;  // every (query, key) pair of each sequence
-    for (size_t b = 0; b + 1 < step_.host.cu.size(); ++b) pairs += std::pow(double(step_.host.cu[b + 1] - step_.host.cu[b]), 2);
+    const double pairs = step_.bidirectional_pairs();
     double flops = 2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H;
     if (kKind == EncoderKind::kLayer) flops += 4 * t * H * IntermediateOf<Cfg>::value;
     return {flops, param_bytes(params_) + 2 * t * H * es};
@@ -248,7 +240,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     const int64_t tokens = step_.tokens();
     ids_ = empty({tokens}, DType::kI64);
     types_ = empty({tokens}, DType::kI64);
-    first_rows_ = first_rows_of(step_.host.cu);
+    first_rows_ = step_.meta.cu_seqlens.narrow_first(0, step_.meta.num_seqs);  // the [CLS] rows the pooler reads
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
@@ -282,8 +274,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
     const double t = double(step_.tokens()), L = double(model_->num_layers());
     const double b = double(step_.meta.num_seqs);
-    double pairs = 0;
-    for (size_t s = 0; s + 1 < step_.host.cu.size(); ++s) pairs += std::pow(double(step_.host.cu[s + 1] - step_.host.cu[s]), 2);
+    const double pairs = step_.bidirectional_pairs();
     const double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + 2 * b * H * H;
     // Every weight except the embedding tables (only T rows of each are read).
     const double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);

@@ -454,6 +454,12 @@ struct StepInputs {
     }
     return s;
   }
+  /// (query, key) pairs of bidirectional attention over each prefill sequence (encoders): sum of len^2.
+  double bidirectional_pairs() const {
+    double s = 0;
+    for (size_t b = 0; b + 1 < host.cu.size(); ++b) s += std::pow(double(host.cu[b + 1] - host.cu[b]), 2);
+    return s;
+  }
   /// KV tokens that must be read from the cache (decode) — prefill reads its own fresh k/v.
   double cached_kv_tokens(int64_t window = 0) const { return host.is_prefill ? 0.0 : attended_pairs(window); }
 };
