@@ -22,6 +22,9 @@
 #     encoders@G            the encoder families (issue 22) on GPU G (background): their GPU tests,
 #                           fk_bench over every BERT and BGE-M3 task, HF parity at 4 layers, and
 #                           fk_model --bench beside HF eager/torch.compile with the same weights
+#     vision@G              the vision encoders (issue 22) on GPU G (background): patch embedding and ViT GPU
+#                           tests, fk_bench over every ViT task, HF parity at 4 layers, fk_model --bench beside
+#                           HF eager/compile and timm (bench/peers/hf_vision_perf.py) with the same weights
 #     wait:S                wait up to S seconds for the background steps
 #     collect               pack out/protocol into $OUT
 set -uo pipefail
@@ -109,6 +112,19 @@ for step in "${steps[@]}"; do
             --markdown '$P/enc_model_'\$t.md >'$P/enc_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/w.safetensors' --modes eager,compile \
             --jsonl '$P/enc_hf_'\$t.jsonl >'$P/enc_hf_'\$t.log 2>&1; rm -f '$P/w.safetensors'; done"
+      ;;
+    vision@*)
+      g="${step#*@}"
+      bg vision "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'PatchEmbed|Patchify|ClsPositions|vit_' --output-on-failure -j 1 --timeout 600) >'$P/vis_tests.log' 2>&1; \
+        '$b/fk_bench' --arch vit-base-patch16-224-in21k --seed $seed --case-timeout 300 --jsonl '$P/vis_bench.jsonl' \
+          --markdown '$P/vis_bench.md' >'$P/vis_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch google/vit-base-patch16-224-in21k --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/vis_parity' >'$P/vis_parity.log' 2>&1; \
+        '$b/fk_model' --arch google/vit-base-patch16-224-in21k --save-weights '$P/vw.safetensors' --bench \
+          --jsonl '$P/vis_model.jsonl' --markdown '$P/vis_model.md' >'$P/vis_model.log' 2>&1; \
+        python3 bench/peers/hf_vision_perf.py --arch google/vit-base-patch16-224-in21k --weights '$P/vw.safetensors' \
+          --jsonl '$P/vis_peers.jsonl' >'$P/vis_peers.log' 2>&1; rm -f '$P/vw.safetensors'"
       ;;
     sanitizer@* | sanitizer:*@*)  # sanitizer@G: all three tools; sanitizer:TOOL@G: one. A lost CUDA
       # context or a timeout (fk_bench says "rerun with --resume"; the case is a RUNTIME_ERROR) is resumed after that case.

@@ -6,13 +6,19 @@ Per sequence (batch 1, no padding; ours ran them as one packed variable-length b
 token types fk_model used (the second half of each sequence type 1: a sentence pair):
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1])
   b) the pooled vector of each sequence      (pooled vs pooler_output)
+Vision encoders (ViT: `fk_model --dump` of an L4 task behind fk::ImageEncoderModel) against
+ViTModel with its pooler, same weights and the dump's pixel_values (one batch of images):
+  a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1], flattened)
+  b) the last hidden state (final LayerNorm) (last_hidden_state vs last_hidden_state)
+  c) the pooled vector of each image         (pooled vs pooler_output)
 Bounds as for the causal LMs (docs/parity.md): ours-vs-fp32 <= max(factor x HF-bf16-vs-fp32, floor).
 """
 import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta")
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit")
+VISION_MODEL_TYPES = ("vit",)
 
 
 def encoder_model_type(arch, root):
@@ -68,6 +74,47 @@ def check_dump(D, n_layers, H):
     return lens
 
 
+def check_vision_dump(D, n_layers, H, P):
+    """Shapes and keys of an image-encoder dump; returns (images, tokens per image)."""
+    from hf_parity import ContractError
+
+    for k in ("pixel_values", "last_hidden_state", "pooled"):
+        if k not in D:
+            raise ContractError(f"missing {k}")
+    px = D["pixel_values"]
+    if px.dim() != 4:
+        raise ContractError(f"pixel_values: expected [B, C, S, S], got {tuple(px.shape)}")
+    B = px.shape[0]
+    T = D["last_hidden_state"].shape[0] // max(B, 1)
+    if tuple(D["last_hidden_state"].shape) != (B * T, H):
+        raise ContractError(f"last_hidden_state: expected [{B} x tokens, {H}], got {tuple(D['last_hidden_state'].shape)}")
+    for i in range(n_layers):
+        k = f"prefill.layer.{i}"
+        if k not in D or tuple(D[k].shape) != (B * T, H):
+            raise ContractError(f"{k}: expected [{B * T}, {H}], got {tuple(D[k].shape) if k in D else 'nothing'}")
+    if tuple(D["pooled"].shape) != (B, P):
+        raise ContractError(f"pooled: expected [{B}, {P}], got {tuple(D['pooled'].shape)}")
+    extra = sorted(k for k in D if k.startswith("prefill.layer.") and int(k.rsplit(".", 1)[1]) >= n_layers)
+    if extra:
+        raise ContractError(f"dump has layers beyond {n_layers}: {extra[:3]}")
+    return B, T
+
+
+def hf_vision_run(model, D, device):
+    """(hidden states after each layer [B*T, H] fp32 CPU, last hidden state [B*T, H], pooled [B, P])."""
+    import torch
+
+    px = D["pixel_values"].to(device=device, dtype=model.dtype)
+    with torch.no_grad():
+        out = model(pixel_values=px, output_hidden_states=True)
+    n = model.config.num_hidden_layers
+    flat = lambda t: t.reshape(-1, t.shape[-1]).float().cpu()  # noqa: E731
+    layers = [flat(out.hidden_states[i + 1]) for i in range(n)]
+    res = (layers, flat(out.last_hidden_state), out.pooler_output.float().cpu())
+    del out
+    return res
+
+
 def hf_encoder_run(model, D, lens, device):
     """Per sequence: (hidden states after each layer [T, H] fp32 CPU, concatenated over sequences;
     pooled [B, H] fp32 CPU)."""
@@ -100,6 +147,7 @@ def check_encoder(a, arch, workdir, res):
     mdt = hfmodel.model_dtype(arch, a.config_root)
     tag = hfmodel.dtype_tag(mdt)
     res["runner"] = "embedding"
+    vision = False
     t_start = time.time()
     if a.weights:
         wpath, dpath = a.weights, a.dump
@@ -130,13 +178,23 @@ def check_encoder(a, arch, workdir, res):
     try:
         hfmodel.check_dtypes(W, mdt, f"weights {wpath} ({arch} is served in {hfmodel.dtype_name(mdt)})")
         D, dmeta = st.load(dpath)
-        if dmeta.get("runner") != "embedding":
-            raise ContractError(f"dump {dpath} is not an encoder dump (runner={dmeta.get('runner')!r})")
-        lens = check_dump(D, layers, cfg.hidden_size)
+        vision = cfg.model_type in VISION_MODEL_TYPES
+        want_runner = "image-encoder" if vision else "embedding"
+        if dmeta.get("runner") != want_runner:
+            raise ContractError(f"dump {dpath} is not an {want_runner} dump (runner={dmeta.get('runner')!r})")
+        if vision:
+            pool = getattr(cfg, "pooler_output_size", None) or cfg.hidden_size
+            images, tokens = check_vision_dump(D, layers, cfg.hidden_size, pool)
+        else:
+            lens = check_dump(D, layers, cfg.hidden_size)
     except (hfmodel.WeightsError, ContractError, st.SafetensorsError, OSError) as e:
         res["errors"].append(f"dump/weights: {e}")
         return res
-    res["prompt_lens"] = lens
+    if vision:
+        res["runner"] = "image-encoder"
+        res["images"], res["tokens_per_image"] = images, tokens
+    else:
+        res["prompt_lens"] = lens
     runs = {}
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
@@ -147,14 +205,19 @@ def check_encoder(a, arch, workdir, res):
             res["errors"].append(str(e))
             free(model)
             return res
-        runs[name] = hf_encoder_run(model, D, lens, a.device)
+        runs[name] = hf_vision_run(model, D, a.device) if vision else hf_encoder_run(model, D, lens, a.device)
         free(model)
         res[f"hf_{name}_s"] = round(time.time() - t0, 2)
     del W
-    (h16_layers, h16_pool), (f32_layers, f32_pool) = runs[tag], runs["fp32"]
+    if vision:
+        (h16_layers, h16_last, h16_pool), (f32_layers, f32_last, f32_pool) = runs[tag], runs["fp32"]
+    else:
+        (h16_layers, h16_pool), (f32_layers, f32_pool) = runs[tag], runs["fp32"]
 
     for i in range(layers):
         res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
+    if vision:
+        res["checks"].append(rel_entry(a, tag, "last_hidden_state", D["last_hidden_state"], h16_last, f32_last))
     res["checks"].append(rel_entry(a, tag, "pooled", D["pooled"], h16_pool, f32_pool))
     res["pass"] = not res["errors"] and all(c["pass"] for c in res["checks"])
     res["total_s"] = round(time.time() - t_start, 2)

@@ -57,6 +57,8 @@ struct Options {
   std::vector<std::string> prefill = {"1x2048", "8x2048"};
   int64_t mem_steps = 1000;
   std::string jsonl, markdown;
+  int64_t images = 4;                              ///< image encoders: images of the dump
+  std::vector<int64_t> image_batches = {1, 8, 32};  ///< image encoders: batches timed
 };
 
 template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
@@ -66,7 +68,8 @@ template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& na
 
 const fk::TaskInfo* find_model(const std::string& arch) {
   for (const fk::TaskInfo* t : fk::all_tasks())
-    if (t->level == 4 && (t->make_model || t->make_encoder) && std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end())
+    if (t->level == 4 && (t->make_model || t->make_encoder || t->make_image_encoder) &&
+        std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end())
       return t;
   return nullptr;
 }
@@ -656,6 +659,78 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
   }
   return fk::kExitOk;
 }
+
+// --------------------------------------------------------------------------------------------
+// Image encoders (vision transformers behind fk::ImageEncoderModel): the parity dump and throughput.
+
+/// B images ~ N(0, 1) (normalised pixels) in the model dtype, NCHW.
+Tensor random_images(const fk::ImageEncoderModel& m, int64_t b, uint64_t seed) {
+  Tensor px = fk::empty({b, m.num_channels(), m.image_size(), m.image_size()}, m.dtype());
+  fk::fill_normal(px, seed);
+  return px;
+}
+
+int run_image_dump(fk::ImageEncoderModel& m, const Options& o) {
+  Tensor px = random_images(m, o.images, fk::mix_seed(o.seed, 78));
+  std::vector<Tensor> layers;
+  Tensor last = m.forward(px, &layers);
+  Tensor pooled = fk::tasks::to_f32(m.pool(last));
+  fk::SafetensorsWriter w;
+  fk::add_device_tensor(w, "pixel_values", fk::tasks::to_f32(px));
+  for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
+  fk::add_device_tensor(w, "last_hidden_state", fk::tasks::to_f32(last));
+  fk::add_device_tensor(w, "pooled", pooled);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("runner", "image-encoder");
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.set_metadata("tokens_per_image", std::to_string(m.tokens_per_image()));
+  w.write(o.dump);
+  std::cerr << "fk_model: wrote " << o.dump << " (" << o.images << " images, " << m.tokens_per_image() << " tokens each, image-encoder)\n";
+  return fk::kExitOk;
+}
+
+/// Throughput of whole batches of images: forward (patch embedding .. final norm) + pooler, eager.
+int run_image_bench(fk::ImageEncoderModel& m, const Options& o) {
+  std::vector<nlohmann::json> rows;
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int64_t b : o.image_batches) {
+    fk::release_cached_memory();
+    Tensor px = random_images(m, b, fk::mix_seed(o.seed, 2000 + b));
+    auto step = [&] { return m.pool(m.forward(px)); };
+    for (int i = 0; i < 3; ++i) step();
+    const std::vector<double> ms = timed_calls(fk::current_stream(), e0, e1, 10, step);
+    nlohmann::json j;
+    j["tool"] = "fk_model";
+    j["arch"] = o.arch;
+    j["task"] = m.task_name();
+    j["layers"] = m.num_layers();
+    j["mode"] = "images";
+    j["batch"] = b;
+    j["image_size"] = m.image_size();
+    j["tokens_per_image"] = m.tokens_per_image();
+    j["ms"] = ms[ms.size() / 2];
+    j["ms_min"] = ms.front();
+    j["ms_max"] = ms.back();
+    j["images_per_s"] = 1000.0 * b / ms[ms.size() / 2];
+    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    std::cerr << "images " << b << ": " << j["ms"].get<double>() << " ms, " << j["images_per_s"].get<double>() << " images/s\n";
+    rows.push_back(j);
+  }
+  write_bench_jsonl(rows, o.jsonl);
+  if (!o.markdown.empty()) {
+    std::ofstream f(o.markdown);
+    f << "| arch | layers | mode | batch | tokens/image | ms | images/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& j : rows)
+      f << "| " << o.arch << " | " << j["layers"] << " | images | " << j["batch"] << " | " << j["tokens_per_image"] << " | "
+        << std::fixed << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1)
+        << j["images_per_s"].get<double>() << " | " << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
+  }
+  return fk::kExitOk;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -687,6 +762,10 @@ int main(int argc, char** argv) {
   CLI::Option* prefill_opt =
       app.add_option("--prefill", o.prefill, "bench: prefill shapes BxS (encoders: the batches timed; default 1x128,1x512,32x128,32x512)")
           ->delimiter(',');
+  app.add_option("--images", o.images, "dump (image encoders): images in the batch")->check(CLI::Range(1, 4096));
+  app.add_option("--image-batches", o.image_batches, "bench (image encoders): image batch sizes (default 1,8,32)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
   app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
@@ -700,8 +779,9 @@ int main(int argc, char** argv) {
   if (list) {
     // arch, runner (causal-lm: generation; embedding: pooled vectors), task
     for (const fk::TaskInfo* t : fk::all_tasks()) {
-      if (t->level != 4 || !(t->make_model || t->make_encoder)) continue;
-      for (const auto& a : t->archs) std::cout << a << "  " << (t->make_model ? "causal-lm" : "embedding") << "  " << t->name << "\n";
+      if (t->level != 4 || !(t->make_model || t->make_encoder || t->make_image_encoder)) continue;
+      const char* runner = t->make_model ? "causal-lm" : t->make_encoder ? "embedding" : "image-encoder";
+      for (const auto& a : t->archs) std::cout << a << "  " << runner << "  " << t->name << "\n";
     }
     return fk::kExitOk;
   }
@@ -730,7 +810,7 @@ int main(int argc, char** argv) {
     std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
     return fk::kExitUsage;
   }
-  if (task->make_encoder && (!o.greedy.empty() || !o.teacher_forced.empty())) {
+  if ((task->make_encoder || task->make_image_encoder) && (!o.greedy.empty() || !o.teacher_forced.empty())) {
     std::cerr << "fk_model: " << o.arch << " is an encoder (" << task->name
               << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
     return fk::kExitUsage;
@@ -739,6 +819,25 @@ int main(int argc, char** argv) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "fk_model: no CUDA device\n";
     return fk::kExitNoGpu;
+  }
+  if (task->make_image_encoder) {  // a vision encoder: the dump, throughput, weights
+    try {
+      std::unique_ptr<fk::ImageEncoderModel> model = task->make_image_encoder(o.layers);
+      if (!o.load_weights.empty()) fk::load_weights(*model, o.load_weights);
+      else fk::tasks::init_params(model->named_parameters(), o.seed);
+      FK_CUDA_CHECK(cudaDeviceSynchronize());
+      std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, " << std::fixed
+                << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
+      if (!o.save_weights.empty())
+        fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+      int rc = fk::kExitOk;
+      if (!o.dump.empty()) rc = run_image_dump(*model, o);
+      if (rc == fk::kExitOk && o.bench) rc = run_image_bench(*model, o);
+      return rc;
+    } catch (const std::exception& e) {
+      std::cerr << "fk_model: " << e.what() << "\n";
+      return fk::kExitFailed;
+    }
   }
   if (task->make_encoder) {  // an embedding model: the dump, throughput, weights
     try {

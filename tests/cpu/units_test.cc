@@ -295,7 +295,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -315,7 +315,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -368,6 +368,34 @@ TEST(UserConfigs, RobertaPositionsFromThePaddingIndex) {
   EXPECT_EQ(run_with(std::string(R"({"model_type": "llama", "pad_token_id": -1, )") + kBase + "}", {}), "");
   EXPECT_NE(run_with(std::string(R"({"model_type": "llama", "pad_token_id": "x", )") + kBase + "}", {}).find(
                 "$.pad_token_id: expected integer or null"),
+            std::string::npos);
+}
+
+TEST(UserConfigs, VisionTransformerImagesAndPooler) {
+  // ViT: tokens per image from image_size / patch_size (+ the class token); the pooler's width and
+  // activation from pooler_output_size / pooler_act (HF's newer keys; absent: hidden_size, tanh);
+  // images must be whole patches; a list-valued image_size (non-square) is refused by its type.
+  const std::string vit = R"("hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2, "num_hidden_layers": 1,
+    "torch_dtype": "bfloat16", "patch_size": 8)";
+  auto resolved = [&](const std::string& extra) {
+    Generation g;
+    const std::string err = run_with(std::string(R"({"model_type": "vit", )") + extra + vit + "}", {}, &g);
+    EXPECT_EQ(err, "") << extra;
+    return g.resolved.empty() ? std::map<std::string, Value>() : g.resolved[0].values;
+  };
+  auto v = resolved(R"("image_size": 32, )");
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(std::get<int64_t>(v.at("tokens_per_image")), 17);
+  EXPECT_EQ(std::get<int64_t>(v.at("pool_size")), 64);
+  EXPECT_EQ(std::get<std::string>(v.at("pool_act")), "tanh");
+  v = resolved(R"("image_size": 32, "pooler_output_size": 32, "pooler_act": "gelu_new", )");
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(std::get<int64_t>(v.at("pool_size")), 32);
+  EXPECT_EQ(std::get<std::string>(v.at("pool_act")), "gelu_tanh");
+  EXPECT_EQ(run_with(std::string(R"({"model_type": "vit", "image_size": 36, )") + vit + "}", {}),
+            "t/config.json: $.image_size: expected a multiple of patch_size (whole patches; ViT crops or resizes images to "
+            "image_size), got 36\n");
+  EXPECT_NE(run_with(std::string(R"({"model_type": "vit", "image_size": [32, 48], )") + vit + "}", {}).find("$.image_size: expected"),
             std::string::npos);
 }
 
@@ -624,7 +652,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
-      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}};
+      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
@@ -655,6 +683,10 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"bert_attention", {"qkv_proj", "attn", "dense", "layernorm"}},
       {"bert_mlp", {"intermediate_dense", "act_fn", "output_dense", "layernorm"}},
       {"bert_layer", {"attention", "mlp"}},
+      {"vit_attention", {"qkv_proj", "attn", "dense"}},
+      {"vit_mlp", {"intermediate_dense", "act_fn", "output_dense"}},
+      {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},
+      {"vit_model", {"patch_embeddings", "layers", "layernorm", "pooler_dense", "pooler_act"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense", "pooler_act"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

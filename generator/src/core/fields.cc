@@ -67,6 +67,12 @@ const std::vector<FieldSpec>& field_table() {
         {"torch_dtype", FieldType::kDType, {"dtype"}, "parameter dtype"},
         {"pad_token_id", FieldType::kAnyIntOrNull, {}, "padding token id; RoBERTa-style encoders (xlm-roberta) number positions from it + 1"},
         {"type_vocab_size", FieldType::kNonNegInt, {}, "token-type (segment) embedding rows (bert; 0: none)"},
+        {"image_size", FieldType::kPosInt, {}, "square input images of image_size x image_size pixels (vision encoders)"},
+        {"num_channels", FieldType::kPosInt, {}, "image channels (vision encoders; 3 for RGB)"},
+        {"patch_size", FieldType::kPosInt, {}, "patch embedding kernel = stride (vision encoders)"},
+        {"pooler_act", FieldType::kString, {}, "activation after the pooler's dense (vit)"},
+        {"pooler_output_size", FieldType::kIntOrNull, {}, "width of the pooler's output (vit; null: hidden_size)"},
+        {"qkv_bias", FieldType::kBool, {}, "query/key/value projections carry a bias (vision encoders)"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
         {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
     };

@@ -214,6 +214,24 @@ std::vector<ShapeCase> encoder_cases(int64_t max_position) {
   return out;
 }
 
+// Vision encoders take whole images: batches of 1 (latency), 8 and 32 (issue 22's throughput
+// shape) and 128 images. image_batch_cases: the patch embedding (dims: batch); image_cases: the
+// vision composites, every image a sequence of max_position tokens (dims: batch, seq_len).
+std::vector<ShapeCase> image_batch_cases() {
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32, 128}) out.push_back({"b" + i2s(b), "prefill", {{"batch", b}}, {k++}});
+  return out;
+}
+std::vector<ShapeCase> image_cases(int64_t tokens_per_image) {
+  if (tokens_per_image < 1) throw GenError{"max_position (tokens per image) must be >= 1, got " + i2s(tokens_per_image)};
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32})
+    out.push_back({"b" + i2s(b) + "_s" + i2s(tokens_per_image), "prefill", {{"batch", b}, {"seq_len", tokens_per_image}}, {k++}});
+  return out;
+}
+
 // A layer pattern: one letter per layer: 'S' for
 // "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
 std::string layer_pattern(const std::string& layer_types) {
@@ -403,6 +421,12 @@ const KindHooks& kind_hooks() {
              i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
              "_eps" + nf(F(p, "layer_norm_eps")) + "_" + bias_word(B(p, "bias"));
     };
+    // h{hidden}_i{intermediate}_hq_d_{activation}_eps_{qkvbias|noqkvbias}: a vision layer's constants.
+    h.spell["vision_layer"] = [](const Params& p) {
+      return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
+             i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
+             "_eps" + nf(F(p, "layer_norm_eps")) + "_" + (B(p, "qkv_bias") ? "qkvbias" : "noqkvbias");
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;
@@ -452,6 +476,13 @@ const KindHooks& kind_hooks() {
       if (pool != "cls" && pool != "mean" && pool != "last")
         throw GenError{"pooling must be \"cls\", \"mean\" or \"last\", got " + json_quote(pool)};
     };
+    h.checks["patch_embedding"] = [](const Params& p) {
+      const int64_t c = I(p, "num_channels"), patch = I(p, "patch_size"), img = I(p, "image_size");
+      if (c < 1 || c > 64) throw GenError{"num_channels must be in [1, 64], got " + i2s(c)};
+      if (patch < 1 || patch > 64) throw GenError{"patch_size must be in [1, 64], got " + i2s(patch)};
+      if (img < patch || img % patch != 0 || img > 8192)
+        throw GenError{"image_size must be a multiple of patch_size " + i2s(patch) + " up to 8192, got " + i2s(img)};
+    };
     h.checks["gemma_model"] = [](const Params& p) {
       const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
       if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};
@@ -480,6 +511,8 @@ const KindHooks& kind_hooks() {
     h.cases["steps_local"] = [](const Params& p) { return step_cases(I(p, "max_position"), I(p, "local_sliding_window")); };
     h.cases["tokens"] = [](const Params&) { return token_cases(false); };
     h.cases["encoder"] = [](const Params& p) { return encoder_cases(I(p, "max_position")); };
+    h.cases["image_batches"] = [](const Params&) { return image_batch_cases(); };
+    h.cases["images"] = [](const Params& p) { return image_cases(I(p, "max_position")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };

@@ -71,6 +71,28 @@ class EncoderModel {
   virtual Tensor pool(const Tensor& hidden_states) = 0;
 };
 
+/// An image encoder (a vision transformer's backbone: ViT) as a vision tower is called: forward
+/// over a batch of whole images [B, C, S, S] (NCHW, the model dtype) -> hidden states
+/// [B * tokens_per_image, H] after the final norm, one sequence per image; pool(hidden) -> one
+/// vector per image [B, pooled_size]. The forward context is set by the callee.
+class ImageEncoderModel {
+ public:
+  virtual ~ImageEncoderModel() = default;
+  virtual std::string task_name() const = 0;
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  virtual int64_t pooled_size() const = 0;
+  virtual int64_t num_channels() const = 0;
+  virtual int64_t image_size() const = 0;        ///< square images of image_size x image_size pixels
+  virtual int64_t tokens_per_image() const = 0;  ///< patches + class token
+  virtual DType dtype() const = 0;
+  /// Every parameter once, HF names, in a fixed order.
+  virtual ParamList named_parameters() = 0;
+  /// layer_outputs (optional) gets each layer's output (before the final norm).
+  virtual Tensor forward(const Tensor& pixel_values, std::vector<Tensor>* layer_outputs = nullptr) = 0;
+  virtual Tensor pool(const Tensor& hidden_states) = 0;
+};
+
 class SafetensorsWriter;
 
 /// The safetensors dtype string of a runtime dtype ("BF16", "F32", ...).
@@ -81,9 +103,11 @@ void add_device_tensor(SafetensorsWriter& w, const std::string& name, const Tens
 /// "__metadata__" (the weights file of docs/parity.md).
 void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 void save_weights(EncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
+void save_weights(ImageEncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 /// Loads every parameter of `m` from a safetensors file: each name must be there with the
 /// parameter's dtype and shape, and the file may hold nothing else; errors name the file and tensor.
 void load_weights(CausalLM& m, const std::string& path);
 void load_weights(EncoderModel& m, const std::string& path);
+void load_weights(ImageEncoderModel& m, const std::string& path);
 
 }  // namespace fk

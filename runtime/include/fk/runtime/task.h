@@ -114,6 +114,8 @@ struct TaskInfo {
   std::function<std::unique_ptr<CausalLM>(int64_t num_layers)> make_model = nullptr;
   /// L4 encoder tasks only: the whole encoder with `num_layers` layers (fk_model --embed, parity).
   std::function<std::unique_ptr<EncoderModel>(int64_t num_layers)> make_encoder = nullptr;
+  /// L4 image-encoder tasks only: the whole vision encoder with `num_layers` layers (fk_model, parity).
+  std::function<std::unique_ptr<ImageEncoderModel>(int64_t num_layers)> make_image_encoder = nullptr;
 };
 
 /// Adds a task; a second task with the same name is a hard error (names are identities).

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Performance peers for the image-encoder (vision transformer) L4 benchmark: HF transformers and timm.
+
+Times a vision encoder built from the repo's hf_configs/ (ViTModel with its pooler, in the model dtype)
+with the same weights `fk_model --save-weights` wrote, on the batches `fk_model --bench` times for image
+encoders: B random images (N(0, 1) pixels, the config's image size), one forward (patch embedding ..
+final LayerNorm) plus the pooler per call; images/s = B / median time (CUDA events, --iters after warm-up).
+  hf_eager   : model(pixel_values) under torch.no_grad, attn_implementation=sdpa.
+  hf_compile : torch.compile(model, fullgraph=True) (default mode), warmed up on each timed batch first;
+               a recompile inside the timed iterations is an error, not a figure.
+  timm       : timm's VisionTransformer of the same dimensions (fused qkv, global_pool='token',
+               no head) with the same weights mapped from HF names; forward_features + the class
+               token (timm has no pooler dense: its time is a lower bound of ours' work). Before
+               timing, its last hidden state is compared with HF's (relative L2 logged and recorded
+               as "check_rel_l2"), so that a mis-mapped weight cannot pass unnoticed.
+  timm_compile: the same under torch.compile.
+Peak GPU memory (torch.cuda.max_memory_allocated, weights included) is recorded per row.
+
+    python3 bench/peers/hf_vision_perf.py --arch google/vit-base-patch16-224-in21k --weights W.safetensors \\
+        --modes hf_eager,hf_compile,timm,timm_compile --batches 1,8,32 --jsonl OUT.jsonl
+
+One JSON line per (peer, batch): {"peer", "arch", "layers", "mode": "images", "batch", "ms", "images_per_s",
+"peak_mem_gib", "torch", "transformers", "timm", "gpu"; "error" when that measurement failed}.
+Exit: 0 (rows with "error" do not change it), 2 on usage/setup errors.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "bench", "parity"))
+
+EXIT_SETUP = 2
+MODES = ("hf_eager", "hf_compile", "timm", "timm_compile")
+
+
+def log(msg):
+    print(f"[hf_vision_perf {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def timm_from_hf(cfg, W, dtype):
+    """timm VisionTransformer with cfg's dimensions and the HF-named weights W (a dict of tensors)."""
+    import functools
+    import torch
+    from timm.models.vision_transformer import VisionTransformer
+
+    act = {"gelu": torch.nn.GELU, "gelu_new": functools.partial(torch.nn.GELU, approximate="tanh"),
+           "gelu_pytorch_tanh": functools.partial(torch.nn.GELU, approximate="tanh")}.get(cfg.hidden_act)
+    if act is None:
+        raise ValueError(f"hidden_act {cfg.hidden_act!r}: no timm equivalent mapped")
+    m = VisionTransformer(img_size=cfg.image_size, patch_size=cfg.patch_size, in_chans=cfg.num_channels, num_classes=0,
+                          global_pool="token", embed_dim=cfg.hidden_size, depth=cfg.num_hidden_layers,
+                          num_heads=cfg.num_attention_heads, mlp_ratio=cfg.intermediate_size / cfg.hidden_size,
+                          qkv_bias=cfg.qkv_bias, norm_layer=functools.partial(torch.nn.LayerNorm, eps=cfg.layer_norm_eps),
+                          act_layer=act)
+    sd = {"cls_token": W["embeddings.cls_token"], "pos_embed": W["embeddings.position_embeddings"],
+          "patch_embed.proj.weight": W["embeddings.patch_embeddings.projection.weight"],
+          "patch_embed.proj.bias": W["embeddings.patch_embeddings.projection.bias"],
+          "norm.weight": W["layernorm.weight"], "norm.bias": W["layernorm.bias"]}
+    for i in range(cfg.num_hidden_layers):
+        p, q = f"encoder.layer.{i}.", f"blocks.{i}."
+        sd[q + "norm1.weight"], sd[q + "norm1.bias"] = W[p + "layernorm_before.weight"], W[p + "layernorm_before.bias"]
+        sd[q + "norm2.weight"], sd[q + "norm2.bias"] = W[p + "layernorm_after.weight"], W[p + "layernorm_after.bias"]
+        a = p + "attention.attention."
+        sd[q + "attn.qkv.weight"] = torch.cat([W[a + n + ".weight"] for n in ("query", "key", "value")])
+        if cfg.qkv_bias:
+            sd[q + "attn.qkv.bias"] = torch.cat([W[a + n + ".bias"] for n in ("query", "key", "value")])
+        sd[q + "attn.proj.weight"], sd[q + "attn.proj.bias"] = W[p + "attention.output.dense.weight"], W[p + "attention.output.dense.bias"]
+        sd[q + "mlp.fc1.weight"], sd[q + "mlp.fc1.bias"] = W[p + "intermediate.dense.weight"], W[p + "intermediate.dense.bias"]
+        sd[q + "mlp.fc2.weight"], sd[q + "mlp.fc2.bias"] = W[p + "output.dense.weight"], W[p + "output.dense.bias"]
+    missing, unexpected = m.load_state_dict(sd, strict=False)
+    if unexpected or missing:
+        raise ValueError(f"timm weight mapping: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return m.to(device="cuda", dtype=dtype).eval().requires_grad_(False)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit)")
+    ap.add_argument("--weights", required=True, help="safetensors from fk_model --save-weights")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--config-root")
+    ap.add_argument("--jsonl", required=True)
+    a = ap.parse_args(argv)
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    try:
+        batches = [int(b) for b in a.batches.split(",")]
+        if bad or not modes or any(b < 1 for b in batches):
+            raise ValueError
+    except ValueError:
+        log(f"--modes {a.modes!r} (of {', '.join(MODES)}) / --batches {a.batches!r} (positive integers)")
+        return EXIT_SETUP
+    try:
+        import torch
+        import encoder_parity
+        import hfmodel
+        import st
+    except ImportError as e:
+        log(f"{e} (needs torch and transformers)")
+        return EXIT_SETUP
+    if not torch.cuda.is_available():
+        log("no CUDA device")
+        return EXIT_SETUP
+    try:
+        if encoder_parity.encoder_model_type(a.arch, a.config_root) not in encoder_parity.VISION_MODEL_TYPES:
+            raise hfmodel.SetupError(f"{a.arch}: not a vision encoder config (model_type one of {encoder_parity.VISION_MODEL_TYPES})")
+        dtype = hfmodel.model_dtype(a.arch, a.config_root)
+        W, meta = st.load(a.weights)
+        layers = int(meta["layers"]) if "layers" in meta else None
+        cfg = encoder_parity.load_encoder_config(a.arch, layers, a.config_root)
+    except (hfmodel.SetupError, OSError, st.SafetensorsError) as e:
+        log(str(e))
+        return EXIT_SETUP
+    hf = encoder_parity.build_encoder(cfg, dtype, "cuda", "sdpa")
+    hfmodel.check_and_load(hf, W, tied=False, dtype=dtype)
+    try:
+        import timm
+        timm_version = timm.__version__
+    except ImportError:
+        timm_version = None
+    env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__, "timm": timm_version,
+           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype)}
+    g = torch.Generator(device="cuda").manual_seed(a.seed)
+    S, C = cfg.image_size, cfg.num_channels
+
+    for mode in modes:
+        check = None
+        try:
+            if mode.startswith("hf"):
+                fn = hf
+                call = lambda f, px: f(pixel_values=px).pooler_output  # noqa: E731
+            else:
+                if timm_version is None:
+                    raise ImportError("timm is not installed")
+                tm = timm_from_hf(cfg, {k: v.to("cuda") for k, v in W.items()}, dtype)
+                with torch.no_grad():  # the mapping check: timm's final hidden state against HF's
+                    px = torch.randn(2, C, S, S, device="cuda", generator=g, dtype=dtype)
+                    ours, theirs = tm.forward_features(px).float(), hf(pixel_values=px).last_hidden_state.float()
+                    check = float((ours - theirs).norm() / theirs.norm())
+                log(f"{mode}: timm vs HF last hidden state rel L2 {check:.2e}")
+                if check > 0.05:
+                    raise ValueError(f"timm's model does not match HF's (rel L2 {check:.3f}): the weight mapping is wrong")
+                fn = tm
+                call = lambda f, px: f(px)  # noqa: E731
+            if mode.endswith("compile"):
+                fn = torch.compile(fn, fullgraph=True)
+        except Exception as e:  # noqa: BLE001 - a peer that cannot be built is a row with "error"
+            for b in batches:
+                with open(a.jsonl, "a") as f:
+                    f.write(json.dumps({"peer": mode, "arch": a.arch, "mode": "images", "batch": b, **env,
+                                        "error": f"{type(e).__name__}: {e}"}) + "\n")
+            log(f"{mode}: FAILED {type(e).__name__}: {e}")
+            continue
+        for b in batches:
+            row = {"peer": mode, "arch": a.arch, "layers": cfg.num_hidden_layers, "mode": "images", "batch": b, **env}
+            if check is not None:
+                row["check_rel_l2"] = check
+            try:
+                px = torch.randn(b, C, S, S, device="cuda", generator=g, dtype=dtype)
+                torch.cuda.reset_peak_memory_stats()
+                with torch.no_grad():
+                    for _ in range(a.warmup):
+                        call(fn, px)
+                    frames = int(torch._dynamo.utils.counters["frames"]["ok"]) if mode.endswith("compile") else None
+                    times = []
+                    for _ in range(a.iters):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        call(fn, px)
+                        e1.record()
+                        e1.synchronize()
+                        times.append(e0.elapsed_time(e1))
+                    if frames is not None and int(torch._dynamo.utils.counters["frames"]["ok"]) != frames:
+                        raise RuntimeError("torch.compile recompiled inside the timed iterations")
+                times.sort()
+                ms = times[len(times) // 2]
+                row.update({"ms": ms, "ms_min": times[0], "ms_max": times[-1], "images_per_s": 1000.0 * b / ms,
+                            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2 ** 30})
+                log(f"{mode} b{b}: {ms:.3f} ms, {row['images_per_s']:.1f} images/s")
+            except Exception as e:  # noqa: BLE001 - one failed batch is a row with "error"
+                row["error"] = f"{type(e).__name__}: {e}"
+                log(f"{mode} b{b}: FAILED {row['error']}")
+                traceback.print_exc()
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

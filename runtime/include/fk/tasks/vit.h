@@ -1,0 +1,355 @@
+// Forward glue, references and harnesses of the vision-transformer composites (issue 22),
+// mirroring HF transformers' ViT (transformers/models/vit/modeling_vit.py), the pre-norm encoder
+// that vision towers share:
+//   vit_attention (L2)  ViTAttention: dense(attn(qkv(x))), bidirectional attention over each
+//                       image's tokens (flash_attn_varlen_func, causal=False, one sequence per
+//                       image under the forward context's cu_seqlens)
+//   vit_mlp (L2)        ViTIntermediate + ViTOutput's dense: dense2(act(dense1(x)))
+//   vit_layer (L3)      ViTLayer: h = x + attention(layernorm_before(x));
+//                       out = h + mlp(layernorm_after(h)), the first add fused into layernorm_after
+//   vit_model (L4)      ViTModel: patch embedding, class token and position embeddings, the layers,
+//                       the final LayerNorm, the pooler (class token -> dense -> activation)
+// Images are whole sequences of tokens_per_image = (image_size / patch_size)^2 + 1 tokens: the
+// forward context is a prefill of equal sequences (no KV cache). Parameters carry HF's ViTModel
+// names (Note [Seeded weights] in fk/tasks/llama.h).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fk/kernels/patch_embed.cuh"
+#include "fk/kernels/reference/patch_embed_ref.cuh"
+#include "fk/tasks/bert.h"
+#include "fk/tasks/patch_embed.h"
+
+namespace fk::tasks {
+
+// ---------------------------------------------------------------------------------------------
+// Forward glue (the baseline composition; every call goes through the child modules).
+
+/// ViTAttention.forward(hidden_states [T, H]) -> [T, H] over the forward context's images.
+template <class Cfg, class M> Tensor vit_attention_forward(M& m, const Tensor& x) {
+  constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
+  const AttnMetadata& meta = forward_context();
+  FK_CHECK(meta.is_prefill, "a vision encoder runs whole images: the forward context must be a prefill");
+  const int64_t tokens = x.size(0);
+  Tensor qkv = std::get<0>(m.qkv_proj.forward(x));
+  Tensor q = contiguous_rows(qkv.narrow_last(0, q_size)).view({tokens, Hq, D});
+  Tensor k = contiguous_rows(qkv.narrow_last(q_size, q_size)).view({tokens, Hq, D});
+  Tensor v = contiguous_rows(qkv.narrow_last(2 * q_size, q_size)).view({tokens, Hq, D});
+  Tensor attn = m.attn.forward(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
+  return std::get<0>(m.dense.forward(attn.view({tokens, q_size})));
+}
+
+/// ViTIntermediate + ViTOutput.dense: output_dense(act(intermediate_dense(x))) (the residual add
+/// belongs to the layer).
+template <class M> Tensor vit_mlp_forward(M& m, const Tensor& x) {
+  return std::get<0>(m.output_dense.forward(m.act_fn.forward(std::get<0>(m.intermediate_dense.forward(x)))));
+}
+
+/// ViTLayer.forward(x [T, H]) -> [T, H].
+template <class M> Tensor vit_layer_forward(M& m, const Tensor& x) {
+  Tensor a = m.attention.forward(m.layernorm_before.forward(x));
+  auto [normed, h] = m.layernorm_after.forward(a, x);  // (LN(a + x), a + x)
+  Tensor out = m.mlp.forward(normed);
+  add_(out, h);  // ViTOutput: dense(...) + hidden_states, one rounding
+  return out;
+}
+
+/// ViTEmbeddings: cat(cls_token, patch_embeddings(pixels)) + position_embeddings, per image.
+template <class Cfg, class M> Tensor vit_embeddings_forward(M& m, const Tensor& pixel_values) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t H = Cfg::hidden_size, N = (Cfg::image_size / Cfg::patch_size) * (Cfg::image_size / Cfg::patch_size);
+  const int64_t b = pixel_values.size(0);
+  Tensor patches = m.patch_embeddings.forward(pixel_values);
+  Tensor out = empty({b * (N + 1), H}, dtype_of<T>);
+  fk::kernels::add_cls_and_positions<T, static_cast<int>(H)>(out.data<T>(), patches.data<T>(), m.cls_token.template data<T>(),
+                                                             m.position_embeddings.template data<T>(), b, N, current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+/// A prefill forward context of `batch` images of `tokens` tokens each.
+struct ImageBatch {
+  AttnMetadata meta;
+  std::vector<int32_t> cu{0};
+  ImageBatch(int64_t batch, int64_t tokens) {
+    for (int64_t i = 0; i < batch; ++i) cu.push_back(static_cast<int32_t>(cu.back() + tokens));
+    meta.is_prefill = true;
+    meta.num_seqs = batch;
+    meta.num_tokens = batch * tokens;
+    meta.max_seqlen = tokens;
+    meta.cu_seqlens = to_device(cu, {batch + 1});
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parameters (HF ViTModel names).
+
+/// `prefix`: e.g. "encoder.layer.0.attention."
+template <class Cfg, class M> void add_vit_attention_params(ParamList& out, M& m, const std::string& prefix) {
+  constexpr int64_t q_size = Cfg::num_heads * Cfg::head_dim;
+  add_linear(out, m.qkv_proj,
+             {Part(prefix + "attention.query", q_size), Part(prefix + "attention.key", q_size), Part(prefix + "attention.value", q_size)});
+  add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+}
+/// `prefix`: e.g. "encoder.layer.0."
+template <class Cfg, class M> void add_vit_mlp_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.intermediate_dense, {Part(prefix + "intermediate.dense", Cfg::intermediate_size)});
+  add_linear(out, m.output_dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+}
+
+// ---------------------------------------------------------------------------------------------
+// References (Note [Composite references]): op by op from the model dtype, rounded where a
+// bf16 network rounds; attention over each image's tokens.
+
+template <class Cfg, class M> Tensor ref_vit_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
+  constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
+  Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
+  Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hq * D), v = qkv.narrow_last(2 * Hq * D, Hq * D);
+  Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), /*causal=*/false);
+  return ref::linear(attn, m.dense.weight, m.dense.bias);
+}
+template <class Cfg, class M> Tensor ref_vit_mlp(M& m, const Tensor& x) {
+  Tensor h = ref::activation(ref::linear(x, m.intermediate_dense.weight, m.intermediate_dense.bias), Cfg::activation);
+  return ref::linear(h, m.output_dense.weight, m.output_dense.bias);
+}
+template <class Cfg, class L> Tensor ref_vit_layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) {
+  Tensor a = ref_vit_attention<Cfg>(l.attention, cu,
+                                    ref::layer_norm(x, l.layernorm_before.weight, l.layernorm_before.bias, l.layernorm_before.eps));
+  auto [normed, h] = ref::add_layer_norm(a, x, l.layernorm_after.weight, l.layernorm_after.bias, l.layernorm_after.eps);
+  return ref::round_to(ref::add_f32(ref_vit_mlp<Cfg>(l.mlp, normed), h), x.dtype());
+}
+
+/// (last hidden state [T, H] after the final norm, pooled [B, P]) of a ViTModel by reference.
+template <class Cfg, class M>
+std::pair<Tensor, Tensor> ref_vit_model(M& m, const std::vector<int32_t>& cu, const Tensor& pixels, const Tensor& first_rows) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t H = Cfg::hidden_size, N = (Cfg::image_size / Cfg::patch_size) * (Cfg::image_size / Cfg::patch_size);
+  const int64_t b = pixels.size(0);
+  auto& pe = m.patch_embeddings;
+  Tensor patches = empty({b * N, H}, DType::kF32);
+  fk::kernels::reference::patch_embed_ref<T>(patches.data<float>(), pixels.data<T>(), pe.weight.template data<T>(),
+                                             pe.bias.defined() ? pe.bias.template data<T>() : nullptr, b,
+                                             static_cast<int>(Cfg::num_channels), static_cast<int>(Cfg::patch_size),
+                                             static_cast<int>(Cfg::image_size), static_cast<int>(H), current_stream());
+  FK_CHECK_LAUNCH();
+  Tensor patches_t = ref::round_to(patches, dtype_of<T>);  // the convolution's output in the model dtype
+  Tensor e = empty({b * (N + 1), H}, DType::kF32);
+  fk::kernels::reference::cls_positions_ref<T>(e.data<float>(), patches_t.data<T>(), m.cls_token.template data<T>(),
+                                               m.position_embeddings.template data<T>(), b, N, static_cast<int>(H), current_stream());
+  FK_CHECK_LAUNCH();
+  Tensor h = ref::round_to(e, dtype_of<T>);
+  for (auto& layer : m.layers) h = ref_vit_layer<Cfg>(layer, cu, h);
+  Tensor last = ref::layer_norm(h, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps);
+  Tensor cls = gather_rows(last, first_rows);
+  Tensor pooled = ref::activation(ref::linear(cls, m.pooler_dense.weight, m.pooler_dense.bias), Cfg::pooler_act);
+  return {last, pooled};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harnesses.
+
+enum class VisionKind { kAttention, kLayer };
+
+/// vit_attention (L2) and vit_layer (L3) over a batch of images (case dims batch, seq_len =
+/// tokens per image). Input x ~ N(0, 1).
+template <class Module, class Cfg, VisionKind kKind> class VisionInstance final : public TaskInstance {
+ public:
+  explicit VisionInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+    FK_CHECK(step_.meta.is_prefill, "vision cases are whole images (batch, seq_len)");
+    constexpr int64_t H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const double t = double(step_.tokens());
+    const double act = t * (4 * H + 6 * Hq * D + (kKind == VisionKind::kLayer ? 2 * IntermediateOf<Cfg>::value : 0)) * sizeof(T);
+    require_device_memory(3 * act, "vision encoder activations");
+    if constexpr (kKind == VisionKind::kLayer) module_.named_parameters("encoder.layer.0.", params_);
+    else module_.named_parameters("encoder.layer.0.attention.", params_);
+    x_ = empty({step_.tokens(), H}, dtype_of<T>);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 4101));
+  }
+  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
+  void prepare(int) override { out_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    out_ = module_.forward(x_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    Tensor ref;
+    if constexpr (kKind == VisionKind::kLayer) ref = ref_vit_layer<Cfg>(module_, step_.host.cu, x_);
+    else ref = ref_vit_attention<Cfg>(module_, step_.host.cu, x_);
+    return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const double t = double(step_.tokens());
+    double flops = 2 * t * H * 3 * Hq * D + 4 * step_.bidirectional_pairs() * Hq * D + 2 * t * Hq * D * H;
+    if (kKind == VisionKind::kLayer) flops += 4 * t * H * IntermediateOf<Cfg>::value;
+    return {flops, param_bytes(params_) + 2 * t * H * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  StepInputs step_;
+  Module module_;
+  ParamList params_;
+  Tensor x_, out_;
+};
+
+/// vit_mlp (L2). Case dims: num_tokens.
+template <class Module, class Cfg> class VisionMlpInstance final : public TaskInstance {
+ public:
+  explicit VisionMlpInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+    module_.named_parameters("encoder.layer.0.", params_);
+    const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(n * set_bytes + 3.0 * tokens_ * (Cfg::intermediate_size + 2 * Cfg::hidden_size) * sizeof(T),
+                          "vision MLP activations");
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1100 + s));
+  }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(x_[s]); }
+  std::vector<Tensor> inputs(int s) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_[s]);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    return {{"out", out_[s], to_f32(ref_vit_mlp<Cfg>(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    const double H = Cfg::hidden_size, I = Cfg::intermediate_size, t = double(tokens_);
+    return {4 * t * H * I, param_bytes(params_) + 2 * t * H * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  ParamList params_;
+  std::vector<Tensor> x_, out_;
+};
+
+/// The whole vision encoder (L4) over a batch of images (case dims batch, seq_len = tokens per
+/// image): pixels [B, C, S, S] ~ N(0, 1) (normalised images) -> last hidden state and pooled
+/// vectors, both checked against the composite reference; HF transformers is the external check
+/// (bench/parity/).
+template <class Model, class Cfg> class ImageEncoderInstance final : public TaskInstance {
+ public:
+  explicit ImageEncoderInstance(const ShapeCase& c) : step_(c) {
+    constexpr double H = Cfg::hidden_size, I = Cfg::intermediate_size;
+    FK_CHECK(step_.max_len == Cfg::tokens_per_image, "image cases have seq_len = tokens per image (" +
+                                                         std::to_string(Cfg::tokens_per_image) + ")");
+    const double t = double(step_.tokens()), b = double(step_.meta.num_seqs);
+    const double weights = Cfg::num_hidden_layers * (4 * H * H + 2 * H * I);
+    const double act = t * (8 * H + 2 * I) + b * Cfg::num_channels * Cfg::image_size * Cfg::image_size;
+    require_device_memory((weights + 3 * act) * sizeof(T), "the whole vision encoder (weights, activations)");
+    model_ = std::make_unique<Model>();
+    model_->named_parameters(params_);
+    pixels_ = empty({step_.meta.num_seqs, Cfg::num_channels, Cfg::image_size, Cfg::image_size}, dtype_of<T>);
+    first_rows_ = step_.meta.cu_seqlens.narrow_first(0, step_.meta.num_seqs);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 5101));
+  }
+  void refresh(int, uint64_t seed) override { fill_normal(pixels_, seed); }
+  void prepare(int) override { hidden_ = pooled_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    hidden_ = model_->forward(pixels_);
+    pooled_ = model_->pool(hidden_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(pixels_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    std::pair<Tensor, Tensor> r = ref_vit_model<Cfg>(*model_, step_.host.cu, pixels_, first_rows_);
+    const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
+    return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
+  }
+  Cost cost() const override {
+    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
+    constexpr double K = double(Cfg::num_channels) * Cfg::patch_size * Cfg::patch_size;
+    const double t = double(step_.tokens()), L = double(model_->num_layers()), b = double(step_.meta.num_seqs);
+    const double patches = b * (Cfg::tokens_per_image - 1);
+    const double flops = 2 * patches * K * H +
+                         L * (2 * t * H * 3 * Hq * D + 4 * step_.bidirectional_pairs() * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) +
+                         2 * b * H * Cfg::pooler_size;
+    const double bytes = param_bytes(params_) + (b * Cfg::num_channels * Cfg::image_size * Cfg::image_size + t * H) * sizeof(T);
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  StepInputs step_;
+  std::unique_ptr<Model> model_;
+  ParamList params_;
+  Tensor pixels_, first_rows_, hidden_, pooled_;
+};
+
+/// The generated ViTModel behind the ImageEncoderModel interface (fk_model, parity).
+template <class Model, class Cfg> class ImageEncoderAdapter final : public ImageEncoderModel {
+ public:
+  /// num_layers 0: the config's layer count.
+  ImageEncoderAdapter(std::string task_name, int64_t num_layers)
+      : name_(std::move(task_name)), m_(num_layers > 0 ? num_layers : Cfg::num_hidden_layers) {}
+  std::string task_name() const override { return name_; }
+  int64_t num_layers() const override { return m_.num_layers(); }
+  int64_t hidden_size() const override { return Cfg::hidden_size; }
+  int64_t pooled_size() const override { return Cfg::pooler_size; }
+  int64_t num_channels() const override { return Cfg::num_channels; }
+  int64_t image_size() const override { return Cfg::image_size; }
+  int64_t tokens_per_image() const override { return Cfg::tokens_per_image; }
+  DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
+  ParamList named_parameters() override {
+    ParamList p;
+    m_.named_parameters(p);
+    return p;
+  }
+  Tensor forward(const Tensor& pixel_values, std::vector<Tensor>* layer_outputs) override {
+    FK_CHECK(pixel_values.dim() == 4, "pixel_values " + pixel_values.str() + ": expected [B, C, S, S]");
+    ForwardContextGuard ctx(&meta_for(pixel_values.size(0)));
+    return m_.forward(pixel_values, layer_outputs);
+  }
+  Tensor pool(const Tensor& hidden_states) override {
+    FK_CHECK(hidden_states.dim() == 2 && hidden_states.size(0) % Cfg::tokens_per_image == 0,
+             "hidden_states " + hidden_states.str() + ": expected [B * " + std::to_string(Cfg::tokens_per_image) + ", H]");
+    ForwardContextGuard ctx(&meta_for(hidden_states.size(0) / Cfg::tokens_per_image));
+    return m_.pool(hidden_states);
+  }
+
+ private:
+  /// The forward context of a batch of b images, built once per batch size (no copy per call).
+  const AttnMetadata& meta_for(int64_t b) {
+    std::unique_ptr<ImageBatch>& p = batches_[b];
+    if (!p) p = std::make_unique<ImageBatch>(b, Cfg::tokens_per_image);
+    return p->meta;
+  }
+  std::string name_;
+  Model m_;
+  std::map<int64_t, std::unique_ptr<ImageBatch>> batches_;
+};
+
+}  // namespace fk::tasks
