@@ -7,7 +7,7 @@ wrote, on the shapes `fk_model --bench` times for encoders: B sequences of S ran
 padding, so no attention mask: the fastest HF path), one forward plus the pooler per call;
 sequences/s = B / median time (CUDA events, --iters after warm-up).
   eager   : model(input_ids, token_type_ids) under torch.no_grad, attn_implementation=sdpa.
-  compile : torch.compile(model, fullgraph=True) (default mode), warmed up on each timed shape first;
+  compile : torch.compile(model, fullgraph=True, dynamic=False) (default mode: one static graph per shape), warmed up on each timed shape first;
             a recompile inside the timed iterations is an error, not a figure.
 Peak GPU memory (torch.cuda.max_memory_allocated, weights included) is recorded per row.
 
@@ -114,7 +114,7 @@ def main(argv=None):
     for mode in modes:
         fn = model
         if mode == "compile":
-            fn = torch.compile(model, fullgraph=True)
+            fn = torch.compile(model, fullgraph=True, dynamic=False)  # a static graph per shape (automatic dynamic shapes would compile generic kernels after the second shape)
         for b, s in shapes:
             row = {"peer": f"hf_{mode}", "arch": a.arch, "layers": cfg.num_hidden_layers, "mode": "embed", "batch": b,
                    "seq_len": s, **env}

@@ -6,7 +6,7 @@ with the same weights `fk_model --save-weights` wrote, on the batches `fk_model 
 encoders: B random images (N(0, 1) pixels, the config's image size), one forward (patch embedding ..
 final LayerNorm) plus the pooler per call; images/s = B / median time (CUDA events, --iters after warm-up).
   hf_eager   : model(pixel_values) under torch.no_grad, attn_implementation=sdpa.
-  hf_compile : torch.compile(model, fullgraph=True) (default mode), warmed up on each timed batch first;
+  hf_compile : torch.compile(model, fullgraph=True, dynamic=False) (default mode: one static graph per batch), warmed up on each timed batch first;
                a recompile inside the timed iterations is an error, not a figure.
   timm       : timm's VisionTransformer of the same dimensions (fused qkv, global_pool='token',
                no head) with the same weights mapped from HF names; forward_features + the class
@@ -152,7 +152,7 @@ def main(argv=None):
                 fn = tm
                 call = lambda f, px: f(px)  # noqa: E731
             if mode.endswith("compile"):
-                fn = torch.compile(fn, fullgraph=True)
+                fn = torch.compile(fn, fullgraph=True, dynamic=False)  # a static graph per batch
         except Exception as e:  # noqa: BLE001 - a peer that cannot be built is a row with "error"
             for b in batches:
                 with open(a.jsonl, "a") as f:

@@ -6,6 +6,8 @@
 // Cfg (generated): num_embeddings, embedding_dim, embed_scale, scalar_t.
 #pragma once
 
+#include <algorithm>
+
 #include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
 #include "fk/kernels/vocab_parallel_embedding.cuh"
 #include "fk/tasks/harness.h"
@@ -68,9 +70,12 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
   }
   Cost cost() const override {
-    // Read one weight row per token (ids are almost all distinct) and the ids; write the rows.
+    // Read each distinct weight row once (at most one per token, at most the table: a small table,
+    // e.g. BERT's 2 token types or 512 positions, is read from DRAM once and then hits the L2) and
+    // the ids; write one row per token.
     const double row = double(Cfg::embedding_dim) * sizeof(T);
-    return {0.0, tokens_ * (2 * row + sizeof(int64_t))};
+    const double distinct = std::min<double>(double(tokens_), double(Cfg::num_embeddings));
+    return {0.0, distinct * row + tokens_ * (row + sizeof(int64_t))};
   }
 
  private:
