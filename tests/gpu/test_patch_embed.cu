@@ -37,7 +37,7 @@ template <class Cfg> void check_patch_embed(int64_t batch) {
   ASSERT_EQ(out.size(0), rows);
   ASSERT_EQ(out.size(1), H);
   Tensor ref = empty({rows, H}, DType::kF32);
-  fk::kernels::reference::patch_embed_ref<T>(ref.data<float>(), px.data<T>(), m.weight.data<T>(), Cfg::bias ? m.bias.data<T>() : nullptr,
+  fk::kernels::reference::patch_embed_ref<T>(ref.data<float>(), px.data<T>(), m.weight.template data<T>(), Cfg::bias ? m.bias.template data<T>() : nullptr,
                                              batch, C, P, S, H, current_stream());
   FK_CHECK_LAUNCH();
   FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(dtype_of<T>, 0.8 * std::sqrt(Cfg::bias ? 2.0 : 1.0)));
