@@ -5,7 +5,9 @@ with its pooler), same weights. Called by hf_parity.py for configs whose model_t
 Per sequence (batch 1, no padding; ours ran them as one packed variable-length batch), with the
 token types fk_model used (the second half of each sequence type 1: a sentence pair):
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1])
-  b) the pooled vector of each sequence      (pooled vs pooler_output)
+  b) the pooled vector of each sequence      (pooled vs pooler_output; with a pooling choice, the dump's
+                                             "pooling" metadata, e.g. "cls+normalize": that pooling of
+                                             HF's last hidden state, vLLM's PoolerConfig)
 Vision encoders (ViT: `fk_model --dump` of an L4 task behind fk::ImageEncoderModel) against
 ViTModel with its pooler, same weights and the dump's pixel_values (one batch of images):
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1], flattened)
@@ -38,13 +40,40 @@ def load_encoder_config(arch, layers, root):
     return hfmodel.load_config(arch, layers, root, supported=ENCODER_MODEL_TYPES)
 
 
-def build_encoder(cfg, dtype, device, attn):
-    """BertModel / XLMRobertaModel (with its pooler) in eval mode, random init on `device`."""
+def build_encoder(cfg, dtype, device, attn, pooler=True):
+    """BertModel / XLMRobertaModel / ViTModel in eval mode, random init on `device`; with its pooler
+    unless `pooler` is False (an embedding model served with a pooling choice has none)."""
     import torch
     from transformers import AutoModel
 
+    kw = {} if pooler else {"add_pooling_layer": False}
     with torch.device(device):
-        m = AutoModel.from_config(cfg, dtype=dtype, attn_implementation=attn)
+        m = AutoModel.from_config(cfg, dtype=dtype, attn_implementation=attn, **kw)
+    m.eval()
+    m.requires_grad_(False)
+    return m
+
+
+def build_from_checkpoint(cfg, W, dtype, device, attn, pooler=True):
+    """The model as transformers loads a published checkpoint: W (the hub's parameter names, as
+    fk_model writes them) saved as model.safetensors beside the config and read back by
+    AutoModel.from_pretrained, whose checkpoint conversion maps the hub's names onto the installed
+    version's modules (transformers 5 renamed ViT's: encoder.layer.N.attention.attention.query ->
+    layers.N.attention.q_proj). Every tensor must be used and every parameter loaded (WeightsError)."""
+    import tempfile
+    import hfmodel
+    from safetensors.torch import save_file
+    from transformers import AutoModel
+
+    kw = {} if pooler else {"add_pooling_layer": False}
+    with tempfile.TemporaryDirectory() as d:
+        cfg.save_pretrained(d)
+        save_file({k: v.contiguous() for k, v in W.items()}, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        m, info = AutoModel.from_pretrained(d, dtype=dtype, attn_implementation=attn, output_loading_info=True, **kw)
+    problems = [f"{k} {len(v)}: {sorted(v)[:6]}" for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v]
+    if problems:
+        raise hfmodel.WeightsError("weights do not load as a checkpoint: " + "; ".join(problems))
+    m.to(device)
     m.eval()
     m.requires_grad_(False)
     return m
@@ -115,9 +144,26 @@ def hf_vision_run(model, D, device):
     return res
 
 
-def hf_encoder_run(model, D, lens, device):
+def pool_choice(last, pooling):
+    """The pooling choice ("cls", "mean", "last", each with an optional "+normalize") of one
+    sequence's final hidden states [L, H] (fp32), as vLLM's pooler computes it: [H]."""
+    import torch
+
+    kind, _, norm = pooling.partition("+")
+    if kind == "cls":
+        v = last[0]
+    elif kind == "last":
+        v = last[-1]
+    elif kind == "mean":
+        v = last.mean(dim=0)
+    else:
+        raise ValueError(f"unknown pooling {pooling!r}")
+    return torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v
+
+
+def hf_encoder_run(model, D, lens, device, pooling="pooler"):
     """Per sequence: (hidden states after each layer [T, H] fp32 CPU, concatenated over sequences;
-    pooled [B, H] fp32 CPU)."""
+    pooled [B, H] fp32 CPU: the model's pooler_output, or the pooling choice over the last layer)."""
     import torch
 
     ids, tt = D["input_ids"], D["token_type_ids"]
@@ -132,7 +178,10 @@ def hf_encoder_run(model, D, lens, device):
             off += L
             for i in range(n):
                 layers[i].append(out.hidden_states[i + 1][0].float().cpu())
-            pooled.append(out.pooler_output[0].float().cpu())
+            if pooling == "pooler":
+                pooled.append(out.pooler_output[0].float().cpu())
+            else:  # from the model-dtype hidden states, in fp32 (as vLLM pools)
+                pooled.append(pool_choice(out.last_hidden_state[0].float(), pooling).cpu())
             del out
     return [torch.cat(x) for x in layers], torch.stack(pooled)
 
@@ -182,6 +231,7 @@ def check_encoder(a, arch, workdir, res):
         want_runner = "image-encoder" if vision else "embedding"
         if dmeta.get("runner") != want_runner:
             raise ContractError(f"dump {dpath} is not an {want_runner} dump (runner={dmeta.get('runner')!r})")
+        pooling = dmeta.get("pooling", "pooler")
         if vision:
             pool = getattr(cfg, "pooler_output_size", None) or cfg.hidden_size
             images, tokens = check_vision_dump(D, layers, cfg.hidden_size, pool)
@@ -195,17 +245,20 @@ def check_encoder(a, arch, workdir, res):
         res["images"], res["tokens_per_image"] = images, tokens
     else:
         res["prompt_lens"] = lens
+        res["pooling"] = pooling
     runs = {}
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
-        model = build_encoder(cfg, dtype, a.device, a.attn)
         try:
-            hfmodel.check_and_load(model, W, tied=False, dtype=mdt)
+            if vision:  # the hub's names, loaded through transformers' checkpoint conversion
+                model = build_from_checkpoint(cfg, W, dtype, a.device, a.attn)
+            else:
+                model = build_encoder(cfg, dtype, a.device, a.attn, pooler=pooling == "pooler")
+                hfmodel.check_and_load(model, W, tied=False, dtype=mdt)
         except hfmodel.WeightsError as e:
             res["errors"].append(str(e))
-            free(model)
             return res
-        runs[name] = hf_vision_run(model, D, a.device) if vision else hf_encoder_run(model, D, lens, a.device)
+        runs[name] = hf_vision_run(model, D, a.device) if vision else hf_encoder_run(model, D, lens, a.device, pooling)
         free(model)
         res[f"hf_{name}_s"] = round(time.time() - t0, 2)
     del W

@@ -120,8 +120,11 @@ def main(argv=None):
     except (hfmodel.SetupError, OSError, st.SafetensorsError) as e:
         log(str(e))
         return EXIT_SETUP
-    hf = encoder_parity.build_encoder(cfg, dtype, "cuda", "sdpa")
-    hfmodel.check_and_load(hf, W, tied=False, dtype=dtype)
+    try:
+        hf = encoder_parity.build_from_checkpoint(cfg, W, dtype, "cuda", "sdpa")
+    except hfmodel.WeightsError as e:
+        log(str(e))
+        return EXIT_SETUP
     try:
         import timm
         timm_version = timm.__version__

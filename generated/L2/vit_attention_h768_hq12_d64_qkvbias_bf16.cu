@@ -11,7 +11,7 @@ namespace fk::generated::vit_attention_h768_hq12_d64_qkvbias_bf16 {
 FK_REGISTER_TASK((fk::TaskInfo{
     "vit_attention_h768_hq12_d64_qkvbias_bf16", 2, "vit_attention", "transformers.models.vit.modeling_vit.ViTAttention", "generated/L2/vit_attention_h768_hq12_d64_qkvbias_bf16.cu",
     { "google/vit-base-patch16-224-in21k" },
-    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}}} },
+    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}, {"uniform", 1}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}, {"uniform", 1}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}, {"uniform", 1}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::VisionInstance<ViTAttention, Config, fk::tasks::VisionKind::kAttention>>(c);

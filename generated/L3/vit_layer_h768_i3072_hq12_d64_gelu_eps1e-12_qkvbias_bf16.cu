@@ -11,7 +11,7 @@ namespace fk::generated::vit_layer_h768_i3072_hq12_d64_gelu_eps1e_12_qkvbias_bf1
 FK_REGISTER_TASK((fk::TaskInfo{
     "vit_layer_h768_i3072_hq12_d64_gelu_eps1e-12_qkvbias_bf16", 3, "vit_layer", "transformers.models.vit.modeling_vit.ViTLayer", "generated/L3/vit_layer_h768_i3072_hq12_d64_gelu_eps1e-12_qkvbias_bf16.cu",
     { "google/vit-base-patch16-224-in21k" },
-    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}}} },
+    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}, {"uniform", 1}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}, {"uniform", 1}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}, {"uniform", 1}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::VisionInstance<ViTLayer, Config, fk::tasks::VisionKind::kLayer>>(c);

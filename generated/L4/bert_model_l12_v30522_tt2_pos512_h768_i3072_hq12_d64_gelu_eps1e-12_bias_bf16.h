@@ -32,13 +32,16 @@ struct Config {
   static constexpr bool bias = true;
   static constexpr int64_t intermediate_size = 3072;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
+  static constexpr const char* pooling = "pooler";  ///< "pooler": BertPooler; else the Pooler child's (cls/mean/last)
+  static constexpr bool normalize = false;     ///< the Pooler child L2-normalises (a pooling choice only)
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.models.bert.BertModel + BertPooler:
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /
 ///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64) -> hidden_states [T, hidden]
-///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)).
+///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
+///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled.
 class BertModel {
  public:
   using WordEmbeddings = fk::generated::vocab_parallel_embedding_v30522_h768_bf16::VocabParallelEmbedding;  // vocab_parallel_embedding_v30522_h768_bf16
@@ -48,6 +51,7 @@ class BertModel {
   using Layer = fk::generated::bert_layer_h768_i3072_hq12_d64_gelu_eps1e_12_bias_bf16::BertLayer;  // bert_layer_h768_i3072_hq12_d64_gelu_eps1e-12_bias_bf16
   using PoolerDense = fk::generated::replicated_linear_k768_n768_bias_bf16::ReplicatedLinear;  // replicated_linear_k768_n768_bias_bf16
   using PoolerAct = fk::generated::activation_tanh_h768_bf16::Activation;  // activation_tanh_h768_bf16
+  using Pooler = fk::tasks::NoPooler;  // none
 
   explicit BertModel(int64_t num_hidden_layers = Config::num_hidden_layers)
       : word_embeddings(Config::vocab_size, Config::hidden_size),
@@ -75,12 +79,9 @@ class BertModel {
     }
     return h;
   }
-  /// The pooler on the first token of each sequence of the forward context.
-  fk::Tensor pool(const fk::Tensor& hidden_states) {
-    const fk::tasks::AttnMetadata& meta = fk::tasks::forward_context();
-    fk::Tensor first = fk::tasks::gather_rows(hidden_states, meta.cu_seqlens.narrow_first(0, meta.num_seqs));
-    return pooler_act.forward(std::get<0>(pooler_dense.forward(first)));
-  }
+  /// The pooled vector of each sequence of the forward context: BertPooler on its first token, or
+  /// the chosen pooling.
+  fk::Tensor pool(const fk::Tensor& hidden_states) { return fk::tasks::bert_pool_forward(*this, hidden_states); }
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
 
   /// Every parameter once, with its HF transformers (BertModel) name (Note [Seeded weights]).
@@ -91,7 +92,7 @@ class BertModel {
       out.push_back({"embeddings.token_type_embeddings.weight", token_type_embeddings.weight, 0.f, 1.f});
     fk::tasks::add_layer_norm_params(out, embeddings_layernorm, "embeddings.LayerNorm");
     for (size_t i = 0; i < layers.size(); ++i) layers[i].named_parameters("encoder.layer." + std::to_string(i) + ".", out);
-    fk::tasks::add_linear(out, pooler_dense, {fk::tasks::Part("pooler.dense", Config::hidden_size)});
+    fk::tasks::add_bert_pooler_params(out, *this);
   }
 
   WordEmbeddings word_embeddings;
@@ -101,6 +102,7 @@ class BertModel {
   std::vector<Layer> layers;
   PoolerDense pooler_dense;
   PoolerAct pooler_act;
+  Pooler pooler;
 };
 
 }  // namespace fk::generated::bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e_12_bias_bf16

@@ -11,7 +11,7 @@ namespace fk::generated::vit_model_l12_c3_p16_s224_h768_i3072_hq12_d64_gelu_eps1
 FK_REGISTER_TASK((fk::TaskInfo{
     "vit_model_l12_c3_p16_s224_h768_i3072_hq12_d64_gelu_eps1e-12_qkvbias_pool768_tanh_bf16", 4, "vit_model", "transformers.models.vit.modeling_vit.ViTModel (with its pooler)", "generated/L4/vit_model_l12_c3_p16_s224_h768_i3072_hq12_d64_gelu_eps1e-12_qkvbias_pool768_tanh_bf16.cu",
     { "google/vit-base-patch16-224-in21k" },
-    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}}} },
+    { {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}, {"uniform", 1}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}, {"uniform", 1}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}, {"uniform", 1}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::ImageEncoderInstance<ViTModel, Config>>(c);

@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   add->add_option("--as", add_choices.served_as,
                   "lower a config whose model_type no descriptor claims as this known model_type (its forward pass "
                   "must be that type's: check it with bench/parity/hf_parity.py); recorded likewise");
+  add->add_option("--pooling", add_choices.pooling,
+                  "embedding models: pool each sequence's final hidden states this way (vLLM's PoolerConfig "
+                  "pooling_type) instead of the checkpoint's own pooler; recorded likewise")
+      ->check(CLI::IsMember({"cls", "mean", "last"}));
+  add->add_flag("--normalize", add_choices.normalize, "with --pooling: L2-normalise the pooled vectors (vLLM's normalize)");
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");
@@ -156,6 +161,10 @@ int main(int argc, char** argv) {
     std::sort(add_choices.allow_unknown.begin(), add_choices.allow_unknown.end());
     add_choices.allow_unknown.erase(std::unique(add_choices.allow_unknown.begin(), add_choices.allow_unknown.end()),
                                     add_choices.allow_unknown.end());
+    if (add_choices.normalize && add_choices.pooling.empty()) {
+      std::cerr << "fastkernels add: --normalize applies to a pooling choice: pass --pooling cls|mean|last\n";
+      return kUsage;
+    }
     return cmd_add(*root, add_path, add_name, add_choices);
   }
   if (*scaffold) {

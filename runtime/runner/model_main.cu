@@ -606,6 +606,7 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   w.set_metadata("arch", o.arch);
   w.set_metadata("task", m.task_name());
   w.set_metadata("runner", "embedding");
+  w.set_metadata("pooling", m.pooling());
   w.set_metadata("layers", std::to_string(m.num_layers()));
   w.set_metadata("seed", std::to_string(o.seed));
   w.write(o.dump);

@@ -257,10 +257,17 @@ TEST(Composites, BertEncoder) {
   EXPECT_EQ(kids["pooler_act"], "activation_tanh_h768_bf16");
   EXPECT_EQ(placeholders(m["model"])["activation"], "fk::kernels::Act::kGelu");
   EXPECT_EQ(placeholders(m["model"])["position_offset"], "0");
-  // BGE-M3 (XLM-RoBERTa large): positions from padding_idx + 1 = 2, spelled _po2; one token type.
+  EXPECT_EQ(kids["pooler"], "");  // BERT-base keeps its BertPooler: no pooling choice
+  // BGE-M3 (XLM-RoBERTa large): positions from padding_idx + 1 = 2, spelled _po2; one token type; served
+  // with its dense vector, normalize(CLS) (fastkernels.json: pooling cls, normalize): the Pooler child
+  // instead of BertPooler's dense + tanh, spelled _cls_norm.
   auto xlmr = modules("BAAI/bge-m3");
-  EXPECT_EQ(xlmr["model"], "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16");
+  EXPECT_EQ(xlmr["model"], "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16");
   EXPECT_EQ(placeholders(xlmr["model"])["position_offset"], "2");
+  auto xkids = children(xlmr["model"]);
+  EXPECT_EQ(xkids["pooler"], "embedding_pooler_cls_norm_h1024_bf16");
+  EXPECT_EQ(xkids["pooler_dense"], "");
+  EXPECT_EQ(xkids["pooler_act"], "");
 }
 
 TEST(Composites, Manifest) {

@@ -406,7 +406,7 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
             "f.json: $.allow_unknown[1]: expected a config key, got 3\n"
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
             "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
-            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as)\n");
+            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;
@@ -415,6 +415,45 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
   w.dtype = "float16";
   EXPECT_EQ(user_choices_text(w),
             "{\n  \"allow_unknown\": [\n    \"k1\",\n    \"k2\"\n  ],\n  \"dequantize\": true,\n  \"dtype\": \"float16\"\n}\n");
+  // The pooling choice: cls/mean/last, normalize only with it.
+  Diagnostics d2;
+  UserChoices p = parse_user_choices("f.json", R"({"pooling": "max", "normalize": 1})", d2);
+  EXPECT_EQ(d2.text(),
+            "f.json: $.normalize: expected boolean, got 1\n"
+            "f.json: $.pooling: expected \"cls\", \"mean\" or \"last\", got \"max\"\n");
+  Diagnostics d3;
+  parse_user_choices("f.json", R"({"normalize": true})", d3);
+  EXPECT_EQ(d3.text(), "f.json: $.normalize: normalize applies to a pooling choice; add pooling (\"cls\", \"mean\" or \"last\")\n");
+  Diagnostics d4;
+  p = parse_user_choices("f.json", R"({"pooling": "mean", "normalize": true})", d4);
+  EXPECT_EQ(d4.text(), "");
+  EXPECT_EQ(user_choices_text(p), "{\n  \"normalize\": true,\n  \"pooling\": \"mean\"\n}\n");
+}
+
+TEST(UserConfigs, PoolingChoiceOfEmbeddingModels) {
+  // An encoder's pooled output: its BertPooler unless the user chose a pooling (vLLM's PoolerConfig);
+  // the choice names the model task (_cls_norm) and the Pooler child; families without a pooled
+  // output refuse it; the config itself cannot set it.
+  const std::string enc = R"("model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "vocab_size": 100, "max_position_embeddings": 66, "torch_dtype": "bfloat16")";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  Generation g;
+  EXPECT_EQ(run_with("{" + enc + "}", {}, &g), "");
+  ASSERT_FALSE(g.resolved.empty());
+  EXPECT_EQ(std::get<std::string>(g.resolved[0].values.at("pooling_type")), "pooler");
+  c.pooling = "cls";
+  c.normalize = true;
+  Generation g2;
+  EXPECT_EQ(run_with("{" + enc + "}", c, &g2), "");
+  ASSERT_FALSE(g2.resolved.empty());
+  EXPECT_EQ(std::get<std::string>(g2.resolved[0].values.at("pooling_type")), "cls");
+  EXPECT_EQ(std::get<bool>(g2.resolved[0].values.at("pooling_normalize")), true);
+  EXPECT_EQ(run_with(std::string("{\"model_type\": \"llama\", ") + kBase + "}", c),
+            "t/fastkernels.json: $.pooling: family llama has no pooled output to choose (remove pooling)\n");
+  EXPECT_NE(run_with("{" + enc + R"(, "pooling_type": "mean"})", {}).find(
+                "$.pooling_type: pooling_type is a choice recorded beside the config, not a config key: use `add --pooling`"),
+            std::string::npos);
 }
 
 // --- lower: forward-pass walk and stable op names ---------------------------------------------
@@ -688,7 +727,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},
       {"vit_model", {"patch_embeddings", "layers", "layernorm", "pooler_dense", "pooler_act"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
-                      "pooler_dense", "pooler_act"}},
+                      "pooler_dense?", "pooler_act?", "pooler?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
       {"deepseek_for_causal_lm", {"embed_tokens", "dense_layers", "moe_layers", "norm", "lm_head"}},
       {"deepseek_mla_attention", {"fused_qkv_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj", "rotary_emb",

@@ -73,6 +73,8 @@ const std::vector<FieldSpec>& field_table() {
         {"pooler_act", FieldType::kString, {}, "activation after the pooler's dense (vit)"},
         {"pooler_output_size", FieldType::kIntOrNull, {}, "width of the pooler's output (vit; null: hidden_size)"},
         {"qkv_bias", FieldType::kBool, {}, "query/key/value projections carry a bias (vision encoders)"},
+        {"pooling_type", FieldType::kString, {}, "embedding output: the model's own pooler, or cls/mean/last (set by `add --pooling` only)"},
+        {"pooling_normalize", FieldType::kBool, {}, "L2-normalise the pooled vectors (set by `add --normalize` only)"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
         {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
     };

@@ -216,7 +216,8 @@ std::vector<ShapeCase> encoder_cases(int64_t max_position) {
 
 // Vision encoders take whole images: batches of 1 (latency), 8 and 32 (issue 22's throughput
 // shape) and 128 images. image_batch_cases: the patch embedding (dims: batch); image_cases: the
-// vision composites, every image a sequence of max_position tokens (dims: batch, seq_len).
+// vision composites, every image a sequence of exactly max_position tokens (dims: batch, seq_len,
+// uniform: no spread of lengths as in the LLM prefill cases, and so no off-registry lengths).
 std::vector<ShapeCase> image_batch_cases() {
   std::vector<ShapeCase> out;
   int64_t k = 0;
@@ -228,7 +229,8 @@ std::vector<ShapeCase> image_cases(int64_t tokens_per_image) {
   std::vector<ShapeCase> out;
   int64_t k = 0;
   for (int64_t b : {1, 8, 32})
-    out.push_back({"b" + i2s(b) + "_s" + i2s(tokens_per_image), "prefill", {{"batch", b}, {"seq_len", tokens_per_image}}, {k++}});
+    out.push_back({"b" + i2s(b) + "_s" + i2s(tokens_per_image), "prefill",
+                   {{"batch", b}, {"seq_len", tokens_per_image}, {"uniform", 1}}, {k++}});
   return out;
 }
 
@@ -414,6 +416,17 @@ const KindHooks& kind_hooks() {
       const int64_t o = I(p, "position_offset");
       if (o < 0) throw GenError{"position_offset must be >= 0, got " + i2s(o)};
       return o ? "_po" + i2s(o) : std::string();
+    };
+    // _{cls|mean|last}[_norm]: an embedding model's pooling choice; nothing for the model's own pooler.
+    h.spell["pooling"] = [](const Params& p) {
+      const std::string& pool = S(p, "pooling");
+      return pool == "pooler" ? std::string() : "_" + pool + (B(p, "normalize") ? "_norm" : "");
+    };
+    h.checks["encoder_pooling"] = [](const Params& p) {
+      const std::string& pool = S(p, "pooling");
+      if (pool != "pooler" && pool != "cls" && pool != "mean" && pool != "last")
+        throw GenError{"pooling must be \"pooler\", \"cls\", \"mean\" or \"last\", got " + json_quote(pool)};
+      if (pool == "pooler" && B(p, "normalize")) throw GenError{"normalize applies to a pooling choice (cls, mean, last), not to the model's pooler"};
     };
     // h{hidden}_i{intermediate}_hq_d_{activation}_eps_{bias}: an encoder layer's constants.
     h.spell["encoder_layer"] = [](const Params& p) {

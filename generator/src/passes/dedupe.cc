@@ -160,7 +160,7 @@ TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag) {
   Merger merger(set, diag);
   for (const LoweredModel* m : sorted) {
     ModelTasks mt{m->id, m->file, m->model_type, m->descriptor_file, {}, {}, {}, m->dequantized_from, m->allowed_unknown,
-                  m->dtype_from, m->served_as};
+                  m->dtype_from, m->served_as, m->pooling};
     std::map<std::string, std::string> task_of;  // op or module name -> task name
     for (const OpInstance& op : m->ops) {
       Task t;

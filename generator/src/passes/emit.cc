@@ -162,6 +162,7 @@ std::string manifest_json(const TaskSet& set) {
     if (!m.allowed_unknown.empty()) arch["allowed_unknown"] = m.allowed_unknown;
     if (!m.dtype_from.empty()) arch["dtype_from"] = m.dtype_from;
     if (!m.served_as.empty()) arch["served_as"] = m.served_as;
+    if (!m.pooling.empty()) arch["pooling"] = m.pooling;
     archs.push_back(arch);
   }
   json root = {{"version", 1}, {"generator", "fastkernels"}, {"tasks", tasks}, {"archs", archs}};

@@ -225,6 +225,7 @@ std::optional<LoweredModel> lower(const ResolvedConfig& cfg, Diagnostics& diag) 
   m.allowed_unknown = cfg.choices.allow_unknown;
   m.dtype_from = cfg.dtype_from;
   m.served_as = cfg.served_as;
+  if (!cfg.choices.pooling.empty()) m.pooling = cfg.choices.pooling + (cfg.choices.normalize ? "+normalize" : "");
   size_t before = diag.errors().size();
   Lowerer(cfg, diag, m).run();
   if (diag.errors().size() != before) return std::nullopt;

@@ -389,7 +389,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     return c;
   }
   if (!root.is_object()) {
-    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype and/or served_as, got " + got(root));
+    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling and/or normalize, got " + got(root));
     return c;
   }
   for (const auto& [k, v] : root.items()) {
@@ -416,10 +416,20 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     } else if (k == "served_as") {
       if (!v.is_string() || v.get<std::string>().empty()) diag.error(file + ": " + path + ": expected a model_type, got " + got(v));
       else c.served_as = v.get<std::string>();
+    } else if (k == "pooling") {
+      if (!v.is_string() || (v.get<std::string>() != "cls" && v.get<std::string>() != "mean" && v.get<std::string>() != "last"))
+        diag.error(file + ": " + path + ": expected \"cls\", \"mean\" or \"last\", got " + got(v));
+      else c.pooling = v.get<std::string>();
+    } else if (k == "normalize") {
+      if (!v.is_boolean()) diag.error(file + ": " + path + ": expected boolean, got " + got(v));
+      else c.normalize = v.get<bool>();
     } else {
-      diag.error(file + ": " + path + ": unknown key " + json_quote(k) + " (expected dequantize, allow_unknown, dtype, served_as)");
+      diag.error(file + ": " + path + ": unknown key " + json_quote(k) +
+                 " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize)");
     }
   }
+  if (c.normalize && c.pooling.empty() && root.contains("normalize"))
+    diag.error(file + ": $.normalize: normalize applies to a pooling choice; add pooling (\"cls\", \"mean\" or \"last\")");
   return c;
 }
 
@@ -429,6 +439,8 @@ std::string user_choices_text(const UserChoices& c) {
   if (c.dequantize) j["dequantize"] = true;
   if (!c.dtype.empty()) j["dtype"] = c.dtype;
   if (!c.served_as.empty()) j["served_as"] = c.served_as;
+  if (!c.pooling.empty()) j["pooling"] = c.pooling;
+  if (c.normalize) j["normalize"] = true;
   return j.dump(2) + "\n";
 }
 

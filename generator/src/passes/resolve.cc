@@ -245,6 +245,20 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     return std::nullopt;
   };
 
+  // The pooling choice (Note [User choices]) sets the pooling fields of families that declare them;
+  // the config itself cannot (HF configs do not say how a sentence-transformers model pools).
+  for (const char* f : {"pooling_type", "pooling_normalize"})
+    if (const FieldValue* fv = cfg.get(f)) err(fv->path, std::string(f) + " is a choice recorded beside the config, not a config key: use `add --pooling`");
+  if (!choices.pooling.empty()) {
+    if (!d->fields.count("pooling_type")) {
+      diag.error(choices.file + ": $.pooling: family " + d->family + " has no pooled output to choose (remove pooling)");
+    } else {
+      r.values["pooling_type"] = Value(choices.pooling);
+      r.origin["pooling_type"] = choices.file + " $.pooling";
+      r.values["pooling_normalize"] = Value(choices.normalize);
+      r.origin["pooling_normalize"] = choices.file + " $.normalize";
+    }
+  }
   for (const auto& [name, _] : d->fields) lookup(name);
   if (d->fields.count("rope_scaling"))
     for (const auto& n : rope_scaling_names()) lookup(n);

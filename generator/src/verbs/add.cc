@@ -108,6 +108,7 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
     for (const auto& k : choices.allow_unknown) std::cout << " (allow " << k << ")";
     if (!choices.dtype.empty()) std::cout << " (dtype " << choices.dtype << ")";
     if (!choices.served_as.empty()) std::cout << " (as " << choices.served_as << ")";
+    if (!choices.pooling.empty()) std::cout << " (pooling " << choices.pooling << (choices.normalize ? ", normalized" : "") << ")";
     std::cout << "\n";
   }
   if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) {

@@ -108,19 +108,29 @@ struct Quantization {
 /// vLLM's dtype="auto" serves such checkpoints in 16 bits), `served_as` lowers a config whose
 /// model_type no descriptor claims as a known model_type (the user's claim that the forward pass
 /// is that type's; HF parity, which runs HF's own class for the config, is what checks it).
-/// `add --dequantize --allow-unknown KEY... --dtype D --as MODEL_TYPE` writes it.
+/// `pooling` / `normalize` choose an embedding model's pooled output as vLLM's PoolerConfig
+/// (pooling_type, normalize) does: "cls", "mean" or "last" over each sequence's final hidden
+/// states, L2-normalised when `normalize`, instead of the checkpoint's own pooler (BERT's dense +
+/// tanh); for families whose descriptor declares the pooling_type field (HF configs do not say
+/// how a sentence-transformers model pools: its 1_Pooling/config.json does).
+/// `add --dequantize --allow-unknown KEY... --dtype D --as MODEL_TYPE --pooling P --normalize` writes it.
 struct UserChoices {
   std::string file;                     ///< the sidecar's display path ("" when there is none)
   bool dequantize = false;
   std::vector<std::string> allow_unknown;  ///< sorted, unique
   std::string dtype;                       ///< "bfloat16" or "float16" ("" : the config's torch_dtype)
   std::string served_as;                   ///< a known model_type ("" : the config's own)
-  bool empty() const { return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty(); }
+  std::string pooling;                     ///< "cls", "mean" or "last" ("" : the model's own pooler)
+  bool normalize = false;                  ///< L2-normalise the pooled vectors (only with pooling)
+  bool empty() const {
+    return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize;
+  }
 };
 
 /// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean), allow_unknown (array
-/// of strings), dtype ("bfloat16" or "float16") and served_as (a model_type string), nothing
-/// else); problems go to `diag` naming `file` and the key.
+/// of strings), dtype ("bfloat16" or "float16"), served_as (a model_type string), pooling ("cls",
+/// "mean" or "last") and normalize (boolean, only with pooling), nothing else); problems go to
+/// `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
 std::string user_choices_text(const UserChoices& c);

@@ -50,6 +50,7 @@ struct ModelTasks {
   std::vector<std::string> allowed_unknown;
   std::string dtype_from;  ///< the checkpoint's torch_dtype when the tasks serve another (Note [User choices])
   std::string served_as;   ///< the known model_type it is lowered as (ditto)
+  std::string pooling;     ///< the pooling choice, e.g. "cls+normalize" (ditto)
 };
 
 struct TaskSet {

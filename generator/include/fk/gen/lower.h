@@ -55,6 +55,7 @@ struct LoweredModel {
   std::string dequantized_from;            ///< Note [User choices]
   std::string dtype_from;                  ///< ditto: the checkpoint's torch_dtype when served in another
   std::string served_as;                   ///< ditto: the known model_type it is lowered as
+  std::string pooling;                     ///< ditto: the pooling choice ("cls", "mean+normalize", ...)
   std::vector<std::string> allowed_unknown;
 };
 

@@ -62,6 +62,9 @@ class EncoderModel {
   /// Row of position 0 in the position table: 0 (BERT) or padding_idx + 1 (RoBERTa-style; HF
   /// derives positions from the ids there, so inputs must not contain padding_idx).
   virtual int64_t position_offset() const = 0;
+  /// What pool() returns: "pooler" (the checkpoint's BertPooler: tanh(dense(first token))), or the
+  /// pooling choice "cls" / "mean" / "last", with "+normalize" when L2-normalised.
+  virtual std::string pooling() const = 0;
   virtual DType dtype() const = 0;
   /// Every parameter once, HF names, in a fixed order.
   virtual ParamList named_parameters() = 0;

@@ -72,9 +72,11 @@ inline std::vector<int64_t> decode_seq_lens(int64_t batch, int64_t kv_len) { ret
 /// The sequence lengths of a case whose longest sequence has `max_len` tokens (dim `len_key`:
 /// seq_len or kv_len): the deterministic spread above, or, for a ragged case (dim `ragged`, a
 /// seed: off-registry cases, Note [Off-registry shapes] in runner.cc), lengths drawn uniformly
-/// from [1, max_len] with the first sequence at max_len.
+/// from [1, max_len] with the first sequence at max_len; a uniform case (dim `uniform`: the
+/// vision encoders' images, each exactly max_len tokens) has every sequence at max_len.
 inline std::vector<int64_t> case_seq_lens(const ShapeCase& c, const std::string& len_key) {
   const int64_t batch = c.get("batch"), max_len = c.get(len_key);
+  if (c.has("uniform")) return std::vector<int64_t>(static_cast<size_t>(batch), max_len);
   if (!c.has("ragged")) return prefill_seq_lens(batch, max_len);
   std::vector<int64_t> l{max_len};
   uint64_t h = static_cast<uint64_t>(c.get("ragged"));

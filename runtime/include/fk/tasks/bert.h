@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fk/kernels/activation.cuh"
+#include "fk/kernels/reference/pooler_ref.cuh"
 #include "fk/tasks/llama.h"
 
 namespace fk::tasks {
@@ -28,6 +29,14 @@ struct NoTokenTypes {
   Tensor weight;
 };
 template <class E> inline constexpr bool kHasTokenTypes = !std::is_same_v<E, NoTokenTypes>;
+/// The pooler slots of an encoder served with a pooling choice (the Pooler slot filled) or with
+/// its own BertPooler (pooler_dense + pooler_act filled, the Pooler slot empty).
+struct NoPoolerDense {
+  NoPoolerDense(int64_t, int64_t, bool) {}
+};
+struct NoPoolerAct {};
+struct NoPooler {};
+template <class P> inline constexpr bool kHasPooler = !std::is_same_v<P, NoPooler>;
 
 // ---------------------------------------------------------------------------------------------
 // Forward glue (the baseline composition; every call goes through the child modules).
@@ -62,12 +71,30 @@ template <class M> Tensor bert_embeddings_forward(M& m, const Tensor& ids, const
   return m.embeddings_layernorm.forward(e);
 }
 
+/// BertModel.pool: BertPooler (tanh(dense(first token))) of each sequence of the forward context,
+/// or the pooling choice's Pooler child (cls / mean / last, normalised or not).
+template <class M> Tensor bert_pool_forward(M& m, const Tensor& hidden_states) {
+  const AttnMetadata& meta = forward_context();
+  if constexpr (kHasPooler<std::decay_t<decltype(m.pooler)>>) {
+    return m.pooler.forward(hidden_states, meta.cu_seqlens);
+  } else {
+    Tensor first = gather_rows(hidden_states, meta.cu_seqlens.narrow_first(0, meta.num_seqs));
+    return m.pooler_act.forward(std::get<0>(m.pooler_dense.forward(first)));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parameters (HF BertModel names).
 
 template <class N> void add_layer_norm_params(ParamList& out, N& norm, const std::string& name) {
   out.push_back({name + ".weight", norm.weight, 1.f, 0.1f});
   if (norm.bias.defined()) out.push_back({name + ".bias", norm.bias, 0.f, 0.1f});
+}
+/// BertPooler's dense ("pooler.dense"); a model served with a pooling choice has no pooler weights
+/// (HF: add_pooling_layer=False; vLLM's embedding models skip them).
+template <class M> void add_bert_pooler_params(ParamList& out, M& m) {
+  if constexpr (!kHasPooler<std::decay_t<decltype(m.pooler)>>)
+    add_linear(out, m.pooler_dense, {Part("pooler.dense", m.pooler_dense.weight.size(0))});
 }
 /// `prefix`: e.g. "encoder.layer.0.attention."
 template <class Cfg, class M> void add_bert_attention_params(ParamList& out, M& m, const std::string& prefix) {
@@ -118,9 +145,20 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
                                  m.embeddings_layernorm.bias, m.embeddings_layernorm.eps)
                  .first;
   for (auto& layer : m.layers) h = ref_bert_layer<Cfg>(layer, cu, h);
-  Tensor cls = gather_rows(h, first_rows);
-  Tensor pooled = ref::activation(ref::linear(cls, m.pooler_dense.weight, m.pooler_dense.bias), fk::kernels::Act::kTanh);
-  return {h, pooled};
+  using P = std::decay_t<decltype(m.pooler)>;
+  if constexpr (kHasPooler<P>) {  // the pooling choice, from the reference's final hidden states
+    Tensor cu_d = to_device(cu, {static_cast<int64_t>(cu.size())});
+    Tensor pooled = empty({static_cast<int64_t>(cu.size()) - 1, Cfg::hidden_size}, DType::kF32);
+    fk::kernels::reference::pool_ref(pooled.data<float>(), h.data<typename Cfg::scalar_t>(), Cfg::hidden_size, cu_d.data<int32_t>(),
+                                     static_cast<int64_t>(cu.size()) - 1, static_cast<int>(Cfg::hidden_size), P::kPooling, P::kNormalize,
+                                     current_stream());
+    FK_CHECK_LAUNCH();
+    return {h, pooled};
+  } else {
+    Tensor cls = gather_rows(h, first_rows);
+    Tensor pooled = ref::activation(ref::linear(cls, m.pooler_dense.weight, m.pooler_dense.bias), fk::kernels::Act::kTanh);
+    return {h, pooled};
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -302,6 +340,9 @@ template <class Model, class Cfg> class EncoderModelAdapter final : public Encod
   int64_t max_position() const override { return Cfg::positions - Cfg::position_offset; }
   int64_t position_offset() const override { return Cfg::position_offset; }
   int64_t type_vocab_size() const override { return Cfg::type_vocab_size; }
+  std::string pooling() const override {
+    return std::string(Cfg::pooling) + (Cfg::normalize ? "+normalize" : "");
+  }
   DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
   ParamList named_parameters() override {
     ParamList p;

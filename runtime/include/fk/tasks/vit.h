@@ -256,8 +256,9 @@ template <class Model, class Cfg> class ImageEncoderInstance final : public Task
  public:
   explicit ImageEncoderInstance(const ShapeCase& c) : step_(c) {
     constexpr double H = Cfg::hidden_size, I = Cfg::intermediate_size;
-    FK_CHECK(step_.max_len == Cfg::tokens_per_image, "image cases have seq_len = tokens per image (" +
-                                                         std::to_string(Cfg::tokens_per_image) + ")");
+    FK_CHECK(step_.max_len == Cfg::tokens_per_image && step_.tokens() == step_.meta.num_seqs * Cfg::tokens_per_image,
+             "image cases are uniform batches of seq_len = tokens per image (" + std::to_string(Cfg::tokens_per_image) +
+                 ") each");
     const double t = double(step_.tokens()), b = double(step_.meta.num_seqs);
     const double weights = Cfg::num_hidden_layers * (4 * H * H + 2 * H * I);
     const double act = t * (8 * H + 2 * I) + b * Cfg::num_channels * Cfg::image_size * Cfg::image_size;

@@ -3,7 +3,7 @@
 //   template templates/bert_model.h.mustache,
 //   template templates/bert_model.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 4 task `bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16`: mirrors vllm.model_executor.models.bert.BertModel + BertPooler.
+// Level 4 task `bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16`: mirrors vllm.model_executor.models.bert.BertModel + BertPooler.
 #pragma once
 
 #include "fk/tasks/bert.h"
@@ -12,10 +12,9 @@
 #include "L1/vocab_parallel_embedding_v1_h1024_bf16.h"
 #include "L1/layer_norm_h1024_eps1e-05_bias_bf16.h"
 #include "L3/bert_layer_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16.h"
-#include "L1/replicated_linear_k1024_n1024_bias_bf16.h"
-#include "L1/activation_tanh_h1024_bf16.h"
+#include "L1/embedding_pooler_cls_norm_h1024_bf16.h"
 
-namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_bf16 {
+namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_bf16 {
 
 /// Constants inlined from the config.
 struct Config {
@@ -32,13 +31,16 @@ struct Config {
   static constexpr bool bias = true;
   static constexpr int64_t intermediate_size = 4096;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
+  static constexpr const char* pooling = "cls";  ///< "pooler": BertPooler; else the Pooler child's (cls/mean/last)
+  static constexpr bool normalize = true;     ///< the Pooler child L2-normalises (a pooling choice only)
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.models.bert.BertModel + BertPooler:
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /
 ///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64) -> hidden_states [T, hidden]
-///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)).
+///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
+///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled.
 class BertModel {
  public:
   using WordEmbeddings = fk::generated::vocab_parallel_embedding_v250002_h1024_bf16::VocabParallelEmbedding;  // vocab_parallel_embedding_v250002_h1024_bf16
@@ -46,8 +48,9 @@ class BertModel {
   using TokenTypeEmbeddings = fk::generated::vocab_parallel_embedding_v1_h1024_bf16::VocabParallelEmbedding;  // vocab_parallel_embedding_v1_h1024_bf16
   using EmbeddingsNorm = fk::generated::layer_norm_h1024_eps1e_05_bias_bf16::LayerNorm;  // layer_norm_h1024_eps1e-05_bias_bf16
   using Layer = fk::generated::bert_layer_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_bf16::BertLayer;  // bert_layer_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16
-  using PoolerDense = fk::generated::replicated_linear_k1024_n1024_bias_bf16::ReplicatedLinear;  // replicated_linear_k1024_n1024_bias_bf16
-  using PoolerAct = fk::generated::activation_tanh_h1024_bf16::Activation;  // activation_tanh_h1024_bf16
+  using PoolerDense = fk::tasks::NoPoolerDense;  // none
+  using PoolerAct = fk::tasks::NoPoolerAct;  // none
+  using Pooler = fk::generated::embedding_pooler_cls_norm_h1024_bf16::Pooler;  // embedding_pooler_cls_norm_h1024_bf16
 
   explicit BertModel(int64_t num_hidden_layers = Config::num_hidden_layers)
       : word_embeddings(Config::vocab_size, Config::hidden_size),
@@ -56,7 +59,7 @@ class BertModel {
         embeddings_layernorm(Config::hidden_size, Config::layer_norm_eps),
         pooler_dense(Config::hidden_size, Config::hidden_size, true) {
     FK_CHECK(num_hidden_layers >= 1 && num_hidden_layers <= Config::num_hidden_layers,
-             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16: num_hidden_layers must be in [1, " + std::to_string(Config::num_hidden_layers) + "], got " +
+             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16: num_hidden_layers must be in [1, " + std::to_string(Config::num_hidden_layers) + "], got " +
                  std::to_string(num_hidden_layers));
     layers.reserve(num_hidden_layers);
     for (int64_t i = 0; i < num_hidden_layers; ++i) layers.emplace_back(fk::tasks::from_config);
@@ -75,12 +78,9 @@ class BertModel {
     }
     return h;
   }
-  /// The pooler on the first token of each sequence of the forward context.
-  fk::Tensor pool(const fk::Tensor& hidden_states) {
-    const fk::tasks::AttnMetadata& meta = fk::tasks::forward_context();
-    fk::Tensor first = fk::tasks::gather_rows(hidden_states, meta.cu_seqlens.narrow_first(0, meta.num_seqs));
-    return pooler_act.forward(std::get<0>(pooler_dense.forward(first)));
-  }
+  /// The pooled vector of each sequence of the forward context: BertPooler on its first token, or
+  /// the chosen pooling.
+  fk::Tensor pool(const fk::Tensor& hidden_states) { return fk::tasks::bert_pool_forward(*this, hidden_states); }
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
 
   /// Every parameter once, with its HF transformers (BertModel) name (Note [Seeded weights]).
@@ -91,7 +91,7 @@ class BertModel {
       out.push_back({"embeddings.token_type_embeddings.weight", token_type_embeddings.weight, 0.f, 1.f});
     fk::tasks::add_layer_norm_params(out, embeddings_layernorm, "embeddings.LayerNorm");
     for (size_t i = 0; i < layers.size(); ++i) layers[i].named_parameters("encoder.layer." + std::to_string(i) + ".", out);
-    fk::tasks::add_linear(out, pooler_dense, {fk::tasks::Part("pooler.dense", Config::hidden_size)});
+    fk::tasks::add_bert_pooler_params(out, *this);
   }
 
   WordEmbeddings word_embeddings;
@@ -101,6 +101,7 @@ class BertModel {
   std::vector<Layer> layers;
   PoolerDense pooler_dense;
   PoolerAct pooler_act;
+  Pooler pooler;
 };
 
-}  // namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_bf16
+}  // namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_bf16
