@@ -4,7 +4,10 @@
 Times an encoder (BertModel / XLMRobertaModel with its pooler, built from the repo's hf_configs/ by
 bench/parity/encoder_parity.py, in the model dtype) with the same weights `fk_model --save-weights`
 wrote, on the shapes `fk_model --bench` times for encoders: B sequences of S random tokens (no
-padding, so no attention mask: the fastest HF path), one forward plus the pooler per call;
+padding, so no attention mask: the fastest HF path), one forward plus the pooler per call (a model
+served with a pooling choice, fastkernels.json's `pooling` / `normalize` as BGE-M3's `cls` +
+normalize: the model without its pooler, then that pooling of the last hidden state, as
+sentence-transformers computes it; inside the compiled function in compile mode);
 sequences/s = B / median time (CUDA events, --iters after warm-up).
   eager   : model(input_ids, token_type_ids) under torch.no_grad, attn_implementation=sdpa.
   compile : torch.compile(model, fullgraph=True, dynamic=False) (default mode: one static graph per shape), warmed up on each timed shape first;
@@ -90,7 +93,9 @@ def main(argv=None):
     except (hfmodel.SetupError, OSError, st.SafetensorsError) as e:
         log(str(e))
         return EXIT_SETUP
-    model = encoder_parity.build_encoder(cfg, dtype, "cuda", "sdpa")
+    side = hfmodel.sidecar(a.arch, a.config_root)
+    pooling = side.get("pooling", "pooler") + ("+normalize" if side.get("normalize") else "")
+    model = encoder_parity.build_encoder(cfg, dtype, "cuda", "sdpa", pooler=pooling == "pooler")
     if W is not None:
         hfmodel.check_and_load(model, W, tied=False, dtype=dtype)
     else:
@@ -99,7 +104,7 @@ def main(argv=None):
     # RoBERTa-style models take ids equal to padding_idx as padding: the prompts avoid it (as fk_model's do).
     pad = getattr(cfg, "pad_token_id", None) if cfg.model_type == "xlm-roberta" else None
     env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
-           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype)}
+           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype), "pooling": pooling}
     g = torch.Generator(device="cuda").manual_seed(a.seed)
 
     def inputs(b, s):
@@ -111,10 +116,19 @@ def main(argv=None):
             tt = (torch.arange(s, device="cuda") * 2 >= s).long().expand(b, s).contiguous()
         return ids, tt
 
+    def embed(input_ids, token_type_ids):
+        out = model(input_ids=input_ids, token_type_ids=token_type_ids)
+        if pooling == "pooler":
+            return out.pooler_output
+        kind, _, norm = pooling.partition("+")
+        h = out.last_hidden_state
+        v = h[:, 0] if kind == "cls" else h[:, -1] if kind == "last" else h.float().mean(dim=1).to(h.dtype)
+        return torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v
+
     for mode in modes:
-        fn = model
+        fn = embed
         if mode == "compile":
-            fn = torch.compile(model, fullgraph=True, dynamic=False)  # a static graph per shape (automatic dynamic shapes would compile generic kernels after the second shape)
+            fn = torch.compile(embed, fullgraph=True, dynamic=False)  # a static graph per shape (automatic dynamic shapes would compile generic kernels after the second shape)
         for b, s in shapes:
             row = {"peer": f"hf_{mode}", "arch": a.arch, "layers": cfg.num_hidden_layers, "mode": "embed", "batch": b,
                    "seq_len": s, **env}
@@ -123,7 +137,7 @@ def main(argv=None):
                 torch.cuda.reset_peak_memory_stats()
                 with torch.no_grad():
                     for _ in range(a.warmup):
-                        fn(input_ids=ids, token_type_ids=tt).pooler_output
+                        fn(ids, tt)
                     frames = None
                     if mode == "compile":
                         frames = int(torch._dynamo.utils.counters["frames"]["ok"])
@@ -131,7 +145,7 @@ def main(argv=None):
                     for _ in range(a.iters):
                         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                         e0.record()
-                        fn(input_ids=ids, token_type_ids=tt).pooler_output
+                        fn(ids, tt)
                         e1.record()
                         e1.synchronize()
                         times.append(e0.elapsed_time(e1))

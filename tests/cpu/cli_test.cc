@@ -125,6 +125,39 @@ TEST(Cli, AddServesFloat32AndUnknownModelTypesOnlyAsAskedAndRecordsIt) {
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
 }
 
+TEST(Cli, AddRecordsAPoolingChoiceForEmbeddingModels) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  fs::copy(source_dir() / "templates", tmp.path() / "templates", fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::string out;
+  const std::string cfg =
+      "{\"model_type\": \"bert\", \"architectures\": [\"BertModel\"], \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 2, \"num_hidden_layers\": 1, \"vocab_size\": 100, \"max_position_embeddings\": 128,\n"
+      " \"torch_dtype\": \"bfloat16\"}\n";
+  spit(tmp.path() / "in" / "config.json", cfg);
+  const std::string add = bin() + " add --root " + q(tmp.path()) + " --name acme/enc " + q(tmp.path() / "in" / "config.json");
+  EXPECT_EQ(run(add + " --normalize", &out), 2) << out;  // normalize needs a pooling
+  EXPECT_NE(out.find("--normalize applies to a pooling choice"), std::string::npos) << out;
+  EXPECT_EQ(run(add + " --pooling max", &out), 2) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "enc"));
+  ASSERT_EQ(run(add + " --pooling mean --normalize", &out), 0) << out;
+  EXPECT_NE(out.find("recorded hf_configs/acme/enc/fastkernels.json (pooling mean, normalized)"), std::string::npos) << out;
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "enc" / "fastkernels.json"), "{\n  \"normalize\": true,\n  \"pooling\": \"mean\"\n}\n");
+  const std::string manifest = slurp(tmp.path() / "generated" / "manifest.json");
+  EXPECT_NE(manifest.find("\"pooling\": \"mean+normalize\""), std::string::npos);
+  EXPECT_NE(manifest.find("bert_model_l1_v100_tt2_pos128_h64_i128_hq2_d32_gelu_eps1e-12_bias_mean_norm_bf16"), std::string::npos);
+  EXPECT_NE(manifest.find("embedding_pooler_mean_norm_h64_bf16"), std::string::npos);
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+  // A family without a pooled output refuses the choice; nothing is stored.
+  const std::string llama =
+      "{\"vocab_size\": 320, \"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024, \"torch_dtype\": \"bfloat16\"}\n";
+  spit(tmp.path() / "in2" / "config.json", llama);
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " --name acme/dec --pooling cls " + q(tmp.path() / "in2" / "config.json"), &out), 1);
+  EXPECT_NE(out.find("$.pooling: family llama has no pooled output to choose (remove pooling)"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "dec"));
+}
+
 TEST(Cli, AddRefusesQuantisedAndUnknownUnlessAskedAndRecordsTheChoice) {
   TempDir tmp;
   make_repo(fixtures() / "golden" / "root", tmp.path());
