@@ -25,6 +25,8 @@
 #     vision@G              the vision encoders (issue 22) on GPU G (background): patch embedding and ViT GPU
 #                           tests, fk_bench over every ViT task, HF parity at 4 layers, fk_model --bench beside
 #                           HF eager/compile and timm (bench/peers/hf_vision_perf.py) with the same weights
+#     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
+#                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
 #     collect               pack out/protocol into $OUT
 set -uo pipefail
@@ -60,6 +62,13 @@ bg() {  # name command...: run in its own session, so it outlives this device ca
   local name="$1"
   shift
   rm -f "$P/$name.done"
+  if [ "${FK_PROTOCOL_FOREGROUND:-0}" = 1 ]; then  # inside a serial@ job: one step after another
+    say "running $name"
+    bash -c "$*" >"$P/$name.out" 2>&1 < /dev/null
+    touch "$P/$name.done"
+    say "$name done"
+    return
+  fi
   setsid bash -c "$* ; touch '$P/$name.done'" >"$P/$name.out" 2>&1 < /dev/null &
   say "started $name in the background"
 }
@@ -147,6 +156,16 @@ for step in "${steps[@]}"; do
         --off-registry 0 --no-time --rounds 1 --seed $seed --jsonl '$P/sanitizer-'\$tool'$tag.jsonl' \$resume \${cap:-} ${FK_SANITIZER_BENCH_ARGS:-} \
         >>\$log 2>&1; rc=\$?; echo \$tool$tag attempt \$attempt rc=\$rc >> '$P/sanitizer.rc'; \
         tail -n 4 \$log | grep -q 'rerun with --resume' || break; resume=--resume; done; done"
+      ;;
+    serial:*@*)  # serial:A+B+C@G: steps A@G, B@G, C@G one after another in one background job
+      # (a one-GPU machine: each step alone on the GPU, the whole sequence outliving this call).
+      # The job runs the steps in the foreground of its own invocation, which does not wait: a
+      # background job that ran `wait` would wait for its own .out file.
+      g="${step##*@}"
+      inner="$(echo "${step#serial:}" | cut -d@ -f1 | tr '+' '\n' | sed "s/\$/@$g/" | paste -sd, -)"
+      case ",$inner," in *",build@"* | *",collect@"* | *",wait"* | *",serial"*)
+        echo "gpu_protocol.sh: serial takes background steps only, got $inner" >&2; exit 2 ;; esac
+      bg serial "cd '$root' && FK_PROTOCOL_FOREGROUND=1 FK_SEED='$seed' FK_COMMIT='$FK_COMMIT' OUT='$P/serial-out' scripts/gpu_protocol.sh '$inner'"
       ;;
     wait:*)
       limit="${step#wait:}"
