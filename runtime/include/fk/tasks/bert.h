@@ -313,7 +313,9 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     const double t = double(step_.tokens()), L = double(model_->num_layers());
     const double b = double(step_.meta.num_seqs);
     const double pairs = step_.bidirectional_pairs();
-    const double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + 2 * b * H * H;
+    // The pooler: BertPooler's dense on B rows, or the chosen pooling (no GEMM; a mean reads every row).
+    const double pool_flops = kHasPooler<std::decay_t<decltype(model_->pooler)>> ? t * H : 2 * b * H * H;
+    const double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + pool_flops;
     // Every weight except the embedding tables (only T rows of each are read).
     const double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);
     return {flops, bytes};
