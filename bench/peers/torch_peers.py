@@ -548,13 +548,15 @@ def build(kind, name, dims, use_compile):
         hq, hkv, d = map(int, g(r"flash_attn_prefill_hq(\d+)_hkv(\d+)_d(\d+)_", name))
         B, S = dims["batch"], dims["seq_len"]
         bidir = "_bidir" in name  # encoders: no causal mask
-        if B != 1:
+        if B != 1 and dims.get("uniform") != 1:
             # SDPA has no variable-length batch, and a padded one would do more work than the task
-            # (the registry's batches have unequal lengths): peers for single sequences only.
+            # (the registry's batches have unequal lengths): peers for single sequences and for
+            # uniform batches (dim `uniform`: every sequence S tokens, the encoders' and vision
+            # towers' dense [B, H, S, D] shapes) only.
             return {}, 1
         n = 2
-        sets = [(torch.randn(1, hq, S, d, device=dev, dtype=dtype), torch.randn(1, hkv, S, d, device=dev, dtype=dtype),
-                 torch.randn(1, hkv, S, d, device=dev, dtype=dtype)) for _ in range(n)]
+        sets = [(torch.randn(B, hq, S, d, device=dev, dtype=dtype), torch.randn(B, hkv, S, d, device=dev, dtype=dtype),
+                 torch.randn(B, hkv, S, d, device=dev, dtype=dtype)) for _ in range(n)]
         from torch.nn.attention import SDPBackend, sdpa_kernel
         sw = re.search(r"_sw(\d+)_", name)
         cap = re.search(r"_cap([0-9.e+-]+)_", name)

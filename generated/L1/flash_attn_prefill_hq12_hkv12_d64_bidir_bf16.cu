@@ -13,7 +13,7 @@ namespace fk::generated::flash_attn_prefill_hq12_hkv12_d64_bidir_bf16 {
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16", 1, "flash_attn_prefill", "vllm.vllm_flash_attn.flash_attn_varlen_func", "generated/L1/flash_attn_prefill_hq12_hkv12_d64_bidir_bf16.cu",
     { "google-bert/bert-base-uncased", "google/vit-base-patch16-224-in21k" },
-    { {"b1_s512", "prefill", {{"batch", 1}, {"seq_len", 512}}}, {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}}}, {"b8_s512", "prefill", {{"batch", 8}, {"seq_len", 512}}}, {"b8_s197", "prefill", {{"batch", 8}, {"seq_len", 197}}}, {"b32_s512", "prefill", {{"batch", 32}, {"seq_len", 512}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}}} },
+    { {"b1_s512", "prefill", {{"batch", 1}, {"seq_len", 512}, {"uniform", 1}}}, {"b1_s197", "prefill", {{"batch", 1}, {"seq_len", 197}, {"uniform", 1}}}, {"b32_s512", "prefill", {{"batch", 32}, {"seq_len", 512}, {"uniform", 1}}}, {"b32_s197", "prefill", {{"batch", 32}, {"seq_len", 197}, {"uniform", 1}}}, {"b8_s512_ragged", "prefill", {{"batch", 8}, {"seq_len", 512}, {"ragged", 22}}}, {"b8_s197_ragged", "prefill", {{"batch", 8}, {"seq_len", 197}, {"ragged", 22}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::FlashAttnPrefillInstance<FlashAttnPrefill, Config>>(c);

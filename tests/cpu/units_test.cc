@@ -578,14 +578,20 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
             "intermediate_size 3076: the elementwise kernels serve rows of a multiple of 8 elements (16 bytes) in bfloat16");
   // Prefill cases: the registry entries that fit the context, or, for an encoder's short context,
   // whole-context batches of 1, 8 and 32.
-  auto case_names = [](int64_t max_position) {
+  // Bidirectional attention at a short context: batches of 1 and 32 whole contexts of exactly that many
+  // tokens (the SDPA peers' dense shapes) and one ragged batch of 8.
+  auto case_names = [](int64_t max_position, bool causal = true) {
     std::vector<std::string> out;
-    Params q = {{"max_position", max_position}};
+    Params q = {{"max_position", max_position}, {"causal", causal}};
     for (const ShapeCase& c : find_kind("flash_attn_prefill")->cases(q)) out.push_back(c.name);
     return out;
   };
   EXPECT_EQ(case_names(4096), (std::vector<std::string>{"b1_s1024", "b1_s4096", "b4_s2048", "b16_s1024"}));
   EXPECT_EQ(case_names(512), (std::vector<std::string>{"b1_s512", "b8_s512", "b32_s512"}));
+  EXPECT_EQ(case_names(197, false), (std::vector<std::string>{"b1_s197", "b32_s197", "b8_s197_ragged"}));
+  for (const ShapeCase& c : find_kind("flash_attn_prefill")->cases({{"max_position", int64_t{197}}, {"causal", false}}))
+    if (c.name != "b8_s197_ragged")
+      EXPECT_NE(std::find(c.dims.begin(), c.dims.end(), std::pair<std::string, int64_t>{"uniform", 1}), c.dims.end()) << c.name;
   // Bidirectional prefill (encoders): spelled bidir; it serves no window, soft-capping or sinks.
   Params bidir = {{"num_heads", int64_t{12}}, {"num_kv_heads", int64_t{12}}, {"head_dim", int64_t{64}},
                   {"softmax_scale", 0.125}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},

@@ -72,7 +72,7 @@ std::vector<ShapeCase> token_cases(bool decode_only) {
   return out;
 }
 
-std::vector<ShapeCase> prefill_attn_cases(int64_t max_position) {
+std::vector<ShapeCase> prefill_attn_cases(int64_t max_position, bool causal) {
   const std::pair<int64_t, int64_t> registry[] = {{1, 1024}, {1, 4096}, {1, 8192}, {1, 16384}, {4, 2048}, {16, 1024}};
   std::vector<ShapeCase> out;
   int64_t k = 0;
@@ -81,11 +81,20 @@ std::vector<ShapeCase> prefill_attn_cases(int64_t max_position) {
       out.push_back({"b" + i2s(b) + "_s" + i2s(s), "prefill", {{"batch", b}, {"seq_len", s}}, {k}});
     ++k;
   }
-  // Encoders' contexts are shorter than every entry (BERT: 512): whole-context batches of 1, 8 and
-  // 32 sequences (issue 22's batch-1 and batch-32 shapes) instead of none.
-  if (out.empty())
+  // Encoders' contexts are shorter than every entry (BERT: 512, ViT-B/16: 197 tokens per image): for
+  // bidirectional attention, batches of 1 and 32 whole contexts of exactly max_position tokens (issue
+  // 22's attention shapes, which the torch SDPA peers run as dense [B, H, S, D]) and one ragged batch
+  // of 8 (variable lengths, as a batch of sentences has); for causal attention, batches of 1, 8 and 32
+  // with the prefill's spread of lengths.
+  if (out.empty() && !causal) {
+    for (int64_t b : {1, 32})
+      out.push_back({"b" + i2s(b) + "_s" + i2s(max_position), "prefill",
+                     {{"batch", b}, {"seq_len", max_position}, {"uniform", 1}}, {k++}});
+    out.push_back({"b8_s" + i2s(max_position) + "_ragged", "prefill", {{"batch", 8}, {"seq_len", max_position}, {"ragged", 22}}, {k++}});
+  } else if (out.empty()) {
     for (int64_t b : {1, 8, 32})
       out.push_back({"b" + i2s(b) + "_s" + i2s(max_position), "prefill", {{"batch", b}, {"seq_len", max_position}}, {k++}});
+  }
   return out;
 }
 
@@ -527,7 +536,7 @@ const KindHooks& kind_hooks() {
     h.cases["image_batches"] = [](const Params&) { return image_batch_cases(); };
     h.cases["images"] = [](const Params& p) { return image_cases(I(p, "max_position")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
-    h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position")); };
+    h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position"), !p.count("causal") || B(p, "causal")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };
     h.served["attention_prefill"] = [](const Params& p, const std::string& d) { return attention_served(p, d, true); };
     h.served["attention_decode"] = [](const Params& p, const std::string& d) { return attention_served(p, d, false); };
