@@ -732,6 +732,17 @@ int run_image_bench(fk::ImageEncoderModel& m, const Options& o) {
   }
   return fk::kExitOk;
 }
+
+/// Every runner's model set-up: the weights loaded from --load-weights (HF names) or seeded
+/// (Note [Seeded weights]), the model reported, and the weights saved when --save-weights asks.
+template <class M> void prepare_model(M& model, const fk::TaskInfo& task, const Options& o) {
+  if (!o.load_weights.empty()) fk::load_weights(model, o.load_weights);
+  else fk::tasks::init_params(model.named_parameters(), o.seed);
+  FK_CUDA_CHECK(cudaDeviceSynchronize());
+  std::cerr << "fk_model: " << task.name << " with " << model.num_layers() << " layers, " << std::fixed << std::setprecision(2)
+            << gib(fk::tasks::param_bytes(model.named_parameters())) << " GiB of weights\n";
+  if (!o.save_weights.empty()) fk::save_weights(model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -824,13 +835,7 @@ int main(int argc, char** argv) {
   if (task->make_image_encoder) {  // a vision encoder: the dump, throughput, weights
     try {
       std::unique_ptr<fk::ImageEncoderModel> model = task->make_image_encoder(o.layers);
-      if (!o.load_weights.empty()) fk::load_weights(*model, o.load_weights);
-      else fk::tasks::init_params(model->named_parameters(), o.seed);
-      FK_CUDA_CHECK(cudaDeviceSynchronize());
-      std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, " << std::fixed
-                << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
-      if (!o.save_weights.empty())
-        fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+      prepare_model(*model, *task, o);
       int rc = fk::kExitOk;
       if (!o.dump.empty()) rc = run_image_dump(*model, o);
       if (rc == fk::kExitOk && o.bench) rc = run_image_bench(*model, o);
@@ -843,13 +848,7 @@ int main(int argc, char** argv) {
   if (task->make_encoder) {  // an embedding model: the dump, throughput, weights
     try {
       std::unique_ptr<fk::EncoderModel> model = task->make_encoder(o.layers);
-      if (!o.load_weights.empty()) fk::load_weights(*model, o.load_weights);
-      else fk::tasks::init_params(model->named_parameters(), o.seed);
-      FK_CUDA_CHECK(cudaDeviceSynchronize());
-      std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, " << std::fixed
-                << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
-      if (!o.save_weights.empty())
-        fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+      prepare_model(*model, *task, o);
       int rc = fk::kExitOk;
       if (!o.dump.empty()) rc = run_encoder_dump(*model, o);
       if (rc == fk::kExitOk && o.bench) {
@@ -873,16 +872,7 @@ int main(int argc, char** argv) {
   }
   try {
     std::unique_ptr<fk::CausalLM> model = task->make_model(o.layers);  // 0: the config's layer count
-    if (!o.load_weights.empty()) {
-      fk::load_weights(*model, o.load_weights);
-    } else {
-      fk::tasks::init_params(model->named_parameters(), o.seed);
-    }
-    FK_CUDA_CHECK(cudaDeviceSynchronize());
-    std::cerr << "fk_model: " << task->name << " with " << model->num_layers() << " layers, "
-              << std::fixed << std::setprecision(2) << gib(fk::tasks::param_bytes(model->named_parameters())) << " GiB of weights\n";
-    if (!o.save_weights.empty())
-      fk::save_weights(*model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+    prepare_model(*model, *task, o);
     int rc = fk::kExitOk;
     if (!o.dump.empty()) rc = run_dump(*model, o);
     if (rc == fk::kExitOk && !o.greedy.empty()) rc = run_greedy(*model, o);

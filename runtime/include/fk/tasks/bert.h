@@ -41,8 +41,9 @@ template <class P> inline constexpr bool kHasPooler = !std::is_same_v<P, NoPoole
 // ---------------------------------------------------------------------------------------------
 // Forward glue (the baseline composition; every call goes through the child modules).
 
-/// BertAttention.forward(hidden_states [T, H]) -> [T, H] over the forward context's sequences.
-template <class Cfg, class M> Tensor bert_attention_forward(M& m, const Tensor& x) {
+/// dense(attn(qkv_proj(x))) for x [T, H], bidirectional over each sequence of the forward context:
+/// the encoders' self-attention (BERT's before its output LayerNorm; ViT's whole attention module).
+template <class Cfg, class M> Tensor encoder_self_attention(M& m, const Tensor& x) {
   constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
   const AttnMetadata& meta = forward_context();
   FK_CHECK(meta.is_prefill, "an encoder runs whole sequences: the forward context must be a prefill");
@@ -52,8 +53,13 @@ template <class Cfg, class M> Tensor bert_attention_forward(M& m, const Tensor& 
   Tensor k = contiguous_rows(qkv.narrow_last(q_size, q_size)).view({tokens, Hq, D});
   Tensor v = contiguous_rows(qkv.narrow_last(2 * q_size, q_size)).view({tokens, Hq, D});
   Tensor attn = m.attn.forward(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
-  Tensor o = std::get<0>(m.dense.forward(attn.view({tokens, q_size})));
-  return std::get<0>(m.layernorm.forward(o, x));  // LayerNorm(o + x); the sum is not kept (post-norm)
+  return std::get<0>(m.dense.forward(attn.view({tokens, q_size})));
+}
+
+/// BertAttention.forward(hidden_states [T, H]) -> [T, H] over the forward context's sequences.
+template <class Cfg, class M> Tensor bert_attention_forward(M& m, const Tensor& x) {
+  // LayerNorm(o + x); the sum is not kept (post-norm)
+  return std::get<0>(m.layernorm.forward(encoder_self_attention<Cfg>(m, x), x));
 }
 
 /// BertIntermediate + BertOutput: LayerNorm(output_dense(act(intermediate_dense(x))) + x).
@@ -115,13 +121,16 @@ template <class Cfg, class M> void add_bert_mlp_params(ParamList& out, M& m, con
 // References (Note [Composite references]): op by op from the model dtype, rounded where a
 // bf16 network rounds; attention over each token's whole sequence.
 
-template <class Cfg, class M> Tensor ref_bert_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
+/// dense(attention(qkv(x))) by reference, attention over each token's whole sequence.
+template <class Cfg, class M> Tensor ref_encoder_self_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
   constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
   Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
   Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hq * D), v = qkv.narrow_last(2 * Hq * D, Hq * D);
   Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), /*causal=*/false);
-  Tensor o = ref::linear(attn, m.dense.weight, m.dense.bias);
-  return ref::add_layer_norm(o, x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
+  return ref::linear(attn, m.dense.weight, m.dense.bias);
+}
+template <class Cfg, class M> Tensor ref_bert_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
+  return ref::add_layer_norm(ref_encoder_self_attention<Cfg>(m, cu, x), x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
 }
 template <class Cfg, class M> Tensor ref_bert_mlp(M& m, const Tensor& x) {
   Tensor h = ref::activation(ref::linear(x, m.intermediate_dense.weight, m.intermediate_dense.bias), Cfg::activation);
@@ -166,11 +175,21 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
 
 enum class EncoderKind { kAttention, kLayer };
 
-/// bert_attention (L2) and bert_layer (L3) over one batch of whole sequences (StepInputs'
-/// prefill: batch, seq_len, ragged lengths). Input x ~ N(0, 1) (a LayerNorm output's scale).
-template <class Module, class Cfg, EncoderKind kKind> class EncoderInstance final : public TaskInstance {
+/// The composite references of an encoder family's attention, layer and MLP (Refs::attention(m,
+/// cu, x), Refs::layer(l, cu, x), Refs::mlp(m, x)): what the harnesses below check against.
+template <class Cfg> struct BertRefs {
+  template <class M> static Tensor attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) { return ref_bert_attention<Cfg>(m, cu, x); }
+  template <class L> static Tensor layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) { return ref_bert_layer<Cfg>(l, cu, x); }
+  template <class M> static Tensor mlp(M& m, const Tensor& x) { return ref_bert_mlp<Cfg>(m, x); }
+};
+
+/// An encoder family's attention (L2) or layer (L3) over one batch of whole sequences
+/// (StepInputs' prefill: batch, seq_len, ragged or uniform lengths), checked against Refs (BERT's,
+/// ViT's). Input x ~ N(0, 1) (a LayerNorm output's scale). Parameters under the families' shared
+/// HF prefix "encoder.layer.0." (the attention's: "encoder.layer.0.attention.").
+template <class Module, class Cfg, class Refs, EncoderKind kKind> class EncoderStepInstance final : public TaskInstance {
  public:
-  explicit EncoderInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+  explicit EncoderStepInstance(const ShapeCase& c) : step_(c), module_(from_config) {
     FK_CHECK(step_.meta.is_prefill, "encoder cases are whole sequences (batch, seq_len)");
     constexpr int64_t H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
     const int64_t t = step_.tokens();
@@ -199,8 +218,8 @@ template <class Module, class Cfg, EncoderKind kKind> class EncoderInstance fina
   }
   std::vector<CheckedOutput> reference(int) override {
     Tensor ref;
-    if constexpr (kKind == EncoderKind::kLayer) ref = ref_bert_layer<Cfg>(module_, step_.host.cu, x_);
-    else ref = ref_bert_attention<Cfg>(module_, step_.host.cu, x_);
+    if constexpr (kKind == EncoderKind::kLayer) ref = Refs::layer(module_, step_.host.cu, x_);
+    else ref = Refs::attention(module_, step_.host.cu, x_);
     return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
@@ -219,11 +238,13 @@ template <class Module, class Cfg, EncoderKind kKind> class EncoderInstance fina
   ParamList params_;
   Tensor x_, out_;
 };
+/// bert_attention (L2) and bert_layer (L3).
+template <class Module, class Cfg, EncoderKind kKind> using EncoderInstance = EncoderStepInstance<Module, Cfg, BertRefs<Cfg>, kKind>;
 
-/// bert_mlp (L2). Case dims: num_tokens.
-template <class Module, class Cfg> class EncoderMlpInstance final : public TaskInstance {
+/// An encoder family's MLP (L2), checked against Refs::mlp. Case dims: num_tokens.
+template <class Module, class Cfg, class Refs> class EncoderMlpStepInstance final : public TaskInstance {
  public:
-  explicit EncoderMlpInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+  explicit EncoderMlpStepInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
     module_.named_parameters("encoder.layer.0.", params_);
     const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
     const int n = rotating_sets(set_bytes);
@@ -246,7 +267,7 @@ template <class Module, class Cfg> class EncoderMlpInstance final : public TaskI
     return v;
   }
   std::vector<CheckedOutput> reference(int s) override {
-    return {{"out", out_[s], to_f32(ref_bert_mlp<Cfg>(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+    return {{"out", out_[s], to_f32(Refs::mlp(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
     const double H = Cfg::hidden_size, I = Cfg::intermediate_size, t = double(tokens_);
@@ -260,6 +281,8 @@ template <class Module, class Cfg> class EncoderMlpInstance final : public TaskI
   ParamList params_;
   std::vector<Tensor> x_, out_;
 };
+/// bert_mlp (L2).
+template <class Module, class Cfg> using EncoderMlpInstance = EncoderMlpStepInstance<Module, Cfg, BertRefs<Cfg>>;
 
 /// The whole encoder (L4) as vLLM's pooling runner calls it: forward over a batch of whole
 /// sequences (input ids, positions 0.., token types), then the pooler on each sequence's first

@@ -31,18 +31,7 @@ namespace fk::tasks {
 // Forward glue (the baseline composition; every call goes through the child modules).
 
 /// ViTAttention.forward(hidden_states [T, H]) -> [T, H] over the forward context's images.
-template <class Cfg, class M> Tensor vit_attention_forward(M& m, const Tensor& x) {
-  constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
-  const AttnMetadata& meta = forward_context();
-  FK_CHECK(meta.is_prefill, "a vision encoder runs whole images: the forward context must be a prefill");
-  const int64_t tokens = x.size(0);
-  Tensor qkv = std::get<0>(m.qkv_proj.forward(x));
-  Tensor q = contiguous_rows(qkv.narrow_last(0, q_size)).view({tokens, Hq, D});
-  Tensor k = contiguous_rows(qkv.narrow_last(q_size, q_size)).view({tokens, Hq, D});
-  Tensor v = contiguous_rows(qkv.narrow_last(2 * q_size, q_size)).view({tokens, Hq, D});
-  Tensor attn = m.attn.forward(q, k, v, meta.cu_seqlens, meta.cu_seqlens, meta.max_seqlen, meta.max_seqlen);
-  return std::get<0>(m.dense.forward(attn.view({tokens, q_size})));
-}
+template <class Cfg, class M> Tensor vit_attention_forward(M& m, const Tensor& x) { return encoder_self_attention<Cfg>(m, x); }
 
 /// ViTIntermediate + ViTOutput.dense: output_dense(act(intermediate_dense(x))) (the residual add
 /// belongs to the layer).
@@ -107,11 +96,7 @@ template <class Cfg, class M> void add_vit_mlp_params(ParamList& out, M& m, cons
 // bf16 network rounds; attention over each image's tokens.
 
 template <class Cfg, class M> Tensor ref_vit_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
-  constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
-  Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
-  Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hq * D), v = qkv.narrow_last(2 * Hq * D, Hq * D);
-  Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), /*causal=*/false);
-  return ref::linear(attn, m.dense.weight, m.dense.bias);
+  return ref_encoder_self_attention<Cfg>(m, cu, x);
 }
 template <class Cfg, class M> Tensor ref_vit_mlp(M& m, const Tensor& x) {
   Tensor h = ref::activation(ref::linear(x, m.intermediate_dense.weight, m.intermediate_dense.bias), Cfg::activation);
@@ -153,100 +138,21 @@ std::pair<Tensor, Tensor> ref_vit_model(M& m, const std::vector<int32_t>& cu, co
 // ---------------------------------------------------------------------------------------------
 // Harnesses.
 
+/// ViT's composite references, as the encoder harnesses (fk/tasks/bert.h) take them.
+template <class Cfg> struct VitRefs {
+  template <class M> static Tensor attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) { return ref_vit_attention<Cfg>(m, cu, x); }
+  template <class L> static Tensor layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) { return ref_vit_layer<Cfg>(l, cu, x); }
+  template <class M> static Tensor mlp(M& m, const Tensor& x) { return ref_vit_mlp<Cfg>(m, x); }
+};
+
 enum class VisionKind { kAttention, kLayer };
-
-/// vit_attention (L2) and vit_layer (L3) over a batch of images (case dims batch, seq_len =
-/// tokens per image). Input x ~ N(0, 1).
-template <class Module, class Cfg, VisionKind kKind> class VisionInstance final : public TaskInstance {
- public:
-  explicit VisionInstance(const ShapeCase& c) : step_(c), module_(from_config) {
-    FK_CHECK(step_.meta.is_prefill, "vision cases are whole images (batch, seq_len)");
-    constexpr int64_t H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
-    const double t = double(step_.tokens());
-    const double act = t * (4 * H + 6 * Hq * D + (kKind == VisionKind::kLayer ? 2 * IntermediateOf<Cfg>::value : 0)) * sizeof(T);
-    require_device_memory(3 * act, "vision encoder activations");
-    if constexpr (kKind == VisionKind::kLayer) module_.named_parameters("encoder.layer.0.", params_);
-    else module_.named_parameters("encoder.layer.0.attention.", params_);
-    x_ = empty({step_.tokens(), H}, dtype_of<T>);
-  }
-  int num_sets() const override { return 1; }
-  void randomize(uint64_t seed) override {
-    init_params(params_, seed);
-    refresh(0, mix_seed(seed, 4101));
-  }
-  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
-  void prepare(int) override { out_ = Tensor(); }
-  void run(int) override {
-    ForwardContextGuard ctx(&step_.meta);
-    out_ = module_.forward(x_);
-  }
-  std::vector<Tensor> inputs(int) override {
-    auto v = param_tensors(params_);
-    v.push_back(x_);
-    return v;
-  }
-  std::vector<CheckedOutput> reference(int) override {
-    Tensor ref;
-    if constexpr (kKind == VisionKind::kLayer) ref = ref_vit_layer<Cfg>(module_, step_.host.cu, x_);
-    else ref = ref_vit_attention<Cfg>(module_, step_.host.cu, x_);
-    return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
-  }
-  Cost cost() const override {
-    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
-    const double t = double(step_.tokens());
-    double flops = 2 * t * H * 3 * Hq * D + 4 * step_.bidirectional_pairs() * Hq * D + 2 * t * Hq * D * H;
-    if (kKind == VisionKind::kLayer) flops += 4 * t * H * IntermediateOf<Cfg>::value;
-    return {flops, param_bytes(params_) + 2 * t * H * sizeof(T)};
-  }
-
- private:
-  using T = typename Cfg::scalar_t;
-  StepInputs step_;
-  Module module_;
-  ParamList params_;
-  Tensor x_, out_;
-};
-
+/// vit_attention (L2) and vit_layer (L3) over a batch of images (case dims batch, seq_len = tokens
+/// per image, uniform): the encoder harness with ViT's references.
+template <class Module, class Cfg, VisionKind kKind>
+using VisionInstance =
+    EncoderStepInstance<Module, Cfg, VitRefs<Cfg>, kKind == VisionKind::kLayer ? EncoderKind::kLayer : EncoderKind::kAttention>;
 /// vit_mlp (L2). Case dims: num_tokens.
-template <class Module, class Cfg> class VisionMlpInstance final : public TaskInstance {
- public:
-  explicit VisionMlpInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
-    module_.named_parameters("encoder.layer.0.", params_);
-    const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
-    const int n = rotating_sets(set_bytes);
-    require_device_memory(n * set_bytes + 3.0 * tokens_ * (Cfg::intermediate_size + 2 * Cfg::hidden_size) * sizeof(T),
-                          "vision MLP activations");
-    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));
-    out_.resize(n);
-  }
-  int num_sets() const override { return static_cast<int>(x_.size()); }
-  void randomize(uint64_t seed) override {
-    init_params(params_, seed);
-    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1100 + s));
-  }
-  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
-  void prepare(int s) override { out_[s] = Tensor(); }
-  void run(int s) override { out_[s] = module_.forward(x_[s]); }
-  std::vector<Tensor> inputs(int s) override {
-    auto v = param_tensors(params_);
-    v.push_back(x_[s]);
-    return v;
-  }
-  std::vector<CheckedOutput> reference(int s) override {
-    return {{"out", out_[s], to_f32(ref_vit_mlp<Cfg>(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
-  }
-  Cost cost() const override {
-    const double H = Cfg::hidden_size, I = Cfg::intermediate_size, t = double(tokens_);
-    return {4 * t * H * I, param_bytes(params_) + 2 * t * H * sizeof(T)};
-  }
-
- private:
-  using T = typename Cfg::scalar_t;
-  int64_t tokens_;
-  Module module_;
-  ParamList params_;
-  std::vector<Tensor> x_, out_;
-};
+template <class Module, class Cfg> using VisionMlpInstance = EncoderMlpStepInstance<Module, Cfg, VitRefs<Cfg>>;
 
 /// The whole vision encoder (L4) over a batch of images (case dims batch, seq_len = tokens per
 /// image): pixels [B, C, S, S] ~ N(0, 1) (normalised images) -> last hidden state and pooled
