@@ -596,6 +596,35 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   Params bidir = {{"num_heads", int64_t{12}}, {"num_kv_heads", int64_t{12}}, {"head_dim", int64_t{64}},
                   {"softmax_scale", 0.125}, {"sliding_window", int64_t{0}}, {"softcap", 0.0},
                   {"sinks", false}, {"max_position", int64_t{512}}, {"causal", false}};
+  // 2-D vision rope: DINOv3's (normalised patch centres, a class token not rotated) and Qwen2-VL's
+  // (integer grid positions in 2 x 2 merge windows); whole windows and quarters of the head dim only.
+  Params vrope = {{"head_dim", int64_t{64}}, {"num_heads", int64_t{3}}, {"rope_theta", 100.0}, {"grid_h", int64_t{14}},
+                  {"grid_w", int64_t{14}}, {"prefix_tokens", int64_t{1}}, {"merge_size", int64_t{1}}, {"centered", true},
+                  {"max_position", int64_t{197}}};
+  EXPECT_EQ(name_of("vision_rope_2d", vrope), "vision_rope_2d_hq3_d64_g14x14_p1_m1_centered_theta100_bf16");
+  EXPECT_EQ(find_kind("vision_rope_2d")->production(vrope), "transformers DINOv3ViTRopePositionEmbedding + apply_rotary_pos_emb");
+  std::vector<std::string> vcases;
+  for (const ShapeCase& c : find_kind("vision_rope_2d")->cases(vrope)) vcases.push_back(c.name);
+  EXPECT_EQ(vcases, (std::vector<std::string>{"b1_s197", "b8_s197", "b32_s197"}));
+  Params qwen = vrope;
+  qwen["head_dim"] = int64_t{80};
+  qwen["num_heads"] = int64_t{16};
+  qwen["rope_theta"] = 10000.0;
+  qwen["grid_h"] = qwen["grid_w"] = int64_t{16};
+  qwen["prefix_tokens"] = int64_t{0};
+  qwen["merge_size"] = int64_t{2};
+  qwen["centered"] = false;
+  qwen["max_position"] = int64_t{256};
+  EXPECT_EQ(name_of("vision_rope_2d", qwen), "vision_rope_2d_hq16_d80_g16x16_p0_m2_grid_theta10000_bf16");
+  Params bad = qwen;
+  bad["grid_w"] = int64_t{15};  // not whole 2 x 2 windows
+  EXPECT_THROW(name_of("vision_rope_2d", bad), GenError);
+  bad = qwen;
+  bad["head_dim"] = int64_t{66};  // no four quarters
+  EXPECT_THROW(name_of("vision_rope_2d", bad), GenError);
+  bad = qwen;
+  bad["max_position"] = int64_t{257};  // tokens per image are prefix + grid
+  EXPECT_THROW(name_of("vision_rope_2d", bad), GenError);
   EXPECT_EQ(name_of("flash_attn_prefill", bidir), "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16");
   EXPECT_EQ(find_kind("flash_attn_prefill")->served(bidir, "bfloat16"), "");
   bidir["sliding_window"] = int64_t{128};
@@ -697,7 +726,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
-      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"}};
+      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"},
+      {"vision_rope_2d", "VisionRope2D"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

@@ -505,6 +505,17 @@ const KindHooks& kind_hooks() {
       if (img < patch || img % patch != 0 || img > 8192)
         throw GenError{"image_size must be a multiple of patch_size " + i2s(patch) + " up to 8192, got " + i2s(img)};
     };
+    h.checks["vision_rope_2d"] = [](const Params& p) {
+      const int64_t d = I(p, "head_dim"), gh = I(p, "grid_h"), gw = I(p, "grid_w"), m = I(p, "merge_size"), pre = I(p, "prefix_tokens");
+      if (d < 4 || d % 4 != 0) throw GenError{"head_dim must be a positive multiple of 4 (row and column quarters), got " + i2s(d)};
+      if (m < 1 || gh < 1 || gw < 1 || gh % m != 0 || gw % m != 0)
+        throw GenError{"grid " + i2s(gh) + "x" + i2s(gw) + " must be whole merge_size " + i2s(m) + " windows"};
+      if (pre < 0) throw GenError{"prefix_tokens must be >= 0, got " + i2s(pre)};
+      if (I(p, "max_position") != pre + gh * gw)
+        throw GenError{"max_position (tokens per image) must be prefix_tokens + grid_h * grid_w = " + i2s(pre + gh * gw) + ", got " +
+                       i2s(I(p, "max_position"))};
+      if (!(F(p, "rope_theta") > 1)) throw GenError{"rope_theta must be > 1, got " + cf(F(p, "rope_theta"))};
+    };
     h.checks["gemma_model"] = [](const Params& p) {
       const int64_t every = I(p, "full_every"), w = I(p, "local_sliding_window");
       if (every < 1) throw GenError{"full_every must be >= 1, got " + i2s(every)};
