@@ -360,6 +360,31 @@ def set_fp32_exact():
     torch.set_float32_matmul_precision("highest")
 
 
+def timed_calls(call, warmup, iters, compiled):
+    """Times call() as the HF peers do: `warmup` calls, then `iters` calls each between two CUDA
+    events, under torch.no_grad; with `compiled` (a torch.compile'd call), a recompilation inside
+    the timed calls is an error, not a figure. Returns {ms (median), ms_min, ms_max, peak_mem_gib
+    (torch.cuda.max_memory_allocated over the calls, weights included)}."""
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        for _ in range(warmup):
+            call()
+        frames = int(torch._dynamo.utils.counters["frames"]["ok"]) if compiled else None
+        times = []
+        for _ in range(iters):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            call()
+            e1.record()
+            e1.synchronize()
+            times.append(e0.elapsed_time(e1))
+        if frames is not None and int(torch._dynamo.utils.counters["frames"]["ok"]) != frames:
+            raise RuntimeError("torch.compile recompiled inside the timed iterations")
+    times.sort()
+    return {"ms": times[len(times) // 2], "ms_min": times[0], "ms_max": times[-1],
+            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2 ** 30}
+
+
 def versions():
     import transformers
     return {"torch": torch.__version__, "transformers": transformers.__version__}

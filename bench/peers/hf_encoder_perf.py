@@ -134,28 +134,9 @@ def main(argv=None):
                    "seq_len": s, **env}
             try:
                 ids, tt = inputs(b, s)
-                torch.cuda.reset_peak_memory_stats()
-                with torch.no_grad():
-                    for _ in range(a.warmup):
-                        fn(ids, tt)
-                    frames = None
-                    if mode == "compile":
-                        frames = int(torch._dynamo.utils.counters["frames"]["ok"])
-                    times = []
-                    for _ in range(a.iters):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        fn(ids, tt)
-                        e1.record()
-                        e1.synchronize()
-                        times.append(e0.elapsed_time(e1))
-                    if frames is not None and int(torch._dynamo.utils.counters["frames"]["ok"]) != frames:
-                        raise RuntimeError("torch.compile recompiled inside the timed iterations")
-                times.sort()
-                ms = times[len(times) // 2]
-                row.update({"ms": ms, "ms_min": times[0], "ms_max": times[-1], "sequences_per_s": 1000.0 * b / ms,
-                            "tokens_per_s": 1000.0 * b * s / ms,
-                            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2 ** 30})
+                row.update(hfmodel.timed_calls(lambda: fn(ids, tt), a.warmup, a.iters, mode == "compile"))
+                ms = row["ms"]
+                row.update({"sequences_per_s": 1000.0 * b / ms, "tokens_per_s": 1000.0 * b * s / ms})
                 log(f"{mode} {b}x{s}: {ms:.3f} ms, {row['sequences_per_s']:.1f} sequences/s")
             except Exception as e:  # noqa: BLE001 - one failed shape is a row with "error", not the end of the run
                 row["error"] = f"{type(e).__name__}: {e}"

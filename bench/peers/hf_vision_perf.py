@@ -169,25 +169,9 @@ def main(argv=None):
                 row["check_rel_l2"] = check
             try:
                 px = torch.randn(b, C, S, S, device="cuda", generator=g, dtype=dtype)
-                torch.cuda.reset_peak_memory_stats()
-                with torch.no_grad():
-                    for _ in range(a.warmup):
-                        call(fn, px)
-                    frames = int(torch._dynamo.utils.counters["frames"]["ok"]) if mode.endswith("compile") else None
-                    times = []
-                    for _ in range(a.iters):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        call(fn, px)
-                        e1.record()
-                        e1.synchronize()
-                        times.append(e0.elapsed_time(e1))
-                    if frames is not None and int(torch._dynamo.utils.counters["frames"]["ok"]) != frames:
-                        raise RuntimeError("torch.compile recompiled inside the timed iterations")
-                times.sort()
-                ms = times[len(times) // 2]
-                row.update({"ms": ms, "ms_min": times[0], "ms_max": times[-1], "images_per_s": 1000.0 * b / ms,
-                            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2 ** 30})
+                row.update(hfmodel.timed_calls(lambda: call(fn, px), a.warmup, a.iters, mode.endswith("compile")))
+                ms = row["ms"]
+                row["images_per_s"] = 1000.0 * b / ms
                 log(f"{mode} b{b}: {ms:.3f} ms, {row['images_per_s']:.1f} images/s")
             except Exception as e:  # noqa: BLE001 - one failed batch is a row with "error"
                 row["error"] = f"{type(e).__name__}: {e}"

@@ -547,6 +547,31 @@ struct EncoderBatch {
   std::vector<int32_t> cu{0};
 };
 
+/// One row of an encoder bench (embedding or image batches): 3 warm-up calls of `step`, 10 timed
+/// (timed_calls), and the fields every such row has; the caller adds its throughput fields.
+template <class M, class F>
+nlohmann::json timed_batch_row(const M& m, const Options& o, const char* mode, int64_t batch, F step) {
+  for (int i = 0; i < 3; ++i) step();
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  const std::vector<double> ms = timed_calls(fk::current_stream(), e0, e1, 10, step);
+  FK_CUDA_CHECK(cudaEventDestroy(e0));
+  FK_CUDA_CHECK(cudaEventDestroy(e1));
+  nlohmann::json j;
+  j["tool"] = "fk_model";
+  j["arch"] = o.arch;
+  j["task"] = m.task_name();
+  j["layers"] = m.num_layers();
+  j["mode"] = mode;
+  j["batch"] = batch;
+  j["ms"] = ms[ms.size() / 2];
+  j["ms_min"] = ms.front();
+  j["ms_max"] = ms.back();
+  j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+  return j;
+}
+
 /// Random prompts for an encoder. RoBERTa-style models (position_offset > 0) take the id
 /// padding_idx = position_offset - 1 as padding (HF numbers positions from the ids and skips it),
 /// so the prompts do not contain it.
@@ -618,32 +643,16 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
 /// encoder's kernels are large at these shapes; batch-1 latency is reported as measured).
 int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<std::string>& shapes) {
   std::vector<nlohmann::json> rows;
-  cudaEvent_t e0, e1;
-  FK_CUDA_CHECK(cudaEventCreate(&e0));
-  FK_CUDA_CHECK(cudaEventCreate(&e1));
   for (const std::string& spec : shapes) {
     const auto x = spec.find('x');
     const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
     fk::release_cached_memory();
     EncoderBatch e = make_encoder_batch(m, encoder_prompts(m, std::vector<int64_t>(b, s), fk::mix_seed(o.seed, 1000 + b)));
     fk::tasks::ForwardContextGuard ctx(&e.meta);
-    auto step = [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); };
-    for (int i = 0; i < 3; ++i) step();
-    const std::vector<double> ms = timed_calls(fk::current_stream(), e0, e1, 10, step);
-    nlohmann::json j;
-    j["tool"] = "fk_model";
-    j["arch"] = o.arch;
-    j["task"] = m.task_name();
-    j["layers"] = m.num_layers();
-    j["mode"] = "embed";
-    j["batch"] = b;
+    nlohmann::json j = timed_batch_row(m, o, "embed", b, [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); });
     j["seq_len"] = s;
-    j["ms"] = ms[ms.size() / 2];
-    j["ms_min"] = ms.front();
-    j["ms_max"] = ms.back();
-    j["sequences_per_s"] = 1000.0 * b / ms[ms.size() / 2];
-    j["tokens_per_s"] = 1000.0 * b * s / ms[ms.size() / 2];
-    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    j["sequences_per_s"] = 1000.0 * b / j["ms"].get<double>();
+    j["tokens_per_s"] = 1000.0 * b * s / j["ms"].get<double>();
     std::cerr << "embed " << spec << ": " << j["ms"].get<double>() << " ms, " << j["sequences_per_s"].get<double>()
               << " sequences/s\n";
     rows.push_back(j);
@@ -695,29 +704,13 @@ int run_image_dump(fk::ImageEncoderModel& m, const Options& o) {
 /// Throughput of whole batches of images: forward (patch embedding .. final norm) + pooler, eager.
 int run_image_bench(fk::ImageEncoderModel& m, const Options& o) {
   std::vector<nlohmann::json> rows;
-  cudaEvent_t e0, e1;
-  FK_CUDA_CHECK(cudaEventCreate(&e0));
-  FK_CUDA_CHECK(cudaEventCreate(&e1));
   for (int64_t b : o.image_batches) {
     fk::release_cached_memory();
     Tensor px = random_images(m, b, fk::mix_seed(o.seed, 2000 + b));
-    auto step = [&] { return m.pool(m.forward(px)); };
-    for (int i = 0; i < 3; ++i) step();
-    const std::vector<double> ms = timed_calls(fk::current_stream(), e0, e1, 10, step);
-    nlohmann::json j;
-    j["tool"] = "fk_model";
-    j["arch"] = o.arch;
-    j["task"] = m.task_name();
-    j["layers"] = m.num_layers();
-    j["mode"] = "images";
-    j["batch"] = b;
+    nlohmann::json j = timed_batch_row(m, o, "images", b, [&] { return m.pool(m.forward(px)); });
     j["image_size"] = m.image_size();
     j["tokens_per_image"] = m.tokens_per_image();
-    j["ms"] = ms[ms.size() / 2];
-    j["ms_min"] = ms.front();
-    j["ms_max"] = ms.back();
-    j["images_per_s"] = 1000.0 * b / ms[ms.size() / 2];
-    j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    j["images_per_s"] = 1000.0 * b / j["ms"].get<double>();
     std::cerr << "images " << b << ": " << j["ms"].get<double>() << " ms, " << j["images_per_s"].get<double>() << " images/s\n";
     rows.push_back(j);
   }

@@ -61,20 +61,6 @@ template <class Cfg, class M> Tensor vit_embeddings_forward(M& m, const Tensor& 
   return out;
 }
 
-/// A prefill forward context of `batch` images of `tokens` tokens each.
-struct ImageBatch {
-  AttnMetadata meta;
-  std::vector<int32_t> cu{0};
-  ImageBatch(int64_t batch, int64_t tokens) {
-    for (int64_t i = 0; i < batch; ++i) cu.push_back(static_cast<int32_t>(cu.back() + tokens));
-    meta.is_prefill = true;
-    meta.num_seqs = batch;
-    meta.num_tokens = batch * tokens;
-    meta.max_seqlen = tokens;
-    meta.cu_seqlens = to_device(cu, {batch + 1});
-  }
-};
-
 // ---------------------------------------------------------------------------------------------
 // Parameters (HF ViTModel names).
 
@@ -248,15 +234,18 @@ template <class Model, class Cfg> class ImageEncoderAdapter final : public Image
   }
 
  private:
-  /// The forward context of a batch of b images, built once per batch size (no copy per call).
+  /// The forward context of a batch of b images (a uniform prefill, as the image cases are), built
+  /// once per batch size (no copy per call).
   const AttnMetadata& meta_for(int64_t b) {
-    std::unique_ptr<ImageBatch>& p = batches_[b];
-    if (!p) p = std::make_unique<ImageBatch>(b, Cfg::tokens_per_image);
+    std::unique_ptr<StepInputs>& p = batches_[b];
+    if (!p)
+      p = std::make_unique<StepInputs>(
+          ShapeCase{"images", "prefill", {{"batch", b}, {"seq_len", Cfg::tokens_per_image}, {"uniform", 1}}});
     return p->meta;
   }
   std::string name_;
   Model m_;
-  std::map<int64_t, std::unique_ptr<ImageBatch>> batches_;
+  std::map<int64_t, std::unique_ptr<StepInputs>> batches_;
 };
 
 }  // namespace fk::tasks
