@@ -39,19 +39,22 @@ namespace fe = cudnn_frontend;
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kOffQ, kOffK, kOffV, kOffO };
 
-/// seq_q[i], seq_k[i] (i < B) and element offsets off_q/k/v/o[i] (i <= B) from cu_seqlens.
+/// seq_q[i], seq_k[i] (i < B) and element offsets off_q/k/v/o[i] (i <= B) from cu_seqlens; with
+/// seqused_k (Note [Padded keys: seqused_k]) the keys of sequence i start at row i * max_k and
+/// number seqused_k[i].
 __global__ void varlen_aux_kernel(int32_t* seq_q, int32_t* seq_k, int32_t* off_q, int32_t* off_k, int32_t* off_v,
-                                  int32_t* off_o, const int32_t* cu_q, const int32_t* cu_k, int batch, int q_row,
-                                  int k_row, int v_row, int o_row) {
+                                  int32_t* off_o, const int32_t* cu_q, const int32_t* cu_k, const int32_t* seqused_k,
+                                  int max_k, int batch, int q_row, int k_row, int v_row, int o_row) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i > batch) return;
+  const int k_start = seqused_k ? i * max_k : cu_k[i];
   off_q[i] = cu_q[i] * q_row;
-  off_k[i] = cu_k[i] * k_row;
-  off_v[i] = cu_k[i] * v_row;
+  off_k[i] = k_start * k_row;
+  off_v[i] = k_start * v_row;
   off_o[i] = cu_q[i] * o_row;
   if (i < batch) {
     seq_q[i] = cu_q[i + 1] - cu_q[i];
-    seq_k[i] = cu_k[i + 1] - cu_k[i];
+    seq_k[i] = seqused_k ? seqused_k[i] : cu_k[i + 1] - cu_k[i];
   }
 }
 
@@ -155,7 +158,9 @@ CachedGraph build_dense(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
 
 void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   if (a.batch == 0 || a.total_q == 0) return;
-  if (!a.out || !a.q || !a.k || !a.v || !a.cu_seqlens_q || !a.cu_seqlens_k) fail("null pointer");
+  if (!a.out || !a.q || !a.k || !a.v || !a.cu_seqlens_q || (!a.cu_seqlens_k && !a.seqused_k)) fail("null pointer");
+  if (a.seqused_k && a.total_k != a.batch * a.max_seqlen_k)
+    fail("with seqused_k, k/v are a padded [batch, max_seqlen_k, Hkv, D] cache: total_k must be batch * max_seqlen_k");
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 || a.head_dim <= 0 || a.head_dim_v < 0)
     fail("bad heads");
   const int dv = a.head_dim_v > 0 ? a.head_dim_v : a.head_dim;
@@ -171,7 +176,8 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   std::memcpy(&scale_bits, &a.softmax_scale, sizeof(scale_bits));
   // Every length is <= its max_seqlen, so B * max_seqlen == total means every length equals
   // max_seqlen: no device -> host sync is needed to take the dense path.
-  const bool dense = a.allow_dense && a.total_q == a.batch * a.max_seqlen_q && a.total_k == a.batch * a.max_seqlen_k;
+  const bool dense = a.allow_dense && a.total_q == a.batch * a.max_seqlen_q &&
+                     (a.seqused_k ? a.seqused_k_full : a.total_k == a.batch * a.max_seqlen_k);
   const Key key{dev,          static_cast<int>(a.dtype), a.batch,        a.max_seqlen_q, a.max_seqlen_k, a.num_heads,
                 a.num_kv_heads, a.head_dim,             dv,             scale_bits,     a.causal,       dense,          a.window};
   std::lock_guard<std::mutex> lock(g_mu);
@@ -195,7 +201,8 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   int32_t* off_v = off_k + b + 1;
   int32_t* off_o = off_v + b + 1;
   varlen_aux_kernel<<<static_cast<unsigned>((b + 1 + 127) / 128), 128, 0, stream>>>(
-      seq_q, seq_k, off_q, off_k, off_v, off_o, a.cu_seqlens_q, a.cu_seqlens_k, static_cast<int>(b),
+      seq_q, seq_k, off_q, off_k, off_v, off_o, a.cu_seqlens_q, a.cu_seqlens_k, a.seqused_k,
+      static_cast<int>(a.max_seqlen_k), static_cast<int>(b),
       a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.num_kv_heads * dv, a.num_heads * dv);
   FK_RT(cudaGetLastError());
   FK_DNN(cudnnSetStream(handle, stream));

@@ -625,6 +625,21 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   bad = qwen;
   bad["max_position"] = int64_t{257};  // tokens per image are prefix + grid
   EXPECT_THROW(name_of("vision_rope_2d", bad), GenError);
+  // Cross-attention: decode steps over a cached encoder output, first steps that write the cache.
+  Params xattn = {{"num_heads", int64_t{20}}, {"num_kv_heads", int64_t{20}}, {"head_dim", int64_t{64}},
+                  {"softmax_scale", 0.125}, {"max_position", int64_t{448}}, {"max_encoder_len", int64_t{1500}}};
+  EXPECT_EQ(name_of("cross_attention", xattn), "cross_attention_hq20_hkv20_d64_bf16");
+  EXPECT_EQ(find_kind("cross_attention")->production(xattn), "vllm.attention.layers.cross_attention.CrossAttention");
+  std::vector<std::string> xcases;
+  for (const ShapeCase& c : find_kind("cross_attention")->cases(xattn)) xcases.push_back(c.name);
+  EXPECT_EQ(xcases, (std::vector<std::string>{"b1_q1_kv1500", "b8_q1_kv1500", "b32_q1_kv1500", "b64_q1_kv1500",
+                                              "b32_q1_kv1500_ragged", "b1_q128_kv1500_write", "b32_q128_kv1500_write",
+                                              "b8_q128_kv1500_write_ragged"}));
+  EXPECT_EQ(find_kind("cross_attention")->served(xattn, "bfloat16"), "");
+  xattn["softmax_scale"] = 1.0;  // T5-style unscaled scores are spelled
+  EXPECT_EQ(name_of("cross_attention", xattn), "cross_attention_hq20_hkv20_d64_scale1_bf16");
+  xattn["num_kv_heads"] = int64_t{3};
+  EXPECT_NE(find_kind("cross_attention")->served(xattn, "bfloat16"), "");
   EXPECT_EQ(name_of("flash_attn_prefill", bidir), "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16");
   EXPECT_EQ(find_kind("flash_attn_prefill")->served(bidir, "bfloat16"), "");
   bidir["sliding_window"] = int64_t{128};
@@ -727,7 +742,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"},
-      {"vision_rope_2d", "VisionRope2D"}};
+      {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

@@ -98,6 +98,26 @@ std::vector<ShapeCase> prefill_attn_cases(int64_t max_position, bool causal) {
   return out;
 }
 
+// Cross-attention (docs/task-kinds.md, cross_attention): the decode steps attend to a cache
+// written once (batches 1, 8, 32, 64 of one query per sequence over whole encoder outputs of
+// max_encoder_len keys, and a ragged batch of 32), and the first step writes it (batches 1 and 32
+// of min(max_position, 128) queries, and a ragged batch of 8: queries and keys of drawn counts).
+std::vector<ShapeCase> cross_attn_cases(int64_t max_position, int64_t max_encoder_len) {
+  const int64_t q = std::min<int64_t>(max_position, 128), l = max_encoder_len;
+  const std::string kv = "_kv" + i2s(l);
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32, 64})
+    out.push_back({"b" + i2s(b) + "_q1" + kv, "decode", {{"batch", b}, {"q_len", 1}, {"kv_len", l}, {"write", 0}, {"uniform", 1}}, {k++}});
+  out.push_back({"b32_q1" + kv + "_ragged", "decode", {{"batch", 32}, {"q_len", 1}, {"kv_len", l}, {"write", 0}, {"ragged", 23}}, {k++}});
+  for (int64_t b : {1, 32})
+    out.push_back({"b" + i2s(b) + "_q" + i2s(q) + kv + "_write", "prefill",
+                   {{"batch", b}, {"q_len", q}, {"kv_len", l}, {"write", 1}, {"uniform", 1}}, {k++}});
+  out.push_back({"b8_q" + i2s(q) + kv + "_write_ragged", "prefill",
+                 {{"batch", 8}, {"q_len", q}, {"kv_len", l}, {"write", 1}, {"ragged", 24}}, {k++}});
+  return out;
+}
+
 std::vector<ShapeCase> decode_attn_cases(int64_t max_position) {
   std::set<std::pair<int64_t, int64_t>> keep;  // ordered by batch, then kv_len; deduplicated
   for (int64_t b : {1, 8, 32, 64})
@@ -549,6 +569,12 @@ const KindHooks& kind_hooks() {
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position"), !p.count("causal") || B(p, "causal")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };
+    h.cases["cross_attn"] = [](const Params& p) { return cross_attn_cases(I(p, "max_position"), I(p, "max_encoder_len")); };
+    h.served["cross_attention"] = [](const Params& p, const std::string& d) {
+      if (I(p, "max_encoder_len") < 1) return "max_encoder_len must be >= 1, got " + i2s(I(p, "max_encoder_len"));
+      return attention_served(p, d, false);
+    };
+    h.spell["xattn_scale"] = [](const Params& p) { return scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")); };
     h.served["attention_prefill"] = [](const Params& p, const std::string& d) { return attention_served(p, d, true); };
     h.served["attention_decode"] = [](const Params& p, const std::string& d) { return attention_served(p, d, false); };
     // The elementwise kernels (fk/kernels/activation.cuh, silu_and_mul.cuh) move rows as 16-byte

@@ -27,6 +27,14 @@
 // (a faster cuDNN kernel variant, and no auxiliary kernel) runs them; cu_seqlens is not read.
 // Hence the contract: max_seqlen_q/k must be the true maxima (as for flash_attn_varlen_func)
 // and cu_seqlens must start at 0.
+//
+// Note [Padded keys: seqused_k]
+// FlashAttention's seqused_k: with it, k/v are a padded cache [batch, max_seqlen_k, Hkv, D]
+// (sequence b's keys in its first seqused_k[b] rows; the cross-attention cache of
+// fk/kernels/cross_attention.cuh) and cu_seqlens_k is not read. The ragged graph then takes
+// element offsets b * max_seqlen_k * Hkv * D and lengths seqused_k[b] (the same graph: only the
+// auxiliary kernel differs). The dense graph runs it only when the caller knows on the host
+// that every seqused_k[b] == max_seqlen_k (seqused_k_full).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,6 +65,10 @@ struct VarlenAttentionArgs {
   bool causal = true;
   int window = 0;  ///< sliding window in keys, the query's own included; 0: none
   bool allow_dense = true;  ///< false: always the ragged graph (tests, benchmarks)
+  /// Note [Padded keys: seqused_k]: [batch] i32 key counts of a padded k/v [batch, max_seqlen_k, Hkv, D];
+  /// null: packed k/v described by cu_seqlens_k.
+  const int32_t* seqused_k = nullptr;
+  bool seqused_k_full = false;  ///< with seqused_k: every count is max_seqlen_k (known on the host)
   AttnDType dtype = AttnDType::kBF16;
 };
 
