@@ -25,6 +25,9 @@
 #     vision@G              the vision encoders (issue 22) on GPU G (background): patch embedding and ViT GPU
 #                           tests, fk_bench over every ViT task, HF parity at 4 layers, fk_model --bench beside
 #                           HF eager/compile and timm (bench/peers/hf_vision_perf.py) with the same weights
+#     xattn@G               cross-attention (issue 22) on GPU G (background): the cross_attention kind's and the BERT
+#                           decoder's GPU tests, fk_bench over every task of bert2bert's decoder, HF parity at 4
+#                           layers with the dump's encoder states, fk_model --bench
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -121,6 +124,17 @@ for step in "${steps[@]}"; do
             --markdown '$P/enc_model_'\$t.md >'$P/enc_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/w.safetensors' --modes eager,compile \
             --jsonl '$P/enc_hf_'\$t.jsonl >'$P/enc_hf_'\$t.log 2>&1; rm -f '$P/w.safetensors'; done"
+      ;;
+    xattn@*)
+      g="${step#*@}"
+      bg xattn "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'CrossAttention|cross_attention|causal_xattn|d64_causal' --output-on-failure -j 1 --timeout 600) >'$P/xattn_tests.log' 2>&1; \
+        '$b/fk_bench' --arch bert2bert_cnn_daily_mail-decoder --seed $seed --case-timeout 300 --jsonl '$P/xattn_bench.jsonl' \
+          --markdown '$P/xattn_bench.md' >'$P/xattn_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch patrickvonplaten/bert2bert_cnn_daily_mail-decoder --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/xattn_parity' >'$P/xattn_parity.log' 2>&1; \
+        '$b/fk_model' --arch patrickvonplaten/bert2bert_cnn_daily_mail-decoder --bench --jsonl '$P/xattn_model.jsonl' \
+          --markdown '$P/xattn_model.md' >'$P/xattn_model.log' 2>&1"
       ;;
     vision@*)
       g="${step#*@}"

@@ -13,6 +13,8 @@ ViTModel with its pooler, same weights and the dump's pixel_values (one batch of
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1], flattened)
   b) the last hidden state (final LayerNorm) (last_hidden_state vs last_hidden_state)
   c) the pooled vector of each image         (pooled vs pooler_output)
+A BERT decoder with cross-attention (bert2bert's: is_decoder, add_cross_attention) is checked the
+same way with the dump's encoder_hidden_states (one sequence of them per prompt) passed to BertModel.
 Bounds as for the causal LMs (docs/parity.md): ours-vs-fp32 <= max(factor x HF-bf16-vs-fp32, floor).
 """
 import os
@@ -161,9 +163,24 @@ def pool_choice(last, pooling):
     return torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v
 
 
+def encoder_side(D, B):
+    """A decoder dump's encoder output (bert2bert: cross-attention): (states [Tk, H] fp32, offsets
+    [B + 1]) or None for an encoder's dump."""
+    from hf_parity import ContractError
+
+    if "encoder_hidden_states" not in D:
+        return None
+    cu = [int(x) for x in D["encoder_cu_seqlens"].tolist()]
+    if len(cu) != B + 1 or cu[0] != 0 or any(cu[i + 1] <= cu[i] for i in range(B)) or cu[-1] != D["encoder_hidden_states"].shape[0]:
+        raise ContractError(f"encoder_cu_seqlens {cu} does not describe encoder_hidden_states {tuple(D['encoder_hidden_states'].shape)}")
+    return D["encoder_hidden_states"], cu
+
+
 def hf_encoder_run(model, D, lens, device, pooling="pooler"):
     """Per sequence: (hidden states after each layer [T, H] fp32 CPU, concatenated over sequences;
-    pooled [B, H] fp32 CPU: the model's pooler_output, or the pooling choice over the last layer)."""
+    pooled [B, H] fp32 CPU: the model's pooler_output, or the pooling choice over the last layer).
+    A decoder with cross-attention gets its sequence's encoder output (the dump's, in the model's
+    dtype: the values fk_model used) as encoder_hidden_states, without a cache."""
     import torch
 
     ids, tt = D["input_ids"], D["token_type_ids"]
@@ -171,10 +188,16 @@ def hf_encoder_run(model, D, lens, device, pooling="pooler"):
     layers = [[] for _ in range(n)]
     pooled = []
     off = 0
+    enc = encoder_side(D, len(lens))
+    dtype = next(model.parameters()).dtype
     with torch.no_grad():
-        for L in lens:
+        for b, L in enumerate(lens):
+            kw = {}
+            if enc is not None:
+                states, ecu = enc
+                kw = {"encoder_hidden_states": states[ecu[b]:ecu[b + 1]][None].to(device, dtype), "use_cache": False}
             out = model(input_ids=ids[off:off + L][None].to(device), token_type_ids=tt[off:off + L][None].to(device),
-                        output_hidden_states=True)
+                        output_hidden_states=True, **kw)
             off += L
             for i in range(n):
                 layers[i].append(out.hidden_states[i + 1][0].float().cpu())
@@ -246,6 +269,9 @@ def check_encoder(a, arch, workdir, res):
     else:
         res["prompt_lens"] = lens
         res["pooling"] = pooling
+        if "encoder_hidden_states" in D:
+            res["cross_attention"] = True
+            res["encoder_lens"] = [int(b - a) for a, b in zip(D["encoder_cu_seqlens"].tolist()[:-1], D["encoder_cu_seqlens"].tolist()[1:])]
     runs = {}
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()

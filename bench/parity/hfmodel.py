@@ -114,6 +114,14 @@ def model_dtype(arch, root=None):
     return DTYPES[dt]
 
 
+GENERATION_DEFAULT_KEYS = (
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "num_return_sequences", "output_scores", "return_dict_in_generate",
+    "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens", "bad_words_ids")
+
+
 def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
     """transformers config for `arch` from <root>/<arch>/config.json, num_hidden_layers
     overridden. Built with AutoConfig.for_model from the JSON dict: nothing touches the hub.
@@ -141,6 +149,13 @@ def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
         d.pop(k, None)
     for k in [k for k in d if k.startswith("_")]:  # hub bookkeeping (_name_or_path)
         d.pop(k)
+    # Generation defaults transformers 4.x wrote into model configs (bert2bert's decoder): they do not
+    # touch the forward pass, and transformers 5 refuses to save a config that holds them.
+    for k in GENERATION_DEFAULT_KEYS:
+        d.pop(k, None)
+    # return_dict false (bert2bert's printed config) makes forward return tuples; the checks read
+    # the output's fields. It changes the container, not the values.
+    d.pop("return_dict", None)
     cfg = AutoConfig.for_model(mt, **d)
     cfg.architectures = None
     return cfg

@@ -22,13 +22,14 @@ struct Config {
   static constexpr double softmax_scale = 0.125;
   static constexpr double layer_norm_eps = 1e-05;
   static constexpr bool bias = true;
+  static constexpr bool causal = false;  ///< a decoder's causal self-attention (false: an encoder's)
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.models.bert.BertAttention (BertSelfAttention + BertSelfOutput):
 ///   __init__(hidden_size, num_attention_heads, layer_norm_eps) /
 ///   forward(hidden_states [T, hidden]) -> LayerNorm(dense(attn(qkv_proj(hidden_states))) + hidden_states),
-/// bidirectional attention over each sequence of the forward context.
+/// over each sequence of the forward context, bidirectional (an encoder) or causal (Config::causal: a decoder).
 class BertAttention {
  public:
   using QKVProj = fk::generated::qkv_parallel_linear_h1024_d64_hq16_hkv16_bias_bf16::QKVParallelLinear;  // qkv_parallel_linear_h1024_d64_hq16_hkv16_bias_bf16

@@ -20,29 +20,35 @@ struct Config {
   static constexpr double softmax_scale = 0.125;
   static constexpr double layer_norm_eps = 1e-12;
   static constexpr bool bias = true;
+  static constexpr bool causal = false;  ///< a decoder's causal self-attention
+  static constexpr bool cross_attention = false;  ///< the crossattention slot is filled
   static constexpr int64_t intermediate_size = 3072;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
   using scalar_t = fk::bf16;
 };
 
 /// Mirrors vllm.model_executor.models.bert.BertLayer (post-norm):
-///   forward(hidden_states [T, hidden]) -> mlp(attention(hidden_states)).
+///   forward(hidden_states [T, hidden], encoder_hidden_states [Tk, hidden] or undefined)
+///     -> mlp(crossattention(attention(hidden_states), encoder_hidden_states)), the crossattention step only
+///   when its slot is filled (a decoder with add_cross_attention; undefined encoder states: attend to its cache).
 class BertLayer {
  public:
   using Attention = fk::generated::bert_attention_h768_hq12_d64_eps1e_12_bias_bf16::BertAttention;  // bert_attention_h768_hq12_d64_eps1e-12_bias_bf16
+  using CrossAttention = fk::tasks::NoCrossAttention;  // none
   using Mlp = fk::generated::bert_mlp_h768_i3072_gelu_eps1e_12_bias_bf16::BertMLP;  // bert_mlp_h768_i3072_gelu_eps1e-12_bias_bf16
 
-  explicit BertLayer(fk::tasks::FromConfig) : attention(fk::tasks::from_config), mlp(fk::tasks::from_config) {}
+  explicit BertLayer(fk::tasks::FromConfig)
+      : attention(fk::tasks::from_config), crossattention(fk::tasks::from_config), mlp(fk::tasks::from_config) {}
 
-  fk::Tensor forward(const fk::Tensor& hidden_states) { return mlp.forward(attention.forward(hidden_states)); }
-
-  /// HF transformers names under `prefix` (e.g. "encoder.layer.0.").
-  void named_parameters(const std::string& prefix, fk::ParamList& out) {
-    attention.named_parameters(prefix + "attention.", out);
-    mlp.named_parameters(prefix, out);
+  fk::Tensor forward(const fk::Tensor& hidden_states, const fk::Tensor& encoder_hidden_states = fk::Tensor()) {
+    return fk::tasks::bert_layer_forward(*this, hidden_states, encoder_hidden_states);
   }
 
+  /// HF transformers names under `prefix` (e.g. "encoder.layer.0.").
+  void named_parameters(const std::string& prefix, fk::ParamList& out) { fk::tasks::add_bert_layer_params(out, *this, prefix); }
+
   Attention attention;
+  CrossAttention crossattention;
   Mlp mlp;
 };
 

@@ -30,6 +30,8 @@ struct Config {
   static constexpr double softmax_scale = 0.125;
   static constexpr double layer_norm_eps = 1e-12;
   static constexpr bool bias = true;
+  static constexpr bool causal = false;  ///< a decoder's causal self-attention
+  static constexpr bool cross_attention = false;  ///< layers attend to encoder_hidden_states
   static constexpr int64_t intermediate_size = 3072;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
   static constexpr const char* pooling = "pooler";  ///< "pooler": BertPooler; else the Pooler child's (cls/mean/last)
@@ -39,8 +41,9 @@ struct Config {
 
 /// Mirrors vllm.model_executor.models.bert.BertModel + BertPooler:
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /
-///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64) -> hidden_states [T, hidden]
-///   over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
+///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64[, layer_outputs,
+///   encoder_hidden_states [Tk, hidden] (Config::cross_attention: the encoder output, its sequences in the forward context's
+///   encoder_cu_seqlens)]) -> hidden_states [T, hidden] over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
 ///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled.
 class BertModel {
  public:
@@ -67,14 +70,16 @@ class BertModel {
   }
 
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions, const fk::Tensor& token_type_ids,
-                     std::vector<fk::Tensor>* layer_outputs = nullptr) {
+                     std::vector<fk::Tensor>* layer_outputs = nullptr, const fk::Tensor& encoder_hidden_states = fk::Tensor()) {
+    FK_CHECK(Config::cross_attention || !encoder_hidden_states.defined(),
+             "bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e-12_bias_bf16 has no cross-attention: encoder_hidden_states must be undefined");
     fk::Tensor types = token_type_ids;
     if (fk::tasks::kHasTokenTypes<TokenTypeEmbeddings> && !types.defined()) {  // HF's default: all 0
       types = fk::to_device(std::vector<int64_t>(static_cast<size_t>(input_ids.numel()), 0), {input_ids.numel()});
     }
     fk::Tensor h = fk::tasks::bert_embeddings_forward(*this, input_ids, fk::tasks::offset_positions(positions, Config::position_offset), types);
     for (Layer& layer : layers) {
-      h = layer.forward(h);
+      h = layer.forward(h, encoder_hidden_states);
       if (layer_outputs) layer_outputs->push_back(h);
     }
     return h;

@@ -540,11 +540,16 @@ int run_bench(fk::CausalLM& m, const Options& o) {
 /// One batch of whole sequences as vLLM's pooling runner packs it: ids, positions 0.. per
 /// sequence, token types (with token types: the second half of each sequence is type 1, a
 /// sentence pair), cu_seqlens; the forward context is a prefill without a KV cache.
+/// A decoder with cross-attention (bert2bert's) also gets an encoder output: one sequence per
+/// prompt with the prompts' lengths in reverse order, states ~ N(0, 1) in the model dtype (a
+/// LayerNorm output's scale), named in the forward context (encoder_cu_seqlens).
 struct EncoderBatch {
   fk::tasks::AttnMetadata meta;
   Tensor ids, positions, types;
   std::vector<int64_t> ids_h, types_h;
   std::vector<int32_t> cu{0};
+  Tensor encoder_states;  ///< [Tk, hidden]; undefined without cross-attention
+  std::vector<int32_t> encoder_cu{0};
 };
 
 /// One row of an encoder bench (embedding or image batches): 3 warm-up calls of `step`, 10 timed
@@ -584,7 +589,7 @@ std::vector<std::vector<int64_t>> encoder_prompts(const fk::EncoderModel& m, con
   return prompts;
 }
 
-EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std::vector<int64_t>>& prompts) {
+EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std::vector<int64_t>>& prompts, uint64_t seed) {
   EncoderBatch e;
   std::vector<int64_t> pos;
   for (const auto& p : prompts) {
@@ -608,17 +613,27 @@ EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std
   e.ids = fk::to_device(e.ids_h, {t});
   e.positions = fk::to_device(pos, {t});
   if (m.type_vocab_size() > 0) e.types = fk::to_device(e.types_h, {t});
+  if (m.cross_attention()) {
+    for (size_t i = prompts.size(); i-- > 0;) {
+      const auto n = static_cast<int32_t>(prompts[i].size());
+      e.encoder_cu.push_back(e.encoder_cu.back() + n);
+      e.meta.max_encoder_seqlen = std::max<int64_t>(e.meta.max_encoder_seqlen, n);
+    }
+    e.meta.encoder_cu_seqlens = fk::to_device(e.encoder_cu, {b + 1});
+    e.encoder_states = fk::empty({int64_t(e.encoder_cu.back()), m.hidden_size()}, m.dtype());
+    fk::fill_normal(e.encoder_states, fk::mix_seed(seed, 79));
+  }
   return e;
 }
 
 int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   const auto prompts = encoder_prompts(m, o.prompt_lens, fk::mix_seed(o.seed, 77));
-  EncoderBatch e = make_encoder_batch(m, prompts);
+  EncoderBatch e = make_encoder_batch(m, prompts, o.seed);
   std::vector<Tensor> layers;
   Tensor pooled;
   {
     fk::tasks::ForwardContextGuard ctx(&e.meta);
-    Tensor h = m.forward(e.ids, e.positions, e.types, &layers);
+    Tensor h = m.forward(e.ids, e.positions, e.types, &layers, e.encoder_states);
     pooled = fk::tasks::to_f32(m.pool(h));
   }
   const int64_t B = static_cast<int64_t>(prompts.size()), T = e.meta.num_tokens;
@@ -626,6 +641,10 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   add_host(w, "input_ids", "I64", {T}, e.ids_h);
   add_host(w, "token_type_ids", "I64", {T}, e.types_h);
   add_host(w, "cu_seqlens", "I32", {B + 1}, e.cu);
+  if (e.encoder_states.defined()) {  // the decoder's cross-attention input, for the HF side of the parity
+    add_host(w, "encoder_cu_seqlens", "I32", {B + 1}, e.encoder_cu);
+    fk::add_device_tensor(w, "encoder_hidden_states", fk::tasks::to_f32(e.encoder_states));
+  }
   for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
   fk::add_device_tensor(w, "pooled", pooled);
   w.set_metadata("arch", o.arch);
@@ -647,9 +666,15 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
     const auto x = spec.find('x');
     const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
     fk::release_cached_memory();
-    EncoderBatch e = make_encoder_batch(m, encoder_prompts(m, std::vector<int64_t>(b, s), fk::mix_seed(o.seed, 1000 + b)));
+    EncoderBatch e =
+        make_encoder_batch(m, encoder_prompts(m, std::vector<int64_t>(b, s), fk::mix_seed(o.seed, 1000 + b)), fk::mix_seed(o.seed, b));
     fk::tasks::ForwardContextGuard ctx(&e.meta);
-    nlohmann::json j = timed_batch_row(m, o, "embed", b, [&] { return m.pool(m.forward(e.ids, e.positions, e.types)); });
+    // A decoder with cross-attention: every call passes the encoder output (projects and caches its
+    // keys and values: the first decoder step over whole sequences).
+    nlohmann::json j = timed_batch_row(m, o, "embed", b, [&] {
+      return m.pool(m.forward(e.ids, e.positions, e.types, nullptr, e.encoder_states));
+    });
+    if (e.encoder_states.defined()) j["encoder_tokens"] = e.encoder_cu.back();
     j["seq_len"] = s;
     j["sequences_per_s"] = 1000.0 * b / j["ms"].get<double>();
     j["tokens_per_s"] = 1000.0 * b * s / j["ms"].get<double>();

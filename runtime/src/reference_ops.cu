@@ -346,6 +346,21 @@ Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, cons
   return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale, softcap, sinks);
 }
 
+Tensor attention_cross(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu_q,
+                       const std::vector<int32_t>& cu_k, int hq, int hkv, int d, double scale) {
+  check_model_dtype(k, "cross-attention k");
+  check_model_dtype(v, "cross-attention v");
+  FK_CHECK(k.stride(0) == v.stride(0), "reference cross-attention: k and v need the same row stride");
+  FK_CHECK(cu_q.size() == cu_k.size() && cu_q.size() >= 2, "reference cross-attention: one key range per query sequence");
+  std::vector<int32_t> begin, len;
+  for (size_t s = 0; s + 1 < cu_q.size(); ++s)
+    for (int32_t p = cu_q[s]; p < cu_q[s + 1]; ++p) {
+      begin.push_back(cu_k[s]);
+      len.push_back(cu_k[s + 1] - cu_k[s]);
+    }
+  return attention(q, k, v, k.stride(0), begin, len, hq, hkv, d, scale, 0.0, Tensor());
+}
+
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
                         int hq, int hkv, int d, double scale, int64_t window, double softcap, const Tensor& sinks) {
   FK_CHECK(k_cache.dim() == 4 && k_cache.is_contiguous() && v_cache.sizes() == k_cache.sizes(), "reference decode caches " + k_cache.str());

@@ -158,7 +158,7 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"olmo2_decoder_layer", 3}, {"olmo2_for_causal_lm", 4}, {"bert_attention", 2},
                                        {"bert_mlp", 2},            {"bert_layer", 3},           {"bert_model", 4},
                                        {"vit_attention", 2},       {"vit_mlp", 2},              {"vit_layer", 3},
-                                       {"vit_model", 4}};
+                                       {"vit_model", 4},           {"bert_cross_attention", 2}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -178,8 +178,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // task shared across dtypes). OLMo-2: attention_o_proj, gate_up_silu, llama_mlp and its own
   // attention, layer and model (6; its MLP shapes are Llama-2's, but bf16). Seed-OSS 36B (served as
   // llama: q/k/v bias, o_proj without): its own 7. BERT-base and BGE-M3 (XLM-R large): attention,
-  // MLP, layer, model (4 each). ViT-B/16: attention, MLP, layer, model (4).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4);
+  // MLP, layer, model (4 each). ViT-B/16: attention, MLP, layer, model (4). bert2bert's decoder: its causal
+  // attention, cross-attention, layer and model (4; its MLP is BERT-base's).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

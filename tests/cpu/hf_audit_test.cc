@@ -45,7 +45,8 @@ TEST(HfAudit, CommittedRulesLoadAndNameOnlyExistingKinds) {
   ASSERT_NE(r.op("layer_norm"), nullptr);
   EXPECT_EQ(r.op("layer_norm")->coverage, hfa::Coverage::kKinds);
   EXPECT_EQ(r.op("bidirectional_attention")->coverage, hfa::Coverage::kKinds);  // flash_attn_prefill, causal false
-  EXPECT_EQ(r.op("cross_attention")->coverage, hfa::Coverage::kMissing);
+  EXPECT_EQ(r.op("cross_attention")->coverage, hfa::Coverage::kKinds);  // bound by bert2bert's decoder
+  EXPECT_EQ(r.op("window_attention")->coverage, hfa::Coverage::kMissing);
   EXPECT_EQ(r.op("selective_scan")->coverage, hfa::Coverage::kNewKernel);
   EXPECT_EQ(r.op("rms_norm")->coverage, hfa::Coverage::kKinds);
   for (const auto& op : r.operators) EXPECT_FALSE(op.doc.empty()) << op.id;
@@ -188,7 +189,9 @@ TEST(HfAudit, ReportPrintsVersionCountsAndUncoveredWithReasons) {
   EXPECT_EQ(bert->by_coverage.at("composition"), (std::vector<std::string>{"learned_absolute_position"}));
   EXPECT_EQ(s->operators.at("layer_norm").detail, "layer_norm, fused_add_layer_norm");
   EXPECT_EQ(s->operators.at("bidirectional_attention").detail, "flash_attn_prefill");
-  EXPECT_EQ(s->operators.at("cross_attention").coverage, "missing");
+  EXPECT_EQ(s->operators.at("cross_attention").coverage, "kinds");
+  EXPECT_EQ(s->operators.at("cross_attention").detail, "cross_attention");
+  EXPECT_EQ(s->operators.at("window_attention").coverage, "missing");
 }
 
 TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
@@ -282,7 +285,10 @@ TEST(HfAudit, CommittedSummaryMatchesTheRules) {
   EXPECT_EQ(llama->verdict, "covered");
   const hfa::SummaryModel* bert = s->find("bert");
   ASSERT_NE(bert, nullptr);
-  EXPECT_EQ(bert->verdict, "partial");
+  EXPECT_EQ(bert->verdict, "composition");  // learned positions and token types are compositions
+  const hfa::SummaryModel* whisper = s->find("whisper");
+  ASSERT_NE(whisper, nullptr);
+  EXPECT_EQ(whisper->verdict, "partial");  // conv1d front end
 }
 
 TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {

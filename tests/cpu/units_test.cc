@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "fk/gen/format.h"
 #include "fk/gen/kinds.h"
@@ -399,6 +400,41 @@ TEST(UserConfigs, VisionTransformerImagesAndPooler) {
             std::string::npos);
 }
 
+TEST(UserConfigs, BertDecoderWithCrossAttention) {
+  // BERT as bert2bert's decoder: is_decoder makes self-attention causal, add_cross_attention adds a
+  // cross-attention block per layer (query linear, fused key/value linear over the encoder states,
+  // the cross_attention kind over its cache, output dense + residual + LayerNorm); names say so.
+  // Cross-attention without is_decoder and pruned heads are refused; an empty pruned_heads and
+  // transformers 4.x generation defaults are not forward-pass keys.
+  const std::string dec = R"("model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "vocab_size": 100, "max_position_embeddings": 66, "torch_dtype": "bfloat16", "pruned_heads": {},
+    "num_beams": 1, "max_length": 20, "use_bfloat16": false, "chunk_size_feed_forward": 0)";
+  Generation g;
+  ASSERT_EQ(run_with(R"({"is_decoder": true, "add_cross_attention": true, )" + dec + "}", {}, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"cross_attention_hq2_hkv2_d32_bf16", "flash_attn_prefill_hq2_hkv2_d32_causal_bf16",
+                           "merged_column_parallel_linear_k64_n64_64_bias_bf16", "column_parallel_linear_k64_n64_bias_bf16",
+                           "bert_attention_h64_hq2_d32_causal_eps1e-12_bias_bf16", "bert_cross_attention_h64_hq2_d32_eps1e-12_bias_bf16",
+                           "bert_layer_h64_i128_hq2_d32_gelu_eps1e-12_bias_causal_xattn_bf16",
+                           "bert_model_l1_v100_tt2_pos66_h64_i128_hq2_d32_gelu_eps1e-12_bias_causal_xattn_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  Generation causal_only;
+  ASSERT_EQ(run_with(R"({"is_decoder": true, )" + dec + "}", {}, &causal_only), "");
+  bool has_cross = false;
+  for (const auto& [name, t] : causal_only.tasks.tasks) has_cross |= t.kind == "cross_attention" || t.kind == "bert_cross_attention";
+  EXPECT_FALSE(has_cross);
+  EXPECT_TRUE(causal_only.tasks.tasks.count("bert_layer_h64_i128_hq2_d32_gelu_eps1e-12_bias_causal_bf16"));
+  EXPECT_EQ(run_with(R"({"add_cross_attention": true, )" + dec + "}", {}),
+            "t/config.json: $.add_cross_attention: expected false unless is_decoder is true (HF BertLayer refuses cross-attention in "
+            "an encoder), got true\n");
+  std::string pruned = dec;
+  pruned.replace(pruned.find(R"("pruned_heads": {})"), 18, R"("pruned_heads": {"0": [1]})");
+  EXPECT_NE(run_with("{" + pruned + "}", {}).find("$.pruned_heads: pruned attention heads ({\"0\":[1]}) change the forward pass"),
+            std::string::npos)
+      << run_with("{" + pruned + "}", {});
+}
+
 TEST(UserConfigs, ChoicesFileIsStrict) {
   Diagnostics diag;
   UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true, "dtype": "float32"})", diag);
@@ -772,7 +808,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
       {"bert_attention", {"qkv_proj", "attn", "dense", "layernorm"}},
       {"bert_mlp", {"intermediate_dense", "act_fn", "output_dense", "layernorm"}},
-      {"bert_layer", {"attention", "mlp"}},
+      {"bert_cross_attention", {"q_proj", "kv_proj", "attn", "dense", "layernorm"}},
+      {"bert_layer", {"attention", "crossattention?", "mlp"}},
       {"vit_attention", {"qkv_proj", "attn", "dense"}},
       {"vit_mlp", {"intermediate_dense", "act_fn", "output_dense"}},
       {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},

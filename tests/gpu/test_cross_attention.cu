@@ -137,5 +137,33 @@ TEST(Kernels, CrossAttentionCacheServesLaterCalls) {
   EXPECT_THROW(m.forward(q, k, Tensor(), cuq, cuk, 7, 100), std::exception);
 }
 
+// k and v as the column blocks of one fused kv projection output [Tk, 2 * Hkv * D] (row stride
+// 2 * Hkv * D): the write reads the strided rows, no contiguous copies needed.
+TEST(Kernels, CrossAttentionWritesStridedKV) {
+  FK_REQUIRE_GPU();
+  using Cfg = Whisper;
+  constexpr int64_t W = 20 * 64;
+  TestCrossAttention<Cfg> m(20, 20, 64);
+  const std::vector<int32_t> cu_k{0, 300, 301, 700};
+  Tensor kv = empty({700, 2 * W}, DType::kBF16);
+  fill_normal(kv, 8);
+  Tensor k = kv.as_strided({700, 20, 64}, {2 * W, 64, 1}), v = kv.as_strided({700, 20, 64}, {2 * W, 64, 1}, W);
+  Tensor kc = empty({700, 20, 64}, DType::kBF16), vc = empty({700, 20, 64}, DType::kBF16);
+  copy_strided_(kc, k);
+  copy_strided_(vc, v);
+  Tensor q = empty({3, 20, 64}, DType::kBF16);
+  fill_normal(q, 9);
+  Tensor cuq = to_device(std::vector<int32_t>{0, 1, 2, 3}, {4}), cuk = to_device(cu_k, {4});
+  Tensor got = m.forward(q, k, v, cuq, cuk, 1, 400);
+  TestCrossAttention<Cfg> m2(20, 20, 64);
+  Tensor want = m2.forward(q, kc, vc, cuq, cuk, 1, 400);
+  FK_EXPECT_CLOSE(got, fk::tasks::to_f32(want), Tolerance{});  // the same kernel on the same values: bitwise
+  // A row stride that is not a multiple of 16 bytes is refused.
+  Tensor odd = empty({700, 2 * W + 4}, DType::kBF16);
+  EXPECT_THROW(m.forward(q, odd.as_strided({700, 20, 64}, {2 * W + 4, 64, 1}), odd.as_strided({700, 20, 64}, {2 * W + 4, 64, 1}, W),
+                         cuq, cuk, 1, 400),
+               std::exception);
+}
+
 }  // namespace
 }  // namespace fk::testing

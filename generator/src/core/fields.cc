@@ -75,6 +75,8 @@ const std::vector<FieldSpec>& field_table() {
         {"qkv_bias", FieldType::kBool, {}, "query/key/value projections carry a bias (vision encoders)"},
         {"pooling_type", FieldType::kString, {}, "embedding output: the model's own pooler, or cls/mean/last (set by `add --pooling` only)"},
         {"pooling_normalize", FieldType::kBool, {}, "L2-normalise the pooled vectors (set by `add --normalize` only)"},
+        {"is_decoder", FieldType::kBool, {}, "causal self-attention: an encoder family run as a decoder (BertLMHeadModel, bert2bert)"},
+        {"add_cross_attention", FieldType::kBool, {}, "decoder layers cross-attend to encoder_hidden_states"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},
         {"vocab_size", FieldType::kPosInt, {"n_vocab", "padded_vocab_size"}, "vocabulary size"},
     };
@@ -131,6 +133,14 @@ const std::set<std::string>& tool_only_keys() {
       // tokenizer and generation defaults
       "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "tokenizer_class",
       "prefix", "bad_words_ids", "task_specific_params",
+      // generation defaults transformers 4.x wrote into every config (now generation_config.json)
+      "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+      "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+      "encoder_no_repeat_ngram_size", "num_return_sequences", "output_scores", "return_dict_in_generate",
+      "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+      "suppress_tokens", "begin_suppress_tokens",
+      // TensorFlow/XLA-era flags PyTorch ignores
+      "use_bfloat16", "xla_device",
       // task heads' label maps and problem types (the generated model is the backbone + LM head)
       "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
       // training only (dropout is off at inference; initialisation and router losses do not run)

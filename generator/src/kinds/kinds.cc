@@ -437,8 +437,10 @@ const KindHooks& kind_hooks() {
     h.spell["qk_norm"] = qk_norm_spelling;
     h.spell["layer"] = layer_spelling;
     // Encoders (bert_*): hq{H}_d{D} (all heads attend with their own k/v), _scale{s} unless D^-0.5.
+    // _causal: a decoder's causal self-attention (BERT as bert2bert's decoder); nothing for an encoder.
     h.spell["encoder_heads"] = [](const Params& p) {
-      return "hq" + i2s(I(p, "num_heads")) + "_d" + i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim"));
+      return "hq" + i2s(I(p, "num_heads")) + "_d" + i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) +
+             (p.count("causal") && B(p, "causal") ? "_causal" : "");
     };
     // _po{offset}: positions numbered from `offset` (RoBERTa: padding_idx + 1); nothing for BERT's 0.
     h.spell["position_offset"] = [](const Params& p) {
@@ -461,7 +463,12 @@ const KindHooks& kind_hooks() {
     h.spell["encoder_layer"] = [](const Params& p) {
       return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
              i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
-             "_eps" + nf(F(p, "layer_norm_eps")) + "_" + bias_word(B(p, "bias"));
+             "_eps" + nf(F(p, "layer_norm_eps")) + "_" + bias_word(B(p, "bias")) + (B(p, "causal") ? "_causal" : "") +
+             (B(p, "cross_attention") ? "_xattn" : "");
+    };
+    h.checks["encoder_cross_attention"] = [](const Params& p) {
+      if (B(p, "cross_attention") && !B(p, "causal"))
+        throw GenError{"cross_attention needs a decoder (causal true): HF BertLayer refuses cross-attention in an encoder"};
     };
     // h{hidden}_i{intermediate}_hq_d_{activation}_eps_{qkvbias|noqkvbias}: a vision layer's constants.
     h.spell["vision_layer"] = [](const Params& p) {

@@ -118,8 +118,17 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
                   "; if it does not change the forward pass, add it to the descriptor's ignored_keys, or pass "
                   "`add --allow-unknown " + key + "` to accept it for this config knowingly)");
   };
-  for (const auto& u : cfg.unrecognised)
+  for (const auto& u : cfg.unrecognised) {
+    // pruned_heads: HF drops the listed heads of the listed layers (fewer heads per layer than the
+    // config says); an empty map prunes nothing.
+    if (u.key == "pruned_heads") {
+      if (u.value != "{}")
+        err(u.path, "pruned attention heads (" + u.value + ") change the forward pass (some layers have fewer heads); no family "
+                    "serves them: expected {}");
+      continue;
+    }
     if (!ignored(u.key)) unknown_key(u.path, u.key);
+  }
   for (const auto& [name, fv] : cfg.fields) {
     if (name == "model_type" || name == "architectures") continue;
     if (!d->fields.count(name)) {

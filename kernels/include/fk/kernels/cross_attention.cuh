@@ -23,8 +23,9 @@ namespace detail {
 template <class T, int kHkv, int kD, int kThreads>
 __global__ void __launch_bounds__(kThreads)
 cross_cache_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, int32_t* __restrict__ seqlens,
-                         const T* __restrict__ key, const T* __restrict__ value, const int32_t* __restrict__ cu_seqlens,
-                         int batch, int64_t max_len, int64_t num_tokens, int tok_per_block) {
+                         const T* __restrict__ key, int64_t key_stride, const T* __restrict__ value, int64_t value_stride,
+                         const int32_t* __restrict__ cu_seqlens, int batch, int64_t max_len, int64_t num_tokens,
+                         int tok_per_block) {
   constexpr int kN = Vec16<T>::kN;
   static_assert(kD % kN == 0, "head_dim must be a multiple of 16 bytes");
   constexpr int kRowVecs = kHkv * kD / kN;
@@ -39,9 +40,9 @@ cross_cache_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, int32
     }
     const int64_t pos = t - __ldg(cu_seqlens + lo);
     if (pos >= max_len) continue;
-    const int64_t dst = (int64_t(lo) * max_len + pos) * kRowVecs, src = t * kRowVecs;
-    const auto* kin = reinterpret_cast<const Vec16<T>*>(key) + src;
-    const auto* vin = reinterpret_cast<const Vec16<T>*>(value) + src;
+    const int64_t dst = (int64_t(lo) * max_len + pos) * kRowVecs;
+    const auto* kin = reinterpret_cast<const Vec16<T>*>(key + t * key_stride);
+    const auto* vin = reinterpret_cast<const Vec16<T>*>(value + t * value_stride);
     auto* kout = reinterpret_cast<Vec16<T>*>(k_cache) + dst;
     auto* vout = reinterpret_cast<Vec16<T>*>(v_cache) + dst;
     for (int c = threadIdx.x; c < kRowVecs; c += kThreads) {
@@ -56,9 +57,12 @@ cross_cache_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, int32
 
 /// k_cache/v_cache [batch, max_len, Hkv, D] rows (b, p < len_b) = key/value [cu_seqlens[b] + p];
 /// seqlens[b] = len_b (Note [Cross-attention cache write]). Rows past len_b are not touched.
+/// key/value rows are Hkv * D dense elements, `key_stride`/`value_stride` elements apart (a
+/// multiple of 16 bytes: the k and v column blocks of a fused kv projection's output qualify).
 template <int kHkv, int kD, class T>
-void cross_cache_write(T* k_cache, T* v_cache, int32_t* seqlens, const T* key, const T* value, const int32_t* cu_seqlens,
-                       int batch, int64_t max_len, int64_t num_tokens, cudaStream_t stream) {
+void cross_cache_write(T* k_cache, T* v_cache, int32_t* seqlens, const T* key, int64_t key_stride, const T* value,
+                       int64_t value_stride, const int32_t* cu_seqlens, int batch, int64_t max_len, int64_t num_tokens,
+                       cudaStream_t stream) {
   if (batch <= 0) return;
   constexpr int kThreads = 128;
   constexpr int kRowVecs = kHkv * kD / Vec16<T>::kN;
@@ -66,7 +70,7 @@ void cross_cache_write(T* k_cache, T* v_cache, int32_t* seqlens, const T* key, c
   const int tok_per_block = kRowVecs >= kThreads ? 1 : (kRowVecs >= 32 ? 2 : 8);
   const int64_t blocks = std::max<int64_t>(1, (num_tokens + tok_per_block - 1) / tok_per_block);
   detail::cross_cache_write_kernel<T, kHkv, kD, kThreads><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      k_cache, v_cache, seqlens, key, value, cu_seqlens, batch, max_len, num_tokens, tok_per_block);
+      k_cache, v_cache, seqlens, key, key_stride, value, value_stride, cu_seqlens, batch, max_len, num_tokens, tok_per_block);
 }
 
 }  // namespace fk::kernels

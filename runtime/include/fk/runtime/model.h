@@ -68,9 +68,14 @@ class EncoderModel {
   virtual DType dtype() const = 0;
   /// Every parameter once, HF names, in a fixed order.
   virtual ParamList named_parameters() = 0;
+  /// Whether forward takes encoder_hidden_states: a decoder whose layers cross-attend to an
+  /// encoder's output (BERT as bert2bert's decoder); the forward context then names the encoder's
+  /// sequences (AttnMetadata::encoder_cu_seqlens).
+  virtual bool cross_attention() const { return false; }
   /// token_type_ids may be undefined (all 0). layer_outputs (optional) gets each layer's output.
+  /// encoder_hidden_states [Tk, hidden]: required with cross_attention(), else undefined.
   virtual Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids,
-                         std::vector<Tensor>* layer_outputs = nullptr) = 0;
+                         std::vector<Tensor>* layer_outputs = nullptr, const Tensor& encoder_hidden_states = Tensor()) = 0;
   virtual Tensor pool(const Tensor& hidden_states) = 0;
 };
 

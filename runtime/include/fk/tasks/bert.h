@@ -4,7 +4,12 @@
 //                        attention over each sequence of the batch (flash_attn_varlen_func with
 //                        causal=False under the forward context's cu_seqlens)
 //   bert_mlp (L2)        BertIntermediate + BertOutput: LayerNorm(dense2(act(dense1(x))) + x)
-//   bert_layer (L3)      BertLayer: the two above
+//   bert_cross_attention (L2)  BertAttention(is_cross_attention=True) of a decoder (bert2bert):
+//                        LayerNorm(dense(cross_attn(q_proj(x), kv_proj(encoder states))) + x), queries
+//                        per sequence of the forward context, keys/values per sequence of the encoder
+//                        output (encoder_cu_seqlens), cached once (Note [Cross-attention cache])
+//   bert_layer (L3)      BertLayer: attention (causal in a decoder), cross-attention (a decoder with
+//                        add_cross_attention), the MLP
 //   bert_model (L4)      BertModel + BertPooler: embeddings (word + token type + position, then
 //                        LayerNorm), the layers, and the pooler (first token of each sequence ->
 //                        dense -> tanh)
@@ -37,6 +42,20 @@ struct NoPoolerDense {
 struct NoPoolerAct {};
 struct NoPooler {};
 template <class P> inline constexpr bool kHasPooler = !std::is_same_v<P, NoPooler>;
+/// The crossattention slot of an encoder layer (and of a decoder without add_cross_attention).
+struct NoCrossAttention {
+  explicit NoCrossAttention(FromConfig) {}
+};
+template <class X> inline constexpr bool kHasCross = !std::is_same_v<X, NoCrossAttention>;
+/// Whether module M has a filled crossattention slot (false for modules without the slot: ViT's).
+template <class M, class = void> struct HasCrossSlot : std::false_type {};
+template <class M>
+struct HasCrossSlot<M, std::void_t<decltype(std::declval<M&>().crossattention)>>
+    : std::bool_constant<kHasCross<std::decay_t<decltype(std::declval<M&>().crossattention)>>> {};
+/// Cfg::causal of an encoder family's config (a decoder's causal self-attention); false where the
+/// config has none (ViT).
+template <class Cfg, class = void> struct EncoderCausalOf : std::false_type {};
+template <class Cfg> struct EncoderCausalOf<Cfg, std::void_t<decltype(Cfg::causal)>> : std::bool_constant<Cfg::causal> {};
 
 // ---------------------------------------------------------------------------------------------
 // Forward glue (the baseline composition; every call goes through the child modules).
@@ -60,6 +79,43 @@ template <class Cfg, class M> Tensor encoder_self_attention(M& m, const Tensor& 
 template <class Cfg, class M> Tensor bert_attention_forward(M& m, const Tensor& x) {
   // LayerNorm(o + x); the sum is not kept (post-norm)
   return std::get<0>(m.layernorm.forward(encoder_self_attention<Cfg>(m, x), x));
+}
+
+/// BertAttention(is_cross_attention=True).forward(hidden_states [T, H], encoder_hidden_states [Tk, H]
+/// or undefined) -> LayerNorm(dense(cross_attn(q, k, v)) + hidden_states). With encoder states, k and
+/// v are the column blocks of kv_proj's output, written into the attention's cache as strided rows;
+/// without, the cache of an earlier call serves (Note [Cross-attention cache]).
+template <class Cfg, class M> Tensor bert_cross_attention_forward(M& m, const Tensor& x, const Tensor& enc) {
+  constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
+  const AttnMetadata& meta = forward_context();
+  FK_CHECK(meta.is_prefill, "BertCrossAttention runs whole decoder sequences here: the forward context must be a prefill");
+  FK_CHECK(meta.encoder_cu_seqlens.defined() && meta.encoder_cu_seqlens.numel() == meta.num_seqs + 1,
+           "BertCrossAttention: the forward context names no encoder sequences (encoder_cu_seqlens [num_seqs + 1])");
+  const int64_t tokens = x.size(0);
+  Tensor q = std::get<0>(m.q_proj.forward(x)).view({tokens, Hq, D});
+  Tensor k, v;
+  if (enc.defined()) {
+    FK_CHECK(enc.dim() == 2 && enc.size(1) == Cfg::hidden_size, "BertCrossAttention encoder_hidden_states: expected [Tk, " +
+                                                                      std::to_string(Cfg::hidden_size) + "], got " + enc.str());
+    Tensor kv = std::get<0>(m.kv_proj.forward(enc));  // [Tk, 2 * q_size]: key | value
+    const int64_t tk = enc.size(0);
+    k = kv.as_strided({tk, Hq, D}, {2 * q_size, D, 1});
+    v = kv.as_strided({tk, Hq, D}, {2 * q_size, D, 1}, q_size);
+  }
+  Tensor attn = m.attn.forward(q, k, v, meta.cu_seqlens, meta.encoder_cu_seqlens, meta.max_seqlen, meta.max_encoder_seqlen);
+  return std::get<0>(m.layernorm.forward(std::get<0>(m.dense.forward(attn.view({tokens, q_size}))), x));
+}
+
+/// BertLayer.forward: mlp(crossattention(attention(x), encoder states)), the cross step only in a
+/// layer whose crossattention slot is filled.
+template <class L> Tensor bert_layer_forward(L& l, const Tensor& x, const Tensor& enc) {
+  Tensor h = l.attention.forward(x);
+  if constexpr (HasCrossSlot<L>::value) {
+    h = l.crossattention.forward(h, enc);
+  } else {
+    FK_CHECK(!enc.defined(), "this encoder layer has no cross-attention: encoder_hidden_states must be undefined");
+  }
+  return l.mlp.forward(h);
 }
 
 /// BertIntermediate + BertOutput: LayerNorm(output_dense(act(intermediate_dense(x))) + x).
@@ -110,6 +166,20 @@ template <class Cfg, class M> void add_bert_attention_params(ParamList& out, M& 
   add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
   add_layer_norm_params(out, m.layernorm, prefix + "output.LayerNorm");
 }
+/// `prefix`: e.g. "encoder.layer.0.crossattention."
+template <class Cfg, class M> void add_bert_cross_attention_params(ParamList& out, M& m, const std::string& prefix) {
+  constexpr int64_t q_size = Cfg::num_heads * Cfg::head_dim;
+  add_linear(out, m.q_proj, {Part(prefix + "self.query", q_size)});
+  add_linear(out, m.kv_proj, {Part(prefix + "self.key", q_size), Part(prefix + "self.value", q_size)});
+  add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  add_layer_norm_params(out, m.layernorm, prefix + "output.LayerNorm");
+}
+/// `prefix`: e.g. "encoder.layer.0."
+template <class L> void add_bert_layer_params(ParamList& out, L& l, const std::string& prefix) {
+  l.attention.named_parameters(prefix + "attention.", out);
+  if constexpr (HasCrossSlot<L>::value) l.crossattention.named_parameters(prefix + "crossattention.", out);
+  l.mlp.named_parameters(prefix, out);
+}
 /// `prefix`: e.g. "encoder.layer.0."
 template <class Cfg, class M> void add_bert_mlp_params(ParamList& out, M& m, const std::string& prefix) {
   add_linear(out, m.intermediate_dense, {Part(prefix + "intermediate.dense", Cfg::intermediate_size)});
@@ -126,8 +196,21 @@ template <class Cfg, class M> Tensor ref_encoder_self_attention(M& m, const std:
   constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
   Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
   Tensor q = qkv.narrow_last(0, Hq * D), k = qkv.narrow_last(Hq * D, Hq * D), v = qkv.narrow_last(2 * Hq * D, Hq * D);
-  Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), /*causal=*/false);
+  Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), EncoderCausalOf<Cfg>::value);
   return ref::linear(attn, m.dense.weight, m.dense.bias);
+}
+/// The encoder-side sequences of a cross-attention reference: host offsets and the encoder states.
+struct RefEncoder {
+  std::vector<int32_t> cu;
+  Tensor states;  ///< [Tk, H], the model dtype
+};
+template <class Cfg, class M> Tensor ref_bert_cross_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x, const RefEncoder& e) {
+  constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
+  Tensor q = ref::linear(x, m.q_proj.weight, m.q_proj.bias);
+  Tensor kv = ref::linear(e.states, m.kv_proj.weight, m.kv_proj.bias);
+  Tensor attn = ref::attention_cross(q, kv.narrow_last(0, Hq * D), kv.narrow_last(Hq * D, Hq * D), cu, e.cu, Hq, Hq, D, Cfg::softmax_scale);
+  Tensor o = ref::linear(attn, m.dense.weight, m.dense.bias);
+  return ref::add_layer_norm(o, x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
 }
 template <class Cfg, class M> Tensor ref_bert_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) {
   return ref::add_layer_norm(ref_encoder_self_attention<Cfg>(m, cu, x), x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
@@ -137,15 +220,20 @@ template <class Cfg, class M> Tensor ref_bert_mlp(M& m, const Tensor& x) {
   Tensor o = ref::linear(h, m.output_dense.weight, m.output_dense.bias);
   return ref::add_layer_norm(o, x, m.layernorm.weight, m.layernorm.bias, m.layernorm.eps).first;
 }
-template <class Cfg, class L> Tensor ref_bert_layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) {
-  return ref_bert_mlp<Cfg>(l.mlp, ref_bert_attention<Cfg>(l.attention, cu, x));
+template <class Cfg, class L> Tensor ref_bert_layer(L& l, const std::vector<int32_t>& cu, const Tensor& x, const RefEncoder* e = nullptr) {
+  Tensor h = ref_bert_attention<Cfg>(l.attention, cu, x);
+  if constexpr (HasCrossSlot<L>::value) {
+    FK_CHECK(e != nullptr, "reference BertLayer with cross-attention: no encoder states");
+    h = ref_bert_cross_attention<Cfg>(l.crossattention, cu, h, *e);
+  }
+  return ref_bert_mlp<Cfg>(l.mlp, h);
 }
 
 /// (last hidden state [T, H], pooled [B, H]) of a BertModel by reference (positions 0-based per
 /// sequence; the model's position_offset applied as the model applies it).
 template <class Cfg, class M>
 std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, const Tensor& ids, const Tensor& positions,
-                                         const Tensor& types, const Tensor& first_rows) {
+                                         const Tensor& types, const Tensor& first_rows, const RefEncoder* enc = nullptr) {
   Tensor e = ref::embedding(ids, m.word_embeddings.weight);
   if constexpr (kHasTokenTypes<std::decay_t<decltype(m.token_type_embeddings)>>)
     e = ref::round_to(ref::add_f32(e, ref::embedding(types, m.token_type_embeddings.weight)), e.dtype());
@@ -153,7 +241,7 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
   Tensor h = ref::add_layer_norm(e, ref::embedding(pos, m.position_embeddings.weight), m.embeddings_layernorm.weight,
                                  m.embeddings_layernorm.bias, m.embeddings_layernorm.eps)
                  .first;
-  for (auto& layer : m.layers) h = ref_bert_layer<Cfg>(layer, cu, h);
+  for (auto& layer : m.layers) h = ref_bert_layer<Cfg>(layer, cu, h, enc);
   using P = std::decay_t<decltype(m.pooler)>;
   if constexpr (kHasPooler<P>) {  // the pooling choice, from the reference's final hidden states
     Tensor cu_d = to_device(cu, {static_cast<int64_t>(cu.size())});
@@ -173,13 +261,42 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
 // ---------------------------------------------------------------------------------------------
 // Harnesses.
 
+/// The encoder output a decoder's cross-attention attends to in a harness: one sequence per
+/// decoder sequence with the decoder's lengths in reverse order (query and key counts differ per
+/// sequence wherever the lengths do), states ~ N(0, 1) (a LayerNorm output's scale).
+struct HarnessEncoder {
+  RefEncoder ref;
+  int64_t max_len = 0;
+  /// Builds the sequences and states [Tk, hidden] and names them in step.meta.
+  void attach(StepInputs& step, int64_t hidden, DType dtype) {
+    const std::vector<int32_t>& cu = step.host.cu;
+    ref.cu = {0};
+    for (size_t b = cu.size() - 1; b >= 1; --b) {
+      const int32_t len = cu[b] - cu[b - 1];
+      ref.cu.push_back(ref.cu.back() + len);
+      max_len = std::max<int64_t>(max_len, len);
+    }
+    ref.states = empty({int64_t(ref.cu.back()), hidden}, dtype);
+    step.meta.encoder_cu_seqlens = to_device(ref.cu, {static_cast<int64_t>(ref.cu.size())});
+    step.meta.max_encoder_seqlen = max_len;
+  }
+  /// (query, key) pairs of the cross-attention: sum over sequences of len_q * len_k.
+  double pairs(const std::vector<int32_t>& cu_q) const {
+    double s = 0;
+    for (size_t b = 0; b + 1 < cu_q.size(); ++b) s += double(cu_q[b + 1] - cu_q[b]) * double(ref.cu[b + 1] - ref.cu[b]);
+    return s;
+  }
+};
+
 enum class EncoderKind { kAttention, kLayer };
 
 /// The composite references of an encoder family's attention, layer and MLP (Refs::attention(m,
 /// cu, x), Refs::layer(l, cu, x), Refs::mlp(m, x)): what the harnesses below check against.
 template <class Cfg> struct BertRefs {
   template <class M> static Tensor attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) { return ref_bert_attention<Cfg>(m, cu, x); }
-  template <class L> static Tensor layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) { return ref_bert_layer<Cfg>(l, cu, x); }
+  template <class L> static Tensor layer(L& l, const std::vector<int32_t>& cu, const Tensor& x, const RefEncoder* e = nullptr) {
+    return ref_bert_layer<Cfg>(l, cu, x, e);
+  }
   template <class M> static Tensor mlp(M& m, const Tensor& x) { return ref_bert_mlp<Cfg>(m, x); }
 };
 
@@ -199,36 +316,105 @@ template <class Module, class Cfg, class Refs, EncoderKind kKind> class EncoderS
     if constexpr (kKind == EncoderKind::kLayer) module_.named_parameters("encoder.layer.0.", params_);
     else module_.named_parameters("encoder.layer.0.attention.", params_);
     x_ = empty({t, H}, dtype_of<T>);
+    if constexpr (kCross) enc_.attach(step_, H, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
     refresh(0, mix_seed(seed, 4001));
   }
-  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
+  void refresh(int, uint64_t seed) override {
+    fill_normal(x_, seed);
+    if constexpr (kCross) fill_normal(enc_.ref.states, mix_seed(seed, 1));
+  }
   void prepare(int) override { out_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);
-    out_ = module_.forward(x_);
+    if constexpr (kCross) out_ = module_.forward(x_, enc_.ref.states);
+    else out_ = module_.forward(x_);
   }
   std::vector<Tensor> inputs(int) override {
     auto v = param_tensors(params_);
     v.push_back(x_);
+    if constexpr (kCross) v.push_back(enc_.ref.states);
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
     Tensor ref;
-    if constexpr (kKind == EncoderKind::kLayer) ref = Refs::layer(module_, step_.host.cu, x_);
+    if constexpr (kCross) ref = Refs::layer(module_, step_.host.cu, x_, &enc_.ref);
+    else if constexpr (kKind == EncoderKind::kLayer) ref = Refs::layer(module_, step_.host.cu, x_);
     else ref = Refs::attention(module_, step_.host.cu, x_);
     return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
     const double t = double(step_.tokens()), es = sizeof(T);
-    const double pairs = step_.bidirectional_pairs();
+    const double pairs = EncoderCausalOf<Cfg>::value ? step_.attended_pairs() : step_.bidirectional_pairs();
     double flops = 2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H;
     if (kKind == EncoderKind::kLayer) flops += 4 * t * H * IntermediateOf<Cfg>::value;
-    return {flops, param_bytes(params_) + 2 * t * H * es};
+    double bytes = param_bytes(params_) + 2 * t * H * es;
+    if constexpr (kCross) {  // q, kv (over the encoder's tokens), attention, output dense
+      const double tk = double(enc_.ref.cu.back());
+      flops += 2 * t * H * Hq * D + 4 * tk * H * Hq * D + 4 * enc_.pairs(step_.host.cu) * Hq * D + 2 * t * Hq * D * H;
+      bytes += tk * H * es;
+    }
+    return {flops, bytes};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  static constexpr bool kCross = kKind == EncoderKind::kLayer && HasCrossSlot<Module>::value;
+  StepInputs step_;
+  Module module_;
+  ParamList params_;
+  HarnessEncoder enc_;
+  Tensor x_, out_;
+};
+
+/// bert_cross_attention (L2) over one batch of whole decoder sequences (StepInputs' prefill) and
+/// an encoder output (HarnessEncoder): every call passes the encoder states, so it projects keys
+/// and values and writes the cache (a decoder's first step). Checked against
+/// ref_bert_cross_attention. x ~ N(0, 1). Parameters under "encoder.layer.0.crossattention.".
+template <class Module, class Cfg> class BertCrossAttentionInstance final : public TaskInstance {
+ public:
+  explicit BertCrossAttentionInstance(const ShapeCase& c) : step_(c), module_(from_config) {
+    FK_CHECK(step_.meta.is_prefill, "cross-attention cases are whole sequences (batch, seq_len)");
+    constexpr int64_t H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const int64_t t = step_.tokens();
+    require_device_memory(3.0 * t * (4 * H + 8 * Hq * D) * sizeof(T), "cross-attention activations and cache");
+    module_.named_parameters("encoder.layer.0.crossattention.", params_);
+    x_ = empty({t, H}, dtype_of<T>);
+    enc_.attach(step_, H, dtype_of<T>);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 4002));
+  }
+  void refresh(int, uint64_t seed) override {
+    fill_normal(x_, seed);
+    fill_normal(enc_.ref.states, mix_seed(seed, 1));
+  }
+  void prepare(int) override { out_ = Tensor(); }
+  void run(int) override {
+    ForwardContextGuard ctx(&step_.meta);
+    out_ = module_.forward(x_, enc_.ref.states);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_);
+    v.push_back(enc_.ref.states);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    Tensor ref = ref_bert_cross_attention<Cfg>(module_, step_.host.cu, x_, enc_.ref);
+    return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim;
+    const double t = double(step_.tokens()), tk = double(enc_.ref.cu.back()), es = sizeof(T);
+    const double flops = 2 * t * H * Hq * D + 4 * tk * H * Hq * D + 4 * enc_.pairs(step_.host.cu) * Hq * D + 2 * t * Hq * D * H;
+    return {flops, param_bytes(params_) + (2 * t + tk) * H * es};
   }
 
  private:
@@ -236,6 +422,7 @@ template <class Module, class Cfg, class Refs, EncoderKind kKind> class EncoderS
   StepInputs step_;
   Module module_;
   ParamList params_;
+  HarnessEncoder enc_;
   Tensor x_, out_;
 };
 /// bert_attention (L2) and bert_layer (L3).
@@ -302,6 +489,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     ids_ = empty({tokens}, DType::kI64);
     types_ = empty({tokens}, DType::kI64);
     first_rows_ = step_.meta.cu_seqlens.narrow_first(0, step_.meta.num_seqs);  // the [CLS] rows the pooler reads
+    if constexpr (Cfg::cross_attention) enc_.attach(step_, Cfg::hidden_size, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
@@ -312,22 +500,24 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
   void refresh(int, uint64_t seed) override {
     fill_randint(ids_, mix_seed(seed, 0), 0, Cfg::vocab_size);
     fill_randint(types_, mix_seed(seed, 1), 0, std::max<int64_t>(1, Cfg::type_vocab_size));
+    if constexpr (Cfg::cross_attention) fill_normal(enc_.ref.states, mix_seed(seed, 2));
   }
   void prepare(int) override { hidden_ = pooled_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);
-    hidden_ = model_->forward(ids_, step_.positions, types_);
+    hidden_ = model_->forward(ids_, step_.positions, types_, nullptr, enc_.ref.states);
     pooled_ = model_->pool(hidden_);
   }
   std::vector<Tensor> inputs(int) override {
     auto v = param_tensors(params_);
     v.push_back(ids_);
     v.push_back(types_);
+    if constexpr (Cfg::cross_attention) v.push_back(enc_.ref.states);
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
-    std::pair<Tensor, Tensor> r =
-        ref_bert_model<Cfg>(*model_, step_.host.cu, ids_, step_.positions, types_, first_rows_);
+    std::pair<Tensor, Tensor> r = ref_bert_model<Cfg>(*model_, step_.host.cu, ids_, step_.positions, types_, first_rows_,
+                                                      Cfg::cross_attention ? &enc_.ref : nullptr);
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
     return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
   }
@@ -335,12 +525,17 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
     const double t = double(step_.tokens()), L = double(model_->num_layers());
     const double b = double(step_.meta.num_seqs);
-    const double pairs = step_.bidirectional_pairs();
+    const double pairs = Cfg::causal ? step_.attended_pairs() : step_.bidirectional_pairs();
     // The pooler: BertPooler's dense on B rows, or the chosen pooling (no GEMM; a mean reads every row).
     const double pool_flops = kHasPooler<std::decay_t<decltype(model_->pooler)>> ? t * H : 2 * b * H * H;
-    const double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + pool_flops;
+    double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + pool_flops;
     // Every weight except the embedding tables (only T rows of each are read).
-    const double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);
+    double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);
+    if constexpr (Cfg::cross_attention) {
+      const double tk = double(enc_.ref.cu.back());
+      flops += L * (2 * t * H * Hq * D + 4 * tk * H * Hq * D + 4 * enc_.pairs(step_.host.cu) * Hq * D + 2 * t * Hq * D * H);
+      bytes += tk * H * sizeof(T);
+    }
     return {flops, bytes};
   }
 
@@ -349,6 +544,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
   StepInputs step_;
   std::unique_ptr<Model> model_;
   ParamList params_;
+  HarnessEncoder enc_;  // a decoder's encoder output (Cfg::cross_attention)
   Tensor ids_, types_, first_rows_, hidden_, pooled_;
 };
 
@@ -374,9 +570,12 @@ template <class Model, class Cfg> class EncoderModelAdapter final : public Encod
     m_.named_parameters(p);
     return p;
   }
-  Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids,
-                 std::vector<Tensor>* layer_outputs) override {
-    return m_.forward(input_ids, positions, token_type_ids, layer_outputs);
+  bool cross_attention() const override { return Cfg::cross_attention; }
+  Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids, std::vector<Tensor>* layer_outputs,
+                 const Tensor& encoder_hidden_states) override {
+    FK_CHECK(encoder_hidden_states.defined() == Cfg::cross_attention,
+             name_ + (Cfg::cross_attention ? " cross-attends: pass encoder_hidden_states" : " takes no encoder_hidden_states"));
+    return m_.forward(input_ids, positions, token_type_ids, layer_outputs, encoder_hidden_states);
   }
   Tensor pool(const Tensor& hidden_states) override { return m_.pool(hidden_states); }
 

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,16 @@ void cross_cache_write(CrossKVCache& cache, const Tensor& k, const Tensor& v, co
                        int64_t max_seqlen_k) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
-  FK_CHECK(k.dim() == 3 && k.size(1) == Hkv && k.size(2) == D && k.is_contiguous() && k.dtype() == dtype_of<T> &&
-               v.sizes() == k.sizes() && v.is_contiguous() && v.dtype() == dtype_of<T>,
-           "CrossAttention k/v: expected contiguous [Tk, " + std::to_string(Hkv) + ", " + std::to_string(D) + "] " +
-               std::string(dtype_name(dtype_of<T>)) + ", got " + k.str() + ", " + v.str());
+  // Rows of Hkv * D dense elements, any 16-byte multiple apart (the k and v blocks of a fused kv
+  // projection's output are such views).
+  auto rows_ok = [](const Tensor& t) {
+    return t.dim() == 3 && t.size(1) == Hkv && t.size(2) == D && t.dtype() == dtype_of<T> && t.stride(2) == 1 &&
+           t.stride(1) == D && t.stride(0) >= Hkv * D && (t.stride(0) * int64_t(sizeof(T))) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  FK_CHECK(rows_ok(k) && rows_ok(v) && v.size(0) == k.size(0),
+           "CrossAttention k/v: expected [Tk, " + std::to_string(Hkv) + ", " + std::to_string(D) + "] " +
+               std::string(dtype_name(dtype_of<T>)) + " with dense rows 16-byte aligned, got " + k.str() + ", " + v.str());
   FK_CHECK(cu_seqlens_k.dtype() == DType::kI32 && cu_seqlens_k.dim() == 1 && cu_seqlens_k.numel() >= 2,
            "CrossAttention cu_seqlens_k: expected i32 [B+1], got " + cu_seqlens_k.str());
   const int64_t batch = cu_seqlens_k.numel() - 1;
@@ -65,7 +72,7 @@ void cross_cache_write(CrossKVCache& cache, const Tensor& k, const Tensor& v, co
   }
   cache.full = k.size(0) == batch * max_seqlen_k;
   fk::kernels::cross_cache_write<static_cast<int>(Hkv), static_cast<int>(D), T>(
-      cache.k.data<T>(), cache.v.data<T>(), cache.seqlens.data<int32_t>(), k.data<T>(), v.data<T>(),
+      cache.k.data<T>(), cache.v.data<T>(), cache.seqlens.data<int32_t>(), k.data<T>(), k.stride(0), v.data<T>(), v.stride(0),
       cu_seqlens_k.data<int32_t>(), static_cast<int>(batch), max_seqlen_k, k.size(0), current_stream());
   FK_CHECK_LAUNCH();
 }

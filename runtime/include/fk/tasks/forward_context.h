@@ -28,6 +28,11 @@ struct AttnMetadata {
   int64_t max_seqlen = 0;  ///< prefill: the longest sequence
   Tensor cache_seqlens;    ///< i32 [num_seqs], decode: KV length including this step's token
   Tensor slot_mapping;     ///< i64 [num_tokens], see Note [KV cache layout]
+  /// Encoder-decoder models (vLLM's encoder_seq_start_loc / max_encoder_seq_len): token offsets of
+  /// each sequence's encoder output [num_seqs + 1] i32, which cross-attention attends to, and the
+  /// longest; undefined / 0 without an encoder.
+  Tensor encoder_cu_seqlens;
+  int64_t max_encoder_seqlen = 0;
 };
 
 /// The metadata of the forward pass in progress; throws when none is set.

@@ -61,6 +61,10 @@ void store_rows(Tensor& cache, const Tensor& x, const Tensor& slot_mapping);
 Tensor attention_prefill(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu, int hq,
                          int hkv, int d, double scale, int64_t window = 0, double softcap = 0, const Tensor& sinks = Tensor(),
                          bool causal = true);
+/// Cross-attention: each query of sequence s (cu_q) attends to every key of sequence s of k/v
+/// (cu_k), non-causal.
+Tensor attention_cross(const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int32_t>& cu_q,
+                       const std::vector<int32_t>& cu_k, int hq, int hkv, int d, double scale);
 /// One query per sequence over its cached keys: q [B, Hq*D]; caches [B, max_len, Hkv, D];
 /// lens: host KV lengths (the query is the last of them). Returns [B, Hq*D].
 Tensor attention_decode(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const std::vector<int32_t>& lens,
