@@ -22,9 +22,10 @@
 #     encoders@G            the encoder families (issue 22) on GPU G (background): their GPU tests,
 #                           fk_bench over every BERT and BGE-M3 task, HF parity at 4 layers, and
 #                           fk_model --bench beside HF eager/torch.compile with the same weights
-#     vision@G              the vision encoders (issue 22) on GPU G (background): patch embedding and ViT GPU
-#                           tests, fk_bench over every ViT task, HF parity at 4 layers, fk_model --bench beside
-#                           HF eager/compile and timm (bench/peers/hf_vision_perf.py) with the same weights
+#     vision@G              the vision encoders (issue 22) on GPU G (background): patch embedding, interpolate and
+#                           ViT GPU tests, fk_bench over every ViT task, HF parity at 4 layers (ViT-B/16 at 224 and
+#                           served at 384), fk_model --bench beside HF eager/compile and timm
+#                           (bench/peers/hf_vision_perf.py) with the same weights
 #     xattn@G               cross-attention (issue 22) on GPU G (background): the cross_attention kind's and the BERT
 #                           decoder's GPU tests, fk_bench over every task of bert2bert's decoder, HF parity at 4
 #                           layers with the dump's encoder states, fk_model --bench
@@ -139,15 +140,16 @@ for step in "${steps[@]}"; do
     vision@*)
       g="${step#*@}"
       bg vision "export CUDA_VISIBLE_DEVICES=$g; \
-        (cd '$b' && ctest -L gpu -R 'PatchEmbed|Patchify|ClsPositions|vit_' --output-on-failure -j 1 --timeout 600) >'$P/vis_tests.log' 2>&1; \
+        (cd '$b' && ctest -L gpu -R 'PatchEmbed|Patchify|ClsPositions|vit_|Interpolat|interpolate_' --output-on-failure -j 1 --timeout 600) >'$P/vis_tests.log' 2>&1; \
         '$b/fk_bench' --arch vit-base-patch16-224-in21k --seed $seed --case-timeout 300 --jsonl '$P/vis_bench.jsonl' \
           --markdown '$P/vis_bench.md' >'$P/vis_bench.log' 2>&1; \
-        python3 bench/parity/hf_parity.py --arch google/vit-base-patch16-224-in21k --layers 4 --fk-model '$b/fk_model' \
-          --out '$P/vis_parity' >'$P/vis_parity.log' 2>&1; \
-        '$b/fk_model' --arch google/vit-base-patch16-224-in21k --save-weights '$P/vw.safetensors' --bench \
-          --jsonl '$P/vis_model.jsonl' --markdown '$P/vis_model.md' >'$P/vis_model.log' 2>&1; \
-        python3 bench/peers/hf_vision_perf.py --arch google/vit-base-patch16-224-in21k --weights '$P/vw.safetensors' \
-          --jsonl '$P/vis_peers.jsonl' >'$P/vis_peers.log' 2>&1; rm -f '$P/vw.safetensors'"
+        python3 bench/parity/hf_parity.py --arch google/vit-base-patch16-224-in21k,google/vit-base-patch16-224-in21k-served384 --layers 4 \
+          --fk-model '$b/fk_model' --out '$P/vis_parity' >'$P/vis_parity.log' 2>&1; \
+        for a in google/vit-base-patch16-224-in21k google/vit-base-patch16-224-in21k-served384; do t=\$(echo \$a | tr / _); \
+          '$b/fk_model' --arch \$a --save-weights '$P/vw.safetensors' --bench \
+            --jsonl '$P/vis_model_'\$t.jsonl --markdown '$P/vis_model_'\$t.md >'$P/vis_model_'\$t.log 2>&1; \
+          python3 bench/peers/hf_vision_perf.py --arch \$a --weights '$P/vw.safetensors' \
+            --jsonl '$P/vis_peers_'\$t.jsonl >'$P/vis_peers_'\$t.log 2>&1; rm -f '$P/vw.safetensors'; done"
       ;;
     sanitizer@* | sanitizer:*@*)  # sanitizer@G: all three tools; sanitizer:TOOL@G: one. A lost CUDA
       # context or a timeout (fk_bench says "rerun with --resume"; the case is a RUNTIME_ERROR) is resumed after that case.

@@ -9,7 +9,9 @@ token types fk_model used (the second half of each sequence type 1: a sentence p
                                              "pooling" metadata, e.g. "cls+normalize": that pooling of
                                              HF's last hidden state, vLLM's PoolerConfig)
 Vision encoders (ViT: `fk_model --dump` of an L4 task behind fk::ImageEncoderModel) against
-ViTModel with its pooler, same weights and the dump's pixel_values (one batch of images):
+ViTModel with its pooler, same weights and the dump's pixel_values (one batch of images; images of
+another size than the config's image_size, a resolution served by `add --image-size`, with
+interpolate_pos_encoding=True):
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1], flattened)
   b) the last hidden state (final LayerNorm) (last_hidden_state vs last_hidden_state)
   c) the pooled vector of each image         (pooled vs pooler_output)
@@ -136,8 +138,11 @@ def hf_vision_run(model, D, device):
     import torch
 
     px = D["pixel_values"].to(device=device, dtype=model.dtype)
+    # Images served at another resolution than the checkpoint's (`add --image-size`): HF resizes the
+    # position embeddings (bicubic) when asked to, as ours do.
+    kw = {"interpolate_pos_encoding": True} if px.shape[-1] != model.config.image_size else {}
     with torch.no_grad():
-        out = model(pixel_values=px, output_hidden_states=True)
+        out = model(pixel_values=px, output_hidden_states=True, **kw)
     n = model.config.num_hidden_layers
     flat = lambda t: t.reshape(-1, t.shape[-1]).float().cpu()  # noqa: E731
     layers = [flat(out.hidden_states[i + 1]) for i in range(n)]

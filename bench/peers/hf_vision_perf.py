@@ -133,17 +133,23 @@ def main(argv=None):
     env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__, "timm": timm_version,
            "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype)}
     g = torch.Generator(device="cuda").manual_seed(a.seed)
-    S, C = cfg.image_size, cfg.num_channels
+    # The served resolution (`fastkernels add --image-size`, recorded beside the config), else the config's.
+    S, C = int(hfmodel.sidecar(a.arch, a.config_root).get("image_size", cfg.image_size)), cfg.num_channels
+    interp = {"interpolate_pos_encoding": True} if S != cfg.image_size else {}
+    env["image_size"] = S
 
     for mode in modes:
         check = None
         try:
             if mode.startswith("hf"):
                 fn = hf
-                call = lambda f, px: f(pixel_values=px).pooler_output  # noqa: E731
+                call = lambda f, px: f(pixel_values=px, **interp).pooler_output  # noqa: E731
             else:
                 if timm_version is None:
                     raise ImportError("timm is not installed")
+                if interp:
+                    raise ValueError(f"served at {S} px (checkpoint grid {cfg.image_size} px): timm resizes position embeddings "
+                                     "with antialiased bicubic (a = -0.5), not HF's bicubic (a = -0.75), so no like-for-like timm peer")
                 tm = timm_from_hf(cfg, {k: v.to("cuda") for k, v in W.items()}, dtype)
                 with torch.no_grad():  # the mapping check: timm's final hidden state against HF's
                     px = torch.randn(2, C, S, S, device="cuda", generator=g, dtype=dtype)

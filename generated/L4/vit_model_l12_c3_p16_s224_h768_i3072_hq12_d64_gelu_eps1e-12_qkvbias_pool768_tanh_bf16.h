@@ -20,8 +20,9 @@ struct Config {
   static constexpr int64_t num_hidden_layers = 12;
   static constexpr int64_t num_channels = 3;
   static constexpr int64_t patch_size = 16;
-  static constexpr int64_t image_size = 224;  ///< square images
+  static constexpr int64_t image_size = 224;  ///< square images (the served resolution)
   static constexpr int64_t tokens_per_image = (image_size / patch_size) * (image_size / patch_size) + 1;  ///< patches + [CLS]
+  static constexpr int64_t pos_grid = 14;  ///< the checkpoint's position grid (pos_interp resizes it when not image_size / patch_size)
   static constexpr int64_t hidden_size = 768;
   static constexpr int64_t num_heads = 12;
   static constexpr int64_t head_dim = 64;
@@ -39,10 +40,12 @@ struct Config {
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /
 ///   forward(pixel_values [B, C, S, S]) -> last_hidden_state [B * tokens_per_image, hidden] (after the final
 ///   LayerNorm), one sequence per image under the forward context; pool(last_hidden_state) -> [B, pooler_size]:
-///   act(dense(class token)).
+///   act(dense(class token)). position_embeddings hold the checkpoint's pos_grid x pos_grid table; when the served grid
+///   differs, pos_interp resizes it in every forward (HF interpolate_pos_encoding).
 class ViTModel {
  public:
   using PatchEmbeddings = fk::generated::patch_embedding_c3_p16_s224_h768_bias_bf16::PatchEmbedding;  // patch_embedding_c3_p16_s224_h768_bias_bf16
+  using PosInterp = fk::tasks::NoPosInterp;  // none
   using Layer = fk::generated::vit_layer_h768_i3072_hq12_d64_gelu_eps1e_12_qkvbias_bf16::ViTLayer;  // vit_layer_h768_i3072_hq12_d64_gelu_eps1e-12_qkvbias_bf16
   using Norm = fk::generated::layer_norm_h768_eps1e_12_bias_bf16::LayerNorm;  // layer_norm_h768_eps1e-12_bias_bf16
   using PoolerDense = fk::generated::replicated_linear_k768_n768_bias_bf16::ReplicatedLinear;  // replicated_linear_k768_n768_bias_bf16
@@ -51,7 +54,8 @@ class ViTModel {
   explicit ViTModel(int64_t num_hidden_layers = Config::num_hidden_layers)
       : patch_embeddings(Config::num_channels, Config::hidden_size, Config::patch_size, Config::patch_size),
         cls_token(fk::empty({1, 1, Config::hidden_size}, fk::dtype_of<Config::scalar_t>)),
-        position_embeddings(fk::empty({1, Config::tokens_per_image, Config::hidden_size}, fk::dtype_of<Config::scalar_t>)),
+        pos_interp(fk::tasks::vit_pos_interp<Config, PosInterp>()),
+        position_embeddings(fk::empty({1, Config::pos_grid * Config::pos_grid + 1, Config::hidden_size}, fk::dtype_of<Config::scalar_t>)),
         layernorm(Config::hidden_size, Config::layer_norm_eps),
         pooler_dense(Config::hidden_size, Config::pooler_size, true) {
     FK_CHECK(num_hidden_layers >= 1 && num_hidden_layers <= Config::num_hidden_layers,
@@ -91,7 +95,8 @@ class ViTModel {
 
   PatchEmbeddings patch_embeddings;
   fk::Tensor cls_token;            ///< [1, 1, hidden]
-  fk::Tensor position_embeddings;  ///< [1, tokens_per_image, hidden]
+  PosInterp pos_interp;
+  fk::Tensor position_embeddings;  ///< [1, pos_grid^2 + 1, hidden]
   std::vector<Layer> layers;
   Norm layernorm;
   PoolerDense pooler_dense;

@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
                   "pooling_type) instead of the checkpoint's own pooler; recorded likewise")
       ->check(CLI::IsMember({"cls", "mean", "last"}));
   add->add_flag("--normalize", add_choices.normalize, "with --pooling: L2-normalise the pooled vectors (vLLM's normalize)");
+  add->add_option("--image-size", add_choices.image_size,
+                  "vision encoders: serve images of this many pixels square instead of the config's image_size; the "
+                  "position embeddings are interpolated (bicubic) from the checkpoint's grid, as HF's "
+                  "interpolate_pos_encoding; recorded likewise")
+      ->check(CLI::Range(int64_t{1}, int64_t{8192}));
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");

@@ -435,6 +435,41 @@ TEST(UserConfigs, BertDecoderWithCrossAttention) {
       << run_with("{" + pruned + "}", {});
 }
 
+TEST(UserConfigs, VisionEncoderServedAtAnotherResolution) {
+  // `add --image-size`: ViT serves images of that size; the patch embedding and the cases follow it,
+  // and the model resizes the checkpoint's position grid (bicubic, half-pixel, NHWC: the interpolate
+  // kind) in its pos_interp child, spelled _pos{grid} in the model's name. The config cannot set it,
+  // it must be whole patches, and families without a resolution refuse it.
+  const std::string vit = R"({"model_type": "vit", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "torch_dtype": "bfloat16", "patch_size": 8, "image_size": 32})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.image_size = 48;
+  Generation g;
+  ASSERT_EQ(run_with(vit, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"interpolate_bicubic_hp_c64_4x4_to_6x6_nhwc_bf16", "patch_embedding_c3_p8_s48_h64_bias_bf16",
+                           "vit_model_l1_c3_p8_s48_pos4_h64_i128_hq2_d32_gelu_eps1e-12_qkvbias_pool64_tanh_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  EXPECT_EQ(std::get<int64_t>(g.resolved[0].values.at("tokens_per_image")), 37);
+  Generation same;  // served at the checkpoint's own resolution: no interpolation, the usual names
+  ASSERT_EQ(run_with(vit, {}, &same), "");
+  for (const auto& [name, t] : same.tasks.tasks) EXPECT_NE(t.kind, "interpolate") << name;
+  EXPECT_TRUE(same.tasks.tasks.count("vit_model_l1_c3_p8_s32_h64_i128_hq2_d32_gelu_eps1e-12_qkvbias_pool64_tanh_bf16"));
+  c.image_size = 44;  // not whole 8-pixel patches
+  EXPECT_NE(run_with(vit, c).find("$.serve_image_size: expected a multiple of patch_size (whole patches), got 44"), std::string::npos)
+      << run_with(vit, c);
+  std::string set_in_config = vit;
+  set_in_config.insert(1, R"("serve_image_size": 48, )");
+  EXPECT_NE(run_with(set_in_config, {}).find("serve_image_size is a choice recorded beside the config, not a config key: use `add "
+                                             "--image-size`"),
+            std::string::npos);
+  c.image_size = 48;
+  EXPECT_EQ(run_with(std::string("{\"model_type\": \"llama\", ") + kBase + "}", c),
+            "t/fastkernels.json: $.image_size: family llama has no image resolution to choose (remove image_size)\n");
+}
+
 TEST(UserConfigs, ChoicesFileIsStrict) {
   Diagnostics diag;
   UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true, "dtype": "float32"})", diag);
@@ -442,7 +477,8 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
             "f.json: $.allow_unknown[1]: expected a config key, got 3\n"
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
             "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
-            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize)\n");
+            "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, "
+            "image_size)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;
@@ -661,6 +697,11 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   bad = qwen;
   bad["max_position"] = int64_t{257};  // tokens per image are prefix + grid
   EXPECT_THROW(name_of("vision_rope_2d", bad), GenError);
+  // Squared ReLU (HF "relu2": Nemotron, Persimmon, Primer) is one more value of the activation kind.
+  Params relu2 = {{"activation", std::string("relu2")}, {"hidden_size", int64_t{3072}}};
+  EXPECT_EQ(name_of("activation", relu2), "activation_relu2_h3072_bf16");
+  EXPECT_EQ(find_kind("activation")->production(relu2),
+            "vllm.model_executor.layers.activation.get_act_fn: transformers ReLUSquaredActivation");
   // Cross-attention: decode steps over a cached encoder output, first steps that write the cache.
   Params xattn = {{"num_heads", int64_t{20}}, {"num_kv_heads", int64_t{20}}, {"head_dim", int64_t{64}},
                   {"softmax_scale", 0.125}, {"max_position", int64_t{448}}, {"max_encoder_len", int64_t{1500}}};
@@ -778,7 +819,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"},
-      {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}};
+      {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
@@ -813,7 +854,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"vit_attention", {"qkv_proj", "attn", "dense"}},
       {"vit_mlp", {"intermediate_dense", "act_fn", "output_dense"}},
       {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},
-      {"vit_model", {"patch_embeddings", "layers", "layernorm", "pooler_dense", "pooler_act"}},
+      {"vit_model", {"patch_embeddings", "pos_interp?", "layers", "layernorm", "pooler_dense", "pooler_act"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

@@ -41,6 +41,7 @@ FK_ACT_TESTS(Relu, Act::kRelu)
 FK_ACT_TESTS(Silu, Act::kSilu)
 FK_ACT_TESTS(Sigmoid, Act::kSigmoid)
 FK_ACT_TESTS(Tanh, Act::kTanh)
+FK_ACT_TESTS(Relu2, Act::kRelu2)
 
 // The reference itself, at points where the value is known in closed form.
 TEST(Kernels, ActivationReferenceKnownValues) {

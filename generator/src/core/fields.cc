@@ -75,6 +75,7 @@ const std::vector<FieldSpec>& field_table() {
         {"qkv_bias", FieldType::kBool, {}, "query/key/value projections carry a bias (vision encoders)"},
         {"pooling_type", FieldType::kString, {}, "embedding output: the model's own pooler, or cls/mean/last (set by `add --pooling` only)"},
         {"pooling_normalize", FieldType::kBool, {}, "L2-normalise the pooled vectors (set by `add --normalize` only)"},
+        {"serve_image_size", FieldType::kPosInt, {}, "the resolution a vision encoder serves (set by `add --image-size` only)"},
         {"is_decoder", FieldType::kBool, {}, "causal self-attention: an encoder family run as a decoder (BertLMHeadModel, bert2bert)"},
         {"add_cross_attention", FieldType::kBool, {}, "decoder layers cross-attend to encoder_hidden_states"},
         {"use_sliding_window", FieldType::kBool, {}, "whether sliding_window applies (qwen2)"},

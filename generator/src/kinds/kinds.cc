@@ -532,6 +532,22 @@ const KindHooks& kind_hooks() {
       if (img < patch || img % patch != 0 || img > 8192)
         throw GenError{"image_size must be a multiple of patch_size " + i2s(patch) + " up to 8192, got " + i2s(img)};
     };
+    // _pos{g}: position embeddings of a g x g grid interpolated to the served one; nothing when they match.
+    h.spell["vit_pos_grid"] = [](const Params& p) {
+      return I(p, "pos_grid") * I(p, "patch_size") == I(p, "image_size") ? std::string() : "_pos" + i2s(I(p, "pos_grid"));
+    };
+    h.checks["vit_pos_grid"] = [](const Params& p) {
+      if (I(p, "pos_grid") < 1) throw GenError{"pos_grid (the checkpoint's position grid) must be >= 1, got " + i2s(I(p, "pos_grid"))};
+    };
+    h.checks["interpolate"] = [](const Params& p) {
+      const std::string& m = S(p, "mode");
+      if (m != "nearest" && m != "bilinear" && m != "bicubic")
+        throw GenError{"mode must be \"nearest\", \"bilinear\" or \"bicubic\" (no antialiasing), got " + json_quote(m)};
+      if (m == "nearest" && B(p, "align_corners"))
+        throw GenError{"align_corners applies to bilinear and bicubic only (torch.nn.functional.interpolate refuses it for nearest)"};
+      for (const char* k : {"channels", "in_h", "in_w", "out_h", "out_w"})
+        if (I(p, k) < 1 || I(p, k) > 65536) throw GenError{std::string(k) + " must be in [1, 65536], got " + i2s(I(p, k))};
+    };
     h.checks["vision_rope_2d"] = [](const Params& p) {
       const int64_t d = I(p, "head_dim"), gh = I(p, "grid_h"), gw = I(p, "grid_w"), m = I(p, "merge_size"), pre = I(p, "prefix_tokens");
       if (d < 4 || d % 4 != 0) throw GenError{"head_dim must be a positive multiple of 4 (row and column quarters), got " + i2s(d)};

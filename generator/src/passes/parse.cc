@@ -389,7 +389,8 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     return c;
   }
   if (!root.is_object()) {
-    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling and/or normalize, got " + got(root));
+    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling, normalize and/or image_size, got " +
+               got(root));
     return c;
   }
   for (const auto& [k, v] : root.items()) {
@@ -423,9 +424,13 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     } else if (k == "normalize") {
       if (!v.is_boolean()) diag.error(file + ": " + path + ": expected boolean, got " + got(v));
       else c.normalize = v.get<bool>();
+    } else if (k == "image_size") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 8192)
+        diag.error(file + ": " + path + ": expected an image size in pixels (1 to 8192), got " + got(v));
+      else c.image_size = v.get<int64_t>();
     } else {
       diag.error(file + ": " + path + ": unknown key " + json_quote(k) +
-                 " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize)");
+                 " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size)");
     }
   }
   if (c.normalize && c.pooling.empty() && root.contains("normalize"))
@@ -441,6 +446,7 @@ std::string user_choices_text(const UserChoices& c) {
   if (!c.served_as.empty()) j["served_as"] = c.served_as;
   if (!c.pooling.empty()) j["pooling"] = c.pooling;
   if (c.normalize) j["normalize"] = true;
+  if (c.image_size > 0) j["image_size"] = c.image_size;
   return j.dump(2) + "\n";
 }
 

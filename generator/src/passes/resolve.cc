@@ -268,6 +268,17 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       r.origin["pooling_normalize"] = choices.file + " $.normalize";
     }
   }
+  // The served resolution (Note [User choices]) of vision encoders that declare serve_image_size.
+  if (const FieldValue* fv = cfg.get("serve_image_size"))
+    err(fv->path, "serve_image_size is a choice recorded beside the config, not a config key: use `add --image-size`");
+  if (choices.image_size > 0) {
+    if (!d->fields.count("serve_image_size")) {
+      diag.error(choices.file + ": $.image_size: family " + d->family + " has no image resolution to choose (remove image_size)");
+    } else {
+      r.values["serve_image_size"] = Value(choices.image_size);
+      r.origin["serve_image_size"] = choices.file + " $.image_size";
+    }
+  }
   for (const auto& [name, _] : d->fields) lookup(name);
   if (d->fields.count("rope_scaling"))
     for (const auto& n : rope_scaling_names()) lookup(n);

@@ -122,14 +122,16 @@ struct UserChoices {
   std::string served_as;                   ///< a known model_type ("" : the config's own)
   std::string pooling;                     ///< "cls", "mean" or "last" ("" : the model's own pooler)
   bool normalize = false;                  ///< L2-normalise the pooled vectors (only with pooling)
+  int64_t image_size = 0;                  ///< vision encoders: the served resolution (0: the config's image_size)
   bool empty() const {
-    return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize;
+    return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize &&
+           image_size == 0;
   }
 };
 
 /// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean), allow_unknown (array
 /// of strings), dtype ("bfloat16" or "float16"), served_as (a model_type string), pooling ("cls",
-/// "mean" or "last") and normalize (boolean, only with pooling), nothing else); problems go to
+/// "mean" or "last"), normalize (boolean, only with pooling) and image_size (a positive integer), nothing else); problems go to
 /// `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).

@@ -17,7 +17,7 @@
 namespace fk::kernels {
 
 /// A single-tensor activation (the `activation` kind's constant).
-enum class Act { kGelu, kGeluTanh, kQuickGelu, kRelu, kSilu, kSigmoid, kTanh };
+enum class Act { kGelu, kGeluTanh, kQuickGelu, kRelu, kSilu, kSigmoid, kTanh, kRelu2 };
 
 /// The gate activation of a gated MLP: silu (vLLM SiluAndMul), the tanh approximation of GELU
 /// (GeluAndMul(approximate="tanh"), Gemma's gelu_pytorch_tanh) or exact GELU (GeluAndMul(), BERT-
@@ -39,6 +39,9 @@ template <Act kAct> __device__ __forceinline__ float act_fn(float x) {
     return __fdividef(x, 1.f + __expf(-x));
   } else if constexpr (kAct == Act::kSigmoid) {
     return __fdividef(1.f, 1.f + __expf(-x));
+  } else if constexpr (kAct == Act::kRelu2) {  // squared ReLU (Primer; HF ReLUSquaredActivation, "relu2")
+    const float r = fmaxf(x, 0.f);
+    return r * r;
   } else {
     static_assert(kAct == Act::kTanh);
     return tanhf(x);

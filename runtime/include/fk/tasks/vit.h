@@ -23,6 +23,7 @@
 #include "fk/kernels/patch_embed.cuh"
 #include "fk/kernels/reference/patch_embed_ref.cuh"
 #include "fk/tasks/bert.h"
+#include "fk/tasks/interpolate.h"
 #include "fk/tasks/patch_embed.h"
 
 namespace fk::tasks {
@@ -48,15 +49,49 @@ template <class M> Tensor vit_layer_forward(M& m, const Tensor& x) {
   return out;
 }
 
-/// ViTEmbeddings: cat(cls_token, patch_embeddings(pixels)) + position_embeddings, per image.
+/// The pos_interp slot of a ViT served at its checkpoint's resolution.
+struct NoPosInterp {};
+template <class P> inline constexpr bool kHasPosInterp = !std::is_same_v<P, NoPosInterp>;
+/// The pos_interp child as the model builds it: Interpolate(size=(grid, grid), mode="bicubic", align_corners=False).
+template <class Cfg, class P> P vit_pos_interp() {
+  if constexpr (kHasPosInterp<P>) {
+    constexpr int64_t g = Cfg::image_size / Cfg::patch_size;
+    return P({g, g}, "bicubic", false);
+  } else {
+    return P{};
+  }
+}
+
+/// The position table of the served grid [1 + N, H]: position_embeddings itself, or (pos_interp) the class
+/// token's row followed by the checkpoint grid's rows resized to the served grid (HF interpolate_pos_encoding:
+/// the [1, g0, g0, H] rows as an image, bicubic, align_corners False; the model dtype throughout).
+template <class Cfg, class M> Tensor vit_positions(M& m) {
+  using T = typename Cfg::scalar_t;
+  if constexpr (!kHasPosInterp<std::decay_t<decltype(m.pos_interp)>>) {
+    return m.position_embeddings;
+  } else {
+    constexpr int64_t H = Cfg::hidden_size, g0 = Cfg::pos_grid, g = Cfg::image_size / Cfg::patch_size;
+    Tensor grid = m.position_embeddings.view({g0 * g0 + 1, H}).narrow_first(1, g0 * g0).view({1, g0, g0, H});
+    Tensor resized = m.pos_interp.forward(grid);  // [1, g, g, H]
+    Tensor table = empty({g * g + 1, H}, dtype_of<T>);
+    const size_t row = size_t(H) * sizeof(T);
+    FK_CUDA_CHECK(cudaMemcpyAsync(table.data_ptr(), m.position_embeddings.data_ptr(), row, cudaMemcpyDeviceToDevice, current_stream()));
+    FK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(table.data_ptr()) + row, resized.data_ptr(), row * g * g,
+                                  cudaMemcpyDeviceToDevice, current_stream()));
+    return table;
+  }
+}
+
+/// ViTEmbeddings: cat(cls_token, patch_embeddings(pixels)) + position_embeddings (of the served grid), per image.
 template <class Cfg, class M> Tensor vit_embeddings_forward(M& m, const Tensor& pixel_values) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t H = Cfg::hidden_size, N = (Cfg::image_size / Cfg::patch_size) * (Cfg::image_size / Cfg::patch_size);
   const int64_t b = pixel_values.size(0);
   Tensor patches = m.patch_embeddings.forward(pixel_values);
+  Tensor positions = vit_positions<Cfg>(m);
   Tensor out = empty({b * (N + 1), H}, dtype_of<T>);
   fk::kernels::add_cls_and_positions<T, static_cast<int>(H)>(out.data<T>(), patches.data<T>(), m.cls_token.template data<T>(),
-                                                             m.position_embeddings.template data<T>(), b, N, current_stream());
+                                                             positions.template data<T>(), b, N, current_stream());
   FK_CHECK_LAUNCH();
   return out;
 }
@@ -95,6 +130,35 @@ template <class Cfg, class L> Tensor ref_vit_layer(L& l, const std::vector<int32
   return ref::round_to(ref::add_f32(ref_vit_mlp<Cfg>(l.mlp, normed), h), x.dtype());
 }
 
+/// The interpolate constants of HF ViT's position-grid resize (bicubic, align_corners False, NHWC).
+template <class T, int64_t H, int64_t G0, int64_t G> struct VitGridInterp {
+  static constexpr const char* mode = "bicubic";
+  static constexpr bool align_corners = false, channels_last = true;
+  static constexpr int64_t channels = H, in_h = G0, in_w = G0, out_h = G, out_w = G;
+  using scalar_t = T;
+};
+
+/// The served position table by reference: with interpolation, the checkpoint grid's rows resized by
+/// the bicubic (align_corners False) interpolation matrices of interpolate_weights.h (not the
+/// pos_interp child), rounded to the model dtype as HF's bf16 interpolate rounds.
+template <class Cfg, class M> Tensor ref_vit_positions(M& m) {
+  using T = typename Cfg::scalar_t;
+  if constexpr (!kHasPosInterp<std::decay_t<decltype(m.pos_interp)>>) {
+    return m.position_embeddings;
+  } else {
+    constexpr int64_t H = Cfg::hidden_size, g0 = Cfg::pos_grid, g = Cfg::image_size / Cfg::patch_size;
+    using Grid = VitGridInterp<T, H, g0, g>;
+    Tensor grid = m.position_embeddings.view({g0 * g0 + 1, H}).narrow_first(1, g0 * g0).view({1, g0, g0, H});
+    Tensor resized = ref::round_to(interpolate_reference<Grid>(grid), dtype_of<T>);
+    Tensor table = empty({g * g + 1, H}, dtype_of<T>);
+    const size_t row = size_t(H) * sizeof(T);
+    FK_CUDA_CHECK(cudaMemcpyAsync(table.data_ptr(), m.position_embeddings.data_ptr(), row, cudaMemcpyDeviceToDevice, current_stream()));
+    FK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(table.data_ptr()) + row, resized.data_ptr(), row * g * g,
+                                  cudaMemcpyDeviceToDevice, current_stream()));
+    return table;
+  }
+}
+
 /// (last hidden state [T, H] after the final norm, pooled [B, P]) of a ViTModel by reference.
 template <class Cfg, class M>
 std::pair<Tensor, Tensor> ref_vit_model(M& m, const std::vector<int32_t>& cu, const Tensor& pixels, const Tensor& first_rows) {
@@ -109,9 +173,10 @@ std::pair<Tensor, Tensor> ref_vit_model(M& m, const std::vector<int32_t>& cu, co
                                              static_cast<int>(Cfg::image_size), static_cast<int>(H), current_stream());
   FK_CHECK_LAUNCH();
   Tensor patches_t = ref::round_to(patches, dtype_of<T>);  // the convolution's output in the model dtype
+  Tensor positions = ref_vit_positions<Cfg>(m);
   Tensor e = empty({b * (N + 1), H}, DType::kF32);
   fk::kernels::reference::cls_positions_ref<T>(e.data<float>(), patches_t.data<T>(), m.cls_token.template data<T>(),
-                                               m.position_embeddings.template data<T>(), b, N, static_cast<int>(H), current_stream());
+                                               positions.template data<T>(), b, N, static_cast<int>(H), current_stream());
   FK_CHECK_LAUNCH();
   Tensor h = ref::round_to(e, dtype_of<T>);
   for (auto& layer : m.layers) h = ref_vit_layer<Cfg>(layer, cu, h);

@@ -17,6 +17,7 @@ __device__ inline double act_ref(double x, Act act) {
     case Act::kSilu: return x / (1.0 + exp(-x));
     case Act::kSigmoid: return 1.0 / (1.0 + exp(-x));
     case Act::kTanh: return tanh(x);
+    case Act::kRelu2: return x > 0 ? x * x : 0.0;
   }
   return 0.0;
 }
