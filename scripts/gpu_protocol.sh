@@ -28,7 +28,8 @@
 #                           (bench/peers/hf_vision_perf.py) with the same weights
 #     xattn@G               cross-attention (issue 22) on GPU G (background): the cross_attention kind's and the BERT
 #                           decoder's GPU tests, fk_bench over every task of bert2bert's decoder, HF parity at 4
-#                           layers with the dump's encoder states, fk_model --bench
+#                           layers with the dump's encoder states, fk_model --bench, and the cross_attention and
+#                           interpolate L1 tasks beside their torch peers (SDPA backends, F.interpolate)
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -135,7 +136,12 @@ for step in "${steps[@]}"; do
         python3 bench/parity/hf_parity.py --arch patrickvonplaten/bert2bert_cnn_daily_mail-decoder --layers 4 --fk-model '$b/fk_model' \
           --out '$P/xattn_parity' >'$P/xattn_parity.log' 2>&1; \
         '$b/fk_model' --arch patrickvonplaten/bert2bert_cnn_daily_mail-decoder --bench --jsonl '$P/xattn_model.jsonl' \
-          --markdown '$P/xattn_model.md' >'$P/xattn_model.log' 2>&1"
+          --markdown '$P/xattn_model.md' >'$P/xattn_model.log' 2>&1; \
+        '$b/fk_bench' --task '^(cross_attention|interpolate)_' --seed $seed --case-timeout 300 --jsonl '$P/xattn_l1.jsonl' \
+          --markdown '$P/xattn_l1.md' >'$P/xattn_l1.log' 2>&1; \
+        '$b/fk_bench' --task '^(cross_attention|interpolate)_' --off-registry 0 --export-cases '$P/xattn_cases.json' >/dev/null 2>&1; \
+        python3 bench/peers/torch_peers.py '$P/xattn_cases.json' --out '$P/xattn_peers.jsonl' >'$P/xattn_peers.log' 2>&1; \
+        python3 bench/report.py '$P/xattn_l1.jsonl' '$P/xattn_peers.jsonl' --out '$P/xattn_l1_report.md' >>'$P/xattn_peers.log' 2>&1"
       ;;
     vision@*)
       g="${step#*@}"

@@ -145,7 +145,7 @@ def gelu_and_mul_native(x):
 # The activation kind's modules as get_act_fn builds them (QuickGELU: vLLM's forward_native).
 ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
                "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x), "relu": F.relu, "silu": F.silu,
-               "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+               "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu2": lambda x: torch.square(F.relu(x))}
 
 
 def scaled_embedding_native(ids, w, scale):
@@ -609,6 +609,45 @@ def build(kind, name, dims, use_compile):
                 with sdpa_kernel([be]):
                     return F.scaled_dot_product_attention(*sets[i], is_causal=not bidir, enable_gqa=True)
             peers["torch_sdpa_" + tag] = f
+        return peers, n
+    if kind == "cross_attention":
+        # Uniform batches only (SDPA has no variable-length batch). Decode (write 0): SDPA of one query per
+        # sequence over the cache [B, L, Hkv, D] (as vLLM's cross-attention reads its cache). First step
+        # (write 1): the same production work, the cache written (a copy, reshape_and_cache's) and attended.
+        hq, hkv, d = map(int, g(r"cross_attention_hq(\d+)_hkv(\d+)_d(\d+)_", name))
+        B, Q, L, write = dims["batch"], dims["q_len"], dims["kv_len"], dims["write"]
+        if dims.get("uniform") != 1:
+            return {}, 1
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        n = 2
+        sets = [(torch.randn(B, hq, Q, d, device=dev, dtype=dtype),
+                 torch.randn(B, L, hkv, d, device=dev, dtype=dtype), torch.randn(B, L, hkv, d, device=dev, dtype=dtype))
+                for _ in range(n)]
+        kc, vc = torch.empty(B, L, hkv, d, device=dev, dtype=dtype), torch.empty(B, L, hkv, d, device=dev, dtype=dtype)
+        for tag, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                        ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+            def f(i, be=be):
+                q, k, v = sets[i]
+                if write:
+                    kc.copy_(k)
+                    vc.copy_(v)
+                    k, v = kc, vc
+                with sdpa_kernel([be]):
+                    return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True)
+            peers[("torch_copy_sdpa_" if write else "torch_sdpa_") + tag] = f
+        return peers, n
+    if kind == "interpolate":
+        # F.interpolate itself (NHWC: a channels_last tensor), eager and compiled.
+        mode, ac, c, ih, iw, oh, ow, layout = g(r"interpolate_([a-z]+)_(ac|hp)_c(\d+)_(\d+)x(\d+)_to_(\d+)x(\d+)_(nhwc|nchw)_", name)
+        c, ih, iw, oh, ow = int(c), int(ih), int(iw), int(oh), int(ow)
+        B = dims["batch"]
+        n = nsets_for(B * c * (ih * iw + oh * ow) * 2)
+        mf = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+        sets = [(torch.randn(B, c, ih, iw, device=dev, dtype=dtype).contiguous(memory_format=mf),) for _ in range(n)]
+        kw = {"size": (oh, ow), "mode": mode}
+        if mode != "nearest":
+            kw["align_corners"] = ac == "ac"
+        add(lambda x: F.interpolate(x, **kw), sets)
         return peers, n
     if kind == "flash_attn_decode":
         hq, hkv, d = map(int, g(r"flash_attn_decode_hq(\d+)_hkv(\d+)_d(\d+)_", name))
