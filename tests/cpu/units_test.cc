@@ -716,7 +716,10 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   xattn["softmax_scale"] = 1.0;  // T5-style unscaled scores are spelled
   EXPECT_EQ(name_of("cross_attention", xattn), "cross_attention_hq20_hkv20_d64_scale1_bf16");
   xattn["num_kv_heads"] = int64_t{3};
-  EXPECT_NE(find_kind("cross_attention")->served(xattn, "bfloat16"), "");
+  EXPECT_NE(find_kind("cross_attention")->served(xattn, "bfloat16"), "");  // 20 query heads over 3 kv heads
+  xattn["num_kv_heads"] = int64_t{20};
+  xattn["max_encoder_len"] = int64_t{0};
+  EXPECT_EQ(find_kind("cross_attention")->served(xattn, "bfloat16"), "max_encoder_len must be >= 1, got 0");
   EXPECT_EQ(name_of("flash_attn_prefill", bidir), "flash_attn_prefill_hq12_hkv12_d64_bidir_bf16");
   EXPECT_EQ(find_kind("flash_attn_prefill")->served(bidir, "bfloat16"), "");
   bidir["sliding_window"] = int64_t{128};
