@@ -34,6 +34,7 @@
 #include "fk/runtime/runner.h"
 #include "fk/runtime/safetensors.h"
 #include "fk/runtime/task.h"
+#include "fk/tasks/cross_encoder_input.h"
 #include "fk/tasks/forward_context.h"
 #include "fk/tasks/harness.h"
 #include "fk/tasks/llama.h"
@@ -540,16 +541,15 @@ int run_bench(fk::CausalLM& m, const Options& o) {
 /// One batch of whole sequences as vLLM's pooling runner packs it: ids, positions 0.. per
 /// sequence, token types (with token types: the second half of each sequence is type 1, a
 /// sentence pair), cu_seqlens; the forward context is a prefill without a KV cache.
-/// A decoder with cross-attention (bert2bert's) also gets an encoder output: one sequence per
-/// prompt with the prompts' lengths in reverse order, states ~ N(0, 1) in the model dtype (a
-/// LayerNorm output's scale), named in the forward context (encoder_cu_seqlens).
+/// A decoder with cross-attention (bert2bert's) also gets an encoder output (CrossEncoderInput:
+/// the prompts' lengths in reverse order), states ~ N(0, 1) in the model dtype, named in the
+/// forward context (encoder_cu_seqlens).
 struct EncoderBatch {
   fk::tasks::AttnMetadata meta;
   Tensor ids, positions, types;
   std::vector<int64_t> ids_h, types_h;
   std::vector<int32_t> cu{0};
-  Tensor encoder_states;  ///< [Tk, hidden]; undefined without cross-attention
-  std::vector<int32_t> encoder_cu{0};
+  fk::tasks::CrossEncoderInput encoder;  ///< states undefined without cross-attention
 };
 
 /// One row of an encoder bench (embedding or image batches): 3 warm-up calls of `step`, 10 timed
@@ -614,14 +614,8 @@ EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std
   e.positions = fk::to_device(pos, {t});
   if (m.type_vocab_size() > 0) e.types = fk::to_device(e.types_h, {t});
   if (m.cross_attention()) {
-    for (size_t i = prompts.size(); i-- > 0;) {
-      const auto n = static_cast<int32_t>(prompts[i].size());
-      e.encoder_cu.push_back(e.encoder_cu.back() + n);
-      e.meta.max_encoder_seqlen = std::max<int64_t>(e.meta.max_encoder_seqlen, n);
-    }
-    e.meta.encoder_cu_seqlens = fk::to_device(e.encoder_cu, {b + 1});
-    e.encoder_states = fk::empty({int64_t(e.encoder_cu.back()), m.hidden_size()}, m.dtype());
-    fk::fill_normal(e.encoder_states, fk::mix_seed(seed, 79));
+    e.encoder.attach(e.cu, e.meta, m.hidden_size(), m.dtype());
+    fk::fill_normal(e.encoder.ref.states, fk::mix_seed(seed, 79));
   }
   return e;
 }
@@ -633,7 +627,7 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   Tensor pooled;
   {
     fk::tasks::ForwardContextGuard ctx(&e.meta);
-    Tensor h = m.forward(e.ids, e.positions, e.types, &layers, e.encoder_states);
+    Tensor h = m.forward(e.ids, e.positions, e.types, &layers, e.encoder.ref.states);
     pooled = fk::tasks::to_f32(m.pool(h));
   }
   const int64_t B = static_cast<int64_t>(prompts.size()), T = e.meta.num_tokens;
@@ -641,9 +635,9 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   add_host(w, "input_ids", "I64", {T}, e.ids_h);
   add_host(w, "token_type_ids", "I64", {T}, e.types_h);
   add_host(w, "cu_seqlens", "I32", {B + 1}, e.cu);
-  if (e.encoder_states.defined()) {  // the decoder's cross-attention input, for the HF side of the parity
-    add_host(w, "encoder_cu_seqlens", "I32", {B + 1}, e.encoder_cu);
-    fk::add_device_tensor(w, "encoder_hidden_states", fk::tasks::to_f32(e.encoder_states));
+  if (e.encoder.ref.states.defined()) {  // the decoder's cross-attention input, for the HF side of the parity
+    add_host(w, "encoder_cu_seqlens", "I32", {B + 1}, e.encoder.ref.cu);
+    fk::add_device_tensor(w, "encoder_hidden_states", fk::tasks::to_f32(e.encoder.ref.states));
   }
   for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
   fk::add_device_tensor(w, "pooled", pooled);
@@ -672,9 +666,9 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
     // A decoder with cross-attention: every call passes the encoder output (projects and caches its
     // keys and values: the first decoder step over whole sequences).
     nlohmann::json j = timed_batch_row(m, o, "embed", b, [&] {
-      return m.pool(m.forward(e.ids, e.positions, e.types, nullptr, e.encoder_states));
+      return m.pool(m.forward(e.ids, e.positions, e.types, nullptr, e.encoder.ref.states));
     });
-    if (e.encoder_states.defined()) j["encoder_tokens"] = e.encoder_cu.back();
+    if (e.encoder.ref.states.defined()) j["encoder_tokens"] = e.encoder.ref.cu.back();
     j["seq_len"] = s;
     j["sequences_per_s"] = 1000.0 * b / j["ms"].get<double>();
     j["tokens_per_s"] = 1000.0 * b * s / j["ms"].get<double>();

@@ -24,6 +24,7 @@
 
 #include "fk/kernels/activation.cuh"
 #include "fk/kernels/reference/pooler_ref.cuh"
+#include "fk/tasks/cross_encoder_input.h"
 #include "fk/tasks/llama.h"
 
 namespace fk::tasks {
@@ -199,11 +200,6 @@ template <class Cfg, class M> Tensor ref_encoder_self_attention(M& m, const std:
   Tensor attn = ref::attention_prefill(q, k, v, cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), EncoderCausalOf<Cfg>::value);
   return ref::linear(attn, m.dense.weight, m.dense.bias);
 }
-/// The encoder-side sequences of a cross-attention reference: host offsets and the encoder states.
-struct RefEncoder {
-  std::vector<int32_t> cu;
-  Tensor states;  ///< [Tk, H], the model dtype
-};
 template <class Cfg, class M> Tensor ref_bert_cross_attention(M& m, const std::vector<int32_t>& cu, const Tensor& x, const RefEncoder& e) {
   constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
   Tensor q = ref::linear(x, m.q_proj.weight, m.q_proj.bias);
@@ -261,33 +257,6 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
 // ---------------------------------------------------------------------------------------------
 // Harnesses.
 
-/// The encoder output a decoder's cross-attention attends to in a harness: one sequence per
-/// decoder sequence with the decoder's lengths in reverse order (query and key counts differ per
-/// sequence wherever the lengths do), states ~ N(0, 1) (a LayerNorm output's scale).
-struct HarnessEncoder {
-  RefEncoder ref;
-  int64_t max_len = 0;
-  /// Builds the sequences and states [Tk, hidden] and names them in step.meta.
-  void attach(StepInputs& step, int64_t hidden, DType dtype) {
-    const std::vector<int32_t>& cu = step.host.cu;
-    ref.cu = {0};
-    for (size_t b = cu.size() - 1; b >= 1; --b) {
-      const int32_t len = cu[b] - cu[b - 1];
-      ref.cu.push_back(ref.cu.back() + len);
-      max_len = std::max<int64_t>(max_len, len);
-    }
-    ref.states = empty({int64_t(ref.cu.back()), hidden}, dtype);
-    step.meta.encoder_cu_seqlens = to_device(ref.cu, {static_cast<int64_t>(ref.cu.size())});
-    step.meta.max_encoder_seqlen = max_len;
-  }
-  /// (query, key) pairs of the cross-attention: sum over sequences of len_q * len_k.
-  double pairs(const std::vector<int32_t>& cu_q) const {
-    double s = 0;
-    for (size_t b = 0; b + 1 < cu_q.size(); ++b) s += double(cu_q[b + 1] - cu_q[b]) * double(ref.cu[b + 1] - ref.cu[b]);
-    return s;
-  }
-};
-
 enum class EncoderKind { kAttention, kLayer };
 
 /// The composite references of an encoder family's attention, layer and MLP (Refs::attention(m,
@@ -316,7 +285,7 @@ template <class Module, class Cfg, class Refs, EncoderKind kKind> class EncoderS
     if constexpr (kKind == EncoderKind::kLayer) module_.named_parameters("encoder.layer.0.", params_);
     else module_.named_parameters("encoder.layer.0.attention.", params_);
     x_ = empty({t, H}, dtype_of<T>);
-    if constexpr (kCross) enc_.attach(step_, H, dtype_of<T>);
+    if constexpr (kCross) enc_.attach(step_.host.cu, step_.meta, H, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
@@ -367,12 +336,12 @@ template <class Module, class Cfg, class Refs, EncoderKind kKind> class EncoderS
   StepInputs step_;
   Module module_;
   ParamList params_;
-  HarnessEncoder enc_;
+  CrossEncoderInput enc_;
   Tensor x_, out_;
 };
 
 /// bert_cross_attention (L2) over one batch of whole decoder sequences (StepInputs' prefill) and
-/// an encoder output (HarnessEncoder): every call passes the encoder states, so it projects keys
+/// an encoder output (CrossEncoderInput): every call passes the encoder states, so it projects keys
 /// and values and writes the cache (a decoder's first step). Checked against
 /// ref_bert_cross_attention. x ~ N(0, 1). Parameters under "encoder.layer.0.crossattention.".
 template <class Module, class Cfg> class BertCrossAttentionInstance final : public TaskInstance {
@@ -384,7 +353,7 @@ template <class Module, class Cfg> class BertCrossAttentionInstance final : publ
     require_device_memory(3.0 * t * (4 * H + 8 * Hq * D) * sizeof(T), "cross-attention activations and cache");
     module_.named_parameters("encoder.layer.0.crossattention.", params_);
     x_ = empty({t, H}, dtype_of<T>);
-    enc_.attach(step_, H, dtype_of<T>);
+    enc_.attach(step_.host.cu, step_.meta, H, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
@@ -422,7 +391,7 @@ template <class Module, class Cfg> class BertCrossAttentionInstance final : publ
   StepInputs step_;
   Module module_;
   ParamList params_;
-  HarnessEncoder enc_;
+  CrossEncoderInput enc_;
   Tensor x_, out_;
 };
 /// bert_attention (L2) and bert_layer (L3).
@@ -489,7 +458,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     ids_ = empty({tokens}, DType::kI64);
     types_ = empty({tokens}, DType::kI64);
     first_rows_ = step_.meta.cu_seqlens.narrow_first(0, step_.meta.num_seqs);  // the [CLS] rows the pooler reads
-    if constexpr (Cfg::cross_attention) enc_.attach(step_, Cfg::hidden_size, dtype_of<T>);
+    if constexpr (Cfg::cross_attention) enc_.attach(step_.host.cu, step_.meta, Cfg::hidden_size, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
@@ -544,7 +513,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
   StepInputs step_;
   std::unique_ptr<Model> model_;
   ParamList params_;
-  HarnessEncoder enc_;  // a decoder's encoder output (Cfg::cross_attention)
+  CrossEncoderInput enc_;  // a decoder's encoder output (Cfg::cross_attention)
   Tensor ids_, types_, first_rows_, hidden_, pooled_;
 };
 

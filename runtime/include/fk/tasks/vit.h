@@ -62,23 +62,31 @@ template <class Cfg, class P> P vit_pos_interp() {
   }
 }
 
+/// The checkpoint grid's rows of position_embeddings [1, g0^2 + 1, H] as a [1, g0, g0, H] image (a view).
+template <class Cfg> Tensor vit_position_grid(const Tensor& position_embeddings) {
+  constexpr int64_t H = Cfg::hidden_size, g0 = Cfg::pos_grid;
+  return position_embeddings.view({g0 * g0 + 1, H}).narrow_first(1, g0 * g0).view({1, g0, g0, H});
+}
+/// [1 + g^2, H]: the class token's row of position_embeddings, then the resized grid [1, g, g, H].
+template <class Cfg> Tensor vit_position_table(const Tensor& position_embeddings, const Tensor& resized) {
+  using T = typename Cfg::scalar_t;
+  constexpr int64_t H = Cfg::hidden_size, g = Cfg::image_size / Cfg::patch_size;
+  Tensor table = empty({g * g + 1, H}, dtype_of<T>);
+  const size_t row = size_t(H) * sizeof(T);
+  FK_CUDA_CHECK(cudaMemcpyAsync(table.data_ptr(), position_embeddings.data_ptr(), row, cudaMemcpyDeviceToDevice, current_stream()));
+  FK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(table.data_ptr()) + row, resized.data_ptr(), row * g * g,
+                                cudaMemcpyDeviceToDevice, current_stream()));
+  return table;
+}
+
 /// The position table of the served grid [1 + N, H]: position_embeddings itself, or (pos_interp) the class
 /// token's row followed by the checkpoint grid's rows resized to the served grid (HF interpolate_pos_encoding:
 /// the [1, g0, g0, H] rows as an image, bicubic, align_corners False; the model dtype throughout).
 template <class Cfg, class M> Tensor vit_positions(M& m) {
-  using T = typename Cfg::scalar_t;
   if constexpr (!kHasPosInterp<std::decay_t<decltype(m.pos_interp)>>) {
     return m.position_embeddings;
   } else {
-    constexpr int64_t H = Cfg::hidden_size, g0 = Cfg::pos_grid, g = Cfg::image_size / Cfg::patch_size;
-    Tensor grid = m.position_embeddings.view({g0 * g0 + 1, H}).narrow_first(1, g0 * g0).view({1, g0, g0, H});
-    Tensor resized = m.pos_interp.forward(grid);  // [1, g, g, H]
-    Tensor table = empty({g * g + 1, H}, dtype_of<T>);
-    const size_t row = size_t(H) * sizeof(T);
-    FK_CUDA_CHECK(cudaMemcpyAsync(table.data_ptr(), m.position_embeddings.data_ptr(), row, cudaMemcpyDeviceToDevice, current_stream()));
-    FK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(table.data_ptr()) + row, resized.data_ptr(), row * g * g,
-                                  cudaMemcpyDeviceToDevice, current_stream()));
-    return table;
+    return vit_position_table<Cfg>(m.position_embeddings, m.pos_interp.forward(vit_position_grid<Cfg>(m.position_embeddings)));
   }
 }
 
@@ -146,16 +154,9 @@ template <class Cfg, class M> Tensor ref_vit_positions(M& m) {
   if constexpr (!kHasPosInterp<std::decay_t<decltype(m.pos_interp)>>) {
     return m.position_embeddings;
   } else {
-    constexpr int64_t H = Cfg::hidden_size, g0 = Cfg::pos_grid, g = Cfg::image_size / Cfg::patch_size;
-    using Grid = VitGridInterp<T, H, g0, g>;
-    Tensor grid = m.position_embeddings.view({g0 * g0 + 1, H}).narrow_first(1, g0 * g0).view({1, g0, g0, H});
-    Tensor resized = ref::round_to(interpolate_reference<Grid>(grid), dtype_of<T>);
-    Tensor table = empty({g * g + 1, H}, dtype_of<T>);
-    const size_t row = size_t(H) * sizeof(T);
-    FK_CUDA_CHECK(cudaMemcpyAsync(table.data_ptr(), m.position_embeddings.data_ptr(), row, cudaMemcpyDeviceToDevice, current_stream()));
-    FK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(table.data_ptr()) + row, resized.data_ptr(), row * g * g,
-                                  cudaMemcpyDeviceToDevice, current_stream()));
-    return table;
+    using Grid = VitGridInterp<T, Cfg::hidden_size, Cfg::pos_grid, Cfg::image_size / Cfg::patch_size>;
+    Tensor resized = ref::round_to(interpolate_reference<Grid>(vit_position_grid<Cfg>(m.position_embeddings)), dtype_of<T>);
+    return vit_position_table<Cfg>(m.position_embeddings, resized);
   }
 }
 
