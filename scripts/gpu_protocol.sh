@@ -30,6 +30,11 @@
 #                           decoder's GPU tests, fk_bench over every task of bert2bert's decoder, HF parity at 4
 #                           layers with the dump's encoder states, fk_model --bench, and the cross_attention and
 #                           interpolate L1 tasks beside their torch peers (SDPA backends, F.interpolate)
+#     heads@G               the per-token heads of embedding models (issue 22) on GPU G (background): the token_classifier
+#                           and drop_sequence_ends GPU tests, fk_bench over every ColBERTv2 task and BGE-M3's model task
+#                           (token vectors and lexical weights checked), HF parity at 4 layers (the heads in torch
+#                           beside HF's encoder), fk_model --bench beside HF eager/compile with the same heads, and the
+#                           token_classifier L1 task beside its torch peers
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -126,6 +131,26 @@ for step in "${steps[@]}"; do
             --markdown '$P/enc_model_'\$t.md >'$P/enc_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/w.safetensors' --modes eager,compile \
             --jsonl '$P/enc_hf_'\$t.jsonl >'$P/enc_hf_'\$t.log 2>&1; rm -f '$P/w.safetensors'; done"
+      ;;
+    heads@*)
+      g="${step#*@}"
+      bg heads "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'TokenClassif|DropSequenceEnds|token_classifier_|_mv128_|_mv1024_' --output-on-failure -j 1 --timeout 900) \
+          >'$P/heads_tests.log' 2>&1; \
+        '$b/fk_bench' --arch colbertv2.0 --seed $seed --case-timeout 300 --jsonl '$P/heads_bench_colbert.jsonl' \
+          --markdown '$P/heads_bench_colbert.md' >'$P/heads_bench_colbert.log' 2>&1; \
+        '$b/fk_bench' --task '^(bert_model_l24.*_mv1024_|token_classifier_|l2_normalize_h1024)' --seed $seed --case-timeout 300 \
+          --jsonl '$P/heads_bench_bgem3.jsonl' --markdown '$P/heads_bench_bgem3.md' >'$P/heads_bench_bgem3.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch colbert-ir/colbertv2.0,BAAI/bge-m3 --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/heads_parity' >'$P/heads_parity.log' 2>&1; \
+        for a in colbert-ir/colbertv2.0 BAAI/bge-m3; do t=\$(echo \$a | tr / _); \
+          '$b/fk_model' --arch \$a --save-weights '$P/hw.safetensors' --bench --jsonl '$P/heads_model_'\$t.jsonl \
+            --markdown '$P/heads_model_'\$t.md >'$P/heads_model_'\$t.log 2>&1; \
+          python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/hw.safetensors' --modes eager,compile \
+            --jsonl '$P/heads_hf_'\$t.jsonl >'$P/heads_hf_'\$t.log 2>&1; rm -f '$P/hw.safetensors'; done; \
+        '$b/fk_bench' --task '^token_classifier_' --off-registry 0 --export-cases '$P/heads_cases.json' >/dev/null 2>&1; \
+        python3 bench/peers/torch_peers.py '$P/heads_cases.json' --out '$P/heads_peers.jsonl' >'$P/heads_peers.log' 2>&1; \
+        python3 bench/report.py '$P/heads_bench_bgem3.jsonl' '$P/heads_peers.jsonl' --out '$P/heads_l1_report.md' >>'$P/heads_peers.log' 2>&1"
       ;;
     xattn@*)
       g="${step#*@}"

@@ -168,6 +168,37 @@ def pool_choice(last, pooling):
     return torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v
 
 
+HEAD_PREFIXES = ("colbert_linear.", "sparse_linear.")
+
+
+def split_heads(W):
+    """(backbone weights, per-token head weights): the heads (Note [Embedding heads]:
+    colbert_linear.*, sparse_linear.*, vLLM's names) are not BertModel parameters."""
+    heads = {k: v for k, v in W.items() if k.startswith(HEAD_PREFIXES)}
+    return {k: v for k, v in W.items() if k not in heads}, heads
+
+
+def token_heads(last, heads, dtype, drop):
+    """The per-token heads of one sequence from its final hidden states [L, H] (the model's dtype,
+    as FlagEmbedding and ColBERT run them; fk runs them in the model dtype too): (normalised token
+    vectors [L', d] fp32 or None, lexical weights [L''] fp32 or None); `drop`: the vectors skip the
+    first token, the weights the first and the last (BGE-M3)."""
+    import torch
+
+    vecs = weights = None
+    if "colbert_linear.weight" in heads:
+        w = heads["colbert_linear.weight"].to(last.device, dtype)
+        b = heads.get("colbert_linear.bias")
+        p = torch.nn.functional.linear(last, w, None if b is None else b.to(last.device, dtype))
+        vecs = torch.nn.functional.normalize(p.float(), dim=-1)[1 if drop else 0:].cpu()
+    if "sparse_linear.weight" in heads:
+        w = heads["sparse_linear.weight"].to(last.device, dtype)
+        b = heads.get("sparse_linear.bias")
+        s = torch.relu(torch.nn.functional.linear(last, w, None if b is None else b.to(last.device, dtype))).float()[:, 0]
+        weights = (s[1:-1] if drop else s).cpu()
+    return vecs, weights
+
+
 def encoder_side(D, B):
     """A decoder dump's encoder output (bert2bert: cross-attention): (states [Tk, H] fp32, offsets
     [B + 1]) or None for an encoder's dump."""
@@ -181,7 +212,7 @@ def encoder_side(D, B):
     return D["encoder_hidden_states"], cu
 
 
-def hf_encoder_run(model, D, lens, device, pooling="pooler"):
+def hf_encoder_run(model, D, lens, device, pooling="pooler", heads=None, drop=False):
     """Per sequence: (hidden states after each layer [T, H] fp32 CPU, concatenated over sequences;
     pooled [B, H] fp32 CPU: the model's pooler_output, or the pooling choice over the last layer).
     A decoder with cross-attention gets its sequence's encoder output (the dump's, in the model's
@@ -191,7 +222,7 @@ def hf_encoder_run(model, D, lens, device, pooling="pooler"):
     ids, tt = D["input_ids"], D["token_type_ids"]
     n = model.config.num_hidden_layers
     layers = [[] for _ in range(n)]
-    pooled = []
+    pooled, vecs, weights = [], [], []
     off = 0
     enc = encoder_side(D, len(lens))
     dtype = next(model.parameters()).dtype
@@ -210,8 +241,13 @@ def hf_encoder_run(model, D, lens, device, pooling="pooler"):
                 pooled.append(out.pooler_output[0].float().cpu())
             else:  # from the model-dtype hidden states, in fp32 (as vLLM pools)
                 pooled.append(pool_choice(out.last_hidden_state[0].float(), pooling).cpu())
+            if heads:
+                v, w = token_heads(out.last_hidden_state[0], heads, dtype, drop)
+                vecs.append(v)
+                weights.append(w)
             del out
-    return [torch.cat(x) for x in layers], torch.stack(pooled)
+    cat = lambda xs: torch.cat(xs) if xs and xs[0] is not None else None
+    return [torch.cat(x) for x in layers], torch.stack(pooled), cat(vecs), cat(weights)
 
 
 def check_encoder(a, arch, workdir, res):
@@ -260,6 +296,15 @@ def check_encoder(a, arch, workdir, res):
         if dmeta.get("runner") != want_runner:
             raise ContractError(f"dump {dpath} is not an {want_runner} dump (runner={dmeta.get('runner')!r})")
         pooling = dmeta.get("pooling", "pooler")
+        W, heads = split_heads(W)
+        drop = dmeta.get("drop_special_tokens", "0") == "1"
+        want_heads = {"token_vectors": int(dmeta.get("multi_vector", "0")) > 0, "lexical_weights": dmeta.get("sparse", "0") == "1"}
+        for k, want in want_heads.items():
+            if want != (k in D):
+                raise ContractError(f"dump {dpath}: {k} {'missing' if want else 'present'} (metadata multi_vector="
+                                    f"{dmeta.get('multi_vector')!r}, sparse={dmeta.get('sparse')!r})")
+        if want_heads["token_vectors"] != ("colbert_linear.weight" in heads) or want_heads["lexical_weights"] != ("sparse_linear.weight" in heads):
+            raise ContractError(f"weights {wpath}: head weights {sorted(heads)} do not match the dump's heads {want_heads}")
         if vision:
             pool = getattr(cfg, "pooler_output_size", None) or cfg.hidden_size
             images, tokens = check_vision_dump(D, layers, cfg.hidden_size, pool)
@@ -289,20 +334,28 @@ def check_encoder(a, arch, workdir, res):
         except hfmodel.WeightsError as e:
             res["errors"].append(str(e))
             return res
-        runs[name] = hf_vision_run(model, D, a.device) if vision else hf_encoder_run(model, D, lens, a.device, pooling)
+        runs[name] = hf_vision_run(model, D, a.device) if vision else hf_encoder_run(model, D, lens, a.device, pooling, heads, drop)
         free(model)
         res[f"hf_{name}_s"] = round(time.time() - t0, 2)
     del W
     if vision:
         (h16_layers, h16_last, h16_pool), (f32_layers, f32_last, f32_pool) = runs[tag], runs["fp32"]
     else:
-        (h16_layers, h16_pool), (f32_layers, f32_pool) = runs[tag], runs["fp32"]
+        (h16_layers, h16_pool, h16_vec, h16_w), (f32_layers, f32_pool, f32_vec, f32_w) = runs[tag], runs["fp32"]
 
     for i in range(layers):
         res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
     if vision:
         res["checks"].append(rel_entry(a, tag, "last_hidden_state", D["last_hidden_state"], h16_last, f32_last))
     res["checks"].append(rel_entry(a, tag, "pooled", D["pooled"], h16_pool, f32_pool))
+    if not vision:
+        for name, h16, f32 in (("token_vectors", h16_vec, f32_vec), ("lexical_weights", h16_w, f32_w)):
+            if name not in D:
+                continue
+            if tuple(D[name].shape) != tuple(f32.shape):
+                res["errors"].append(f"{name}: fk_model {tuple(D[name].shape)} vs HF {tuple(f32.shape)}")
+                continue
+            res["checks"].append(rel_entry(a, tag, name, D[name], h16, f32))
     res["pass"] = not res["errors"] and all(c["pass"] for c in res["checks"])
     res["total_s"] = round(time.time() - t_start, 2)
     free(runs, D)

@@ -96,15 +96,30 @@ def main(argv=None):
     side = hfmodel.sidecar(a.arch, a.config_root)
     pooling = side.get("pooling", "pooler") + ("+normalize" if side.get("normalize") else "")
     model = encoder_parity.build_encoder(cfg, dtype, "cuda", "sdpa", pooler=pooling == "pooler")
+    # The per-token heads (fastkernels.json multi_vector / sparse; Note [Embedding heads]): every output fk_model
+    # computes, as torch modules in the model dtype (FlagEmbedding's and ColBERT's way), with the weights' head
+    # tensors or seeded ones.
+    mv, sparse, drop = int(side.get("multi_vector", 0)), bool(side.get("sparse")), bool(side.get("drop_special_tokens"))
+    hb = bool(side.get("head_bias"))
+    heads = {}
     if W is not None:
+        W, heads = encoder_parity.split_heads(W)
         hfmodel.check_and_load(model, W, tied=False, dtype=dtype)
     else:
         hfmodel.check_and_load(model, hfmodel.random_weights(model, a.seed, dtype=dtype), tied=False, dtype=dtype)
     del W
+    colbert = torch.nn.Linear(cfg.hidden_size, mv, bias=hb, device="cuda", dtype=dtype) if mv else None
+    sparse_linear = torch.nn.Linear(cfg.hidden_size, 1, bias=hb, device="cuda", dtype=dtype) if sparse else None
+    for name, mod in (("colbert_linear", colbert), ("sparse_linear", sparse_linear)):
+        if mod is not None and f"{name}.weight" in heads:
+            mod.weight.data.copy_(heads[f"{name}.weight"])
+            if hb:
+                mod.bias.data.copy_(heads[f"{name}.bias"])
     # RoBERTa-style models take ids equal to padding_idx as padding: the prompts avoid it (as fk_model's do).
     pad = getattr(cfg, "pad_token_id", None) if cfg.model_type == "xlm-roberta" else None
     env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
-           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype), "pooling": pooling}
+           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype), "pooling": pooling,
+           "heads": {"multi_vector": mv, "sparse": sparse, "drop_special_tokens": drop}}
     g = torch.Generator(device="cuda").manual_seed(a.seed)
 
     def inputs(b, s):
@@ -118,12 +133,17 @@ def main(argv=None):
 
     def embed(input_ids, token_type_ids):
         out = model(input_ids=input_ids, token_type_ids=token_type_ids)
-        if pooling == "pooler":
-            return out.pooler_output
-        kind, _, norm = pooling.partition("+")
+        extra = []
         h = out.last_hidden_state
+        if colbert is not None:  # the token vectors (BGE-M3: without the first token)
+            extra.append(torch.nn.functional.normalize(colbert(h[:, 1:] if drop else h), dim=-1))
+        if sparse_linear is not None:  # the lexical weights (BGE-M3: without the first and last tokens)
+            extra.append(torch.relu(sparse_linear(h[:, 1:-1] if drop else h)))
+        if pooling == "pooler":
+            return (out.pooler_output, *extra)
+        kind, _, norm = pooling.partition("+")
         v = h[:, 0] if kind == "cls" else h[:, -1] if kind == "last" else h.float().mean(dim=1).to(h.dtype)
-        return torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v
+        return (torch.nn.functional.normalize(v, dim=-1) if norm == "normalize" else v, *extra)
 
     for mode in modes:
         fn = embed

@@ -649,6 +649,18 @@ def build(kind, name, dims, use_compile):
             kw["align_corners"] = ac == "ac"
         add(lambda x: F.interpolate(x, **kw), sets)
         return peers, n
+    if kind == "token_classifier":
+        # The production head: nn.Linear(hidden, labels) then the pooler's act_fn (vLLM's token_classify pooler;
+        # BGE-M3's sparse weights relu(sparse_linear(h))), eager and compiled.
+        n_lab, h, act, bias = g(r"token_classifier_n(\d+)_h(\d+)_([a-z]+)_(bias|nobias)_", name)
+        n_lab, h, T = int(n_lab), int(h), dims["num_tokens"]
+        n = nsets_for(T * h * 2)
+        w = torch.randn(n_lab, h, device=dev, dtype=dtype) / h ** 0.5
+        b = torch.randn(n_lab, device=dev, dtype=dtype) if bias == "bias" else None
+        fn = {"relu": torch.relu, "sigmoid": torch.sigmoid, "none": lambda y: y}[act]
+        sets = [(torch.randn(T, h, device=dev, dtype=dtype),) for _ in range(n)]
+        add(lambda x: fn(F.linear(x, w, b)), sets)
+        return peers, n
     if kind == "flash_attn_decode":
         hq, hkv, d = map(int, g(r"flash_attn_decode_hq(\d+)_hkv(\d+)_d(\d+)_", name))
         B, L = dims["batch"], dims["kv_len"]

@@ -36,6 +36,11 @@ struct Config {
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
   static constexpr const char* pooling = "pooler";  ///< "pooler": BertPooler; else the Pooler child's (cls/mean/last)
   static constexpr bool normalize = false;     ///< the Pooler child L2-normalises (a pooling choice only)
+  // The per-token heads (Note [Embedding heads]; `add --multi-vector`, `--sparse`):
+  static constexpr int64_t multi_vector = 0;  ///< width of the token vectors (0: no multi-vector head)
+  static constexpr bool sparse = false;                 ///< lexical weights relu(sparse_linear(h))
+  static constexpr bool head_bias = false;           ///< the heads' linears carry a bias
+  static constexpr bool drop_special_tokens = false;  ///< vectors skip the first token, weights first and last
   using scalar_t = fk::bf16;
 };
 
@@ -44,7 +49,11 @@ struct Config {
 ///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64[, layer_outputs,
 ///   encoder_hidden_states [Tk, hidden] (Config::cross_attention: the encoder output, its sequences in the forward context's
 ///   encoder_cu_seqlens)]) -> hidden_states [T, hidden] over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
-///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled.
+///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled;
+///   with the per-token heads (vLLM's ColBERTModel / BgeM3EmbeddingModel token_embed and token_classify poolers):
+///   token_embed(hidden_states) -> [T', multi_vector] normalize(colbert_linear(h)) per token, token_weights(hidden_states)
+///   -> [T''] relu(sparse_linear(h)) per token, without the special tokens where Config::drop_special_tokens (needs the
+///   forward context of the forward).
 class BertModel {
  public:
   using WordEmbeddings = fk::generated::vocab_parallel_embedding_v30522_h768_bf16::VocabParallelEmbedding;  // vocab_parallel_embedding_v30522_h768_bf16
@@ -55,13 +64,17 @@ class BertModel {
   using PoolerDense = fk::generated::replicated_linear_k768_n768_bias_bf16::ReplicatedLinear;  // replicated_linear_k768_n768_bias_bf16
   using PoolerAct = fk::generated::activation_tanh_h768_bf16::Activation;  // activation_tanh_h768_bf16
   using Pooler = fk::tasks::NoPooler;  // none
+  using ColbertLinear = fk::tasks::NoTokenHead;  // none
+  using ColbertNorm = fk::tasks::NoTokenHead;  // none
+  using SparseLinear = fk::tasks::NoTokenHead;  // none
 
   explicit BertModel(int64_t num_hidden_layers = Config::num_hidden_layers)
       : word_embeddings(Config::vocab_size, Config::hidden_size),
         position_embeddings(Config::positions, Config::hidden_size),
         token_type_embeddings(Config::type_vocab_size, Config::hidden_size),
         embeddings_layernorm(Config::hidden_size, Config::layer_norm_eps),
-        pooler_dense(Config::hidden_size, Config::hidden_size, true) {
+        pooler_dense(Config::hidden_size, Config::hidden_size, true),
+        colbert_linear(Config::hidden_size, Config::multi_vector, Config::head_bias) {
     FK_CHECK(num_hidden_layers >= 1 && num_hidden_layers <= Config::num_hidden_layers,
              "bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e-12_bias_bf16: num_hidden_layers must be in [1, " + std::to_string(Config::num_hidden_layers) + "], got " +
                  std::to_string(num_hidden_layers));
@@ -87,6 +100,10 @@ class BertModel {
   /// The pooled vector of each sequence of the forward context: BertPooler on its first token, or
   /// the chosen pooling.
   fk::Tensor pool(const fk::Tensor& hidden_states) { return fk::tasks::bert_pool_forward(*this, hidden_states); }
+  /// The multi-vector head's L2-normalised token vectors (Config::multi_vector > 0).
+  fk::Tensor token_embed(const fk::Tensor& hidden_states) { return fk::tasks::bert_token_embed_forward<Config>(*this, hidden_states); }
+  /// The sparse head's lexical weights (Config::sparse).
+  fk::Tensor token_weights(const fk::Tensor& hidden_states) { return fk::tasks::bert_token_weights_forward<Config>(*this, hidden_states); }
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
 
   /// Every parameter once, with its HF transformers (BertModel) name (Note [Seeded weights]).
@@ -98,6 +115,7 @@ class BertModel {
     fk::tasks::add_layer_norm_params(out, embeddings_layernorm, "embeddings.LayerNorm");
     for (size_t i = 0; i < layers.size(); ++i) layers[i].named_parameters("encoder.layer." + std::to_string(i) + ".", out);
     fk::tasks::add_bert_pooler_params(out, *this);
+    fk::tasks::add_token_head_params(out, *this);
   }
 
   WordEmbeddings word_embeddings;
@@ -108,6 +126,9 @@ class BertModel {
   PoolerDense pooler_dense;
   PoolerAct pooler_act;
   Pooler pooler;
+  ColbertLinear colbert_linear;
+  ColbertNorm colbert_norm;
+  SparseLinear sparse_linear;
 };
 
 }  // namespace fk::generated::bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e_12_bias_bf16

@@ -65,6 +65,18 @@ int main(int argc, char** argv) {
                   "position embeddings are interpolated (bicubic) from the checkpoint's grid, as HF's "
                   "interpolate_pos_encoding; recorded likewise")
       ->check(CLI::Range(int64_t{1}, int64_t{8192}));
+  add->add_option("--multi-vector", add_choices.multi_vector,
+                  "embedding models: also return one L2-normalised vector of this width per token (ColBERT's and BGE-M3's "
+                  "multi-vector output: a linear projection, vLLM's token_embed pooler); recorded likewise")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  add->add_flag("--sparse", add_choices.sparse,
+                "embedding models: also return each token's lexical weight relu(linear(hidden, 1)) (BGE-M3's sparse output, "
+                "vLLM's token_classify pooler); recorded likewise");
+  add->add_flag("--head-bias", add_choices.head_bias,
+                "with --multi-vector / --sparse: the heads' linears carry a bias (BGE-M3's; ColBERT's projection has none)");
+  add->add_flag("--drop-special-tokens", add_choices.drop_special_tokens,
+                "with --multi-vector / --sparse: the token vectors skip each sequence's first token and the sparse weights its "
+                "first and last (BOS/EOS), as vLLM's BgeM3EmbeddingModel and FlagEmbedding do");
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");
@@ -168,6 +180,10 @@ int main(int argc, char** argv) {
                                     add_choices.allow_unknown.end());
     if (add_choices.normalize && add_choices.pooling.empty()) {
       std::cerr << "fastkernels add: --normalize applies to a pooling choice: pass --pooling cls|mean|last\n";
+      return kUsage;
+    }
+    if ((add_choices.head_bias || add_choices.drop_special_tokens) && add_choices.multi_vector == 0 && !add_choices.sparse) {
+      std::cerr << "fastkernels add: --head-bias and --drop-special-tokens apply to the token heads: pass --multi-vector N and/or --sparse\n";
       return kUsage;
     }
     return cmd_add(*root, add_path, add_name, add_choices);

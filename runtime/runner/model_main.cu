@@ -610,6 +610,7 @@ EncoderBatch make_encoder_batch(const fk::EncoderModel& m, const std::vector<std
   e.meta.num_seqs = b;
   e.meta.num_tokens = t;
   e.meta.cu_seqlens = fk::to_device(e.cu, {b + 1});
+  e.meta.host_cu_seqlens = e.cu;  // the per-token heads size their outputs by it
   e.ids = fk::to_device(e.ids_h, {t});
   e.positions = fk::to_device(pos, {t});
   if (m.type_vocab_size() > 0) e.types = fk::to_device(e.types_h, {t});
@@ -624,11 +625,13 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   const auto prompts = encoder_prompts(m, o.prompt_lens, fk::mix_seed(o.seed, 77));
   EncoderBatch e = make_encoder_batch(m, prompts, o.seed);
   std::vector<Tensor> layers;
-  Tensor pooled;
+  Tensor pooled, vectors, weights;
   {
     fk::tasks::ForwardContextGuard ctx(&e.meta);
     Tensor h = m.forward(e.ids, e.positions, e.types, &layers, e.encoder.ref.states);
     pooled = fk::tasks::to_f32(m.pool(h));
+    if (m.multi_vector_dim() > 0) vectors = fk::tasks::to_f32(m.token_embed(h));
+    if (m.sparse()) weights = fk::tasks::to_f32(m.token_weights(h));
   }
   const int64_t B = static_cast<int64_t>(prompts.size()), T = e.meta.num_tokens;
   fk::SafetensorsWriter w;
@@ -641,10 +644,16 @@ int run_encoder_dump(fk::EncoderModel& m, const Options& o) {
   }
   for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
   fk::add_device_tensor(w, "pooled", pooled);
+  // The per-token heads: packed over the sequences, without the dropped special tokens.
+  if (vectors.defined()) fk::add_device_tensor(w, "token_vectors", vectors);
+  if (weights.defined()) fk::add_device_tensor(w, "lexical_weights", weights);
   w.set_metadata("arch", o.arch);
   w.set_metadata("task", m.task_name());
   w.set_metadata("runner", "embedding");
   w.set_metadata("pooling", m.pooling());
+  w.set_metadata("multi_vector", std::to_string(m.multi_vector_dim()));
+  w.set_metadata("sparse", m.sparse() ? "1" : "0");
+  w.set_metadata("drop_special_tokens", m.drop_special_tokens() ? "1" : "0");
   w.set_metadata("layers", std::to_string(m.num_layers()));
   w.set_metadata("seed", std::to_string(o.seed));
   w.write(o.dump);
@@ -665,8 +674,12 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
     fk::tasks::ForwardContextGuard ctx(&e.meta);
     // A decoder with cross-attention: every call passes the encoder output (projects and caches its
     // keys and values: the first decoder step over whole sequences).
+    // Every output the model serves: the pooled vectors and, where chosen, the token heads.
     nlohmann::json j = timed_batch_row(m, o, "embed", b, [&] {
-      return m.pool(m.forward(e.ids, e.positions, e.types, nullptr, e.encoder.ref.states));
+      Tensor h = m.forward(e.ids, e.positions, e.types, nullptr, e.encoder.ref.states);
+      if (m.multi_vector_dim() > 0) m.token_embed(h);
+      if (m.sparse()) m.token_weights(h);
+      return m.pool(h);
     });
     if (e.encoder.ref.states.defined()) j["encoder_tokens"] = e.encoder.ref.cu.back();
     j["seq_len"] = s;

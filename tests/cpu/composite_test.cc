@@ -180,8 +180,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // llama: q/k/v bias, o_proj without): its own 7. BERT-base and BGE-M3 (XLM-R large): attention,
   // MLP, layer, model (4 each). ViT-B/16: attention, MLP, layer, model (4). bert2bert's decoder: its causal
   // attention, cross-attention, layer and model (4; its MLP is BERT-base's). ViT-B/16 served at 384 px: its
-  // model (1; the attention, MLP and layer tasks are the 224 px ones, with more cases).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1);
+  // model (1; the attention, MLP and layer tasks are the 224 px ones, with more cases). ColBERTv2 (BERT-base in
+  // fp16 with a 128-d multi-vector head): its own attention, MLP, layer and model (4: no task shared across dtypes).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -262,14 +263,30 @@ TEST(Composites, BertEncoder) {
   EXPECT_EQ(kids["pooler"], "");  // BERT-base keeps its BertPooler: no pooling choice
   // BGE-M3 (XLM-RoBERTa large): positions from padding_idx + 1 = 2, spelled _po2; one token type; served
   // with its dense vector, normalize(CLS) (fastkernels.json: pooling cls, normalize): the Pooler child
-  // instead of BertPooler's dense + tanh, spelled _cls_norm.
+  // instead of BertPooler's dense + tanh, spelled _cls_norm; and with its per-token heads (Note [Embedding heads]):
+  // the 1024-d colbert vectors and the sparse weights, both linears with biases, BOS/EOS dropped
+  // (_mv1024_sparse_hbias_dropse).
   auto xlmr = modules("BAAI/bge-m3");
-  EXPECT_EQ(xlmr["model"], "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16");
+  EXPECT_EQ(xlmr["model"],
+            "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16");
   EXPECT_EQ(placeholders(xlmr["model"])["position_offset"], "2");
   auto xkids = children(xlmr["model"]);
   EXPECT_EQ(xkids["pooler"], "embedding_pooler_cls_norm_h1024_bf16");
   EXPECT_EQ(xkids["pooler_dense"], "");
   EXPECT_EQ(xkids["pooler_act"], "");
+  EXPECT_EQ(xkids["colbert_linear"], "replicated_linear_k1024_n1024_bias_bf16");
+  EXPECT_EQ(xkids["colbert_norm"], "l2_normalize_h1024_bf16");
+  EXPECT_EQ(xkids["sparse_linear"], "token_classifier_n1_h1024_relu_bias_bf16");
+  EXPECT_EQ(placeholders(xlmr["model"])["drop_special_tokens"], "true");
+  // ColBERTv2 (architecture HF_ColBERT: BERT-base) served in fp16 with `add --multi-vector 128`: the bias-free
+  // 128-d projection and its normalisation, every token kept, BertPooler kept; no sparse head.
+  auto colbert = modules("colbert-ir/colbertv2.0");
+  EXPECT_EQ(colbert["model"], "bert_model_l12_v30522_tt2_pos512_h768_i3072_hq12_d64_gelu_eps1e-12_bias_mv128_f16");
+  auto ckids = children(colbert["model"]);
+  EXPECT_EQ(ckids["colbert_linear"], "replicated_linear_k768_n128_nobias_f16");
+  EXPECT_EQ(ckids["colbert_norm"], "l2_normalize_h128_f16");
+  EXPECT_EQ(ckids["sparse_linear"], "");
+  EXPECT_EQ(ckids["pooler_act"], "activation_tanh_h768_f16");
 }
 
 TEST(Composites, Manifest) {

@@ -145,11 +145,11 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
             "generator/descriptors/x.json: $.forward[1].kind: expected one of activation, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
             "fused_add_layer_norm, fused_add_rms_norm, gelu_and_mul, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, grouped_topk, interpolate, l2_normalize, layer_norm, merged_column_parallel_linear, mla_decode, mla_prefill, moe_align_block_size, moe_grouped_gemm, moe_sum, olmo2_qk_norm, parallel_lm_head, patch_embedding, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
-            "store_kvcache, swigluoai_and_mul, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"mamba_mixer\"\n"
+            "store_kvcache, swigluoai_and_mul, token_classifier, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"mamba_mixer\"\n"
             "generator/descriptors/x.json: $.forward[3].kind: expected one of activation, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
             "fused_add_layer_norm, fused_add_rms_norm, gelu_and_mul, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, grouped_topk, interpolate, l2_normalize, layer_norm, merged_column_parallel_linear, mla_decode, mla_prefill, moe_align_block_size, moe_grouped_gemm, moe_sum, olmo2_qk_norm, parallel_lm_head, patch_embedding, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
-            "store_kvcache, swigluoai_and_mul, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"llama_mlp\" "
+            "store_kvcache, swigluoai_and_mul, token_classifier, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"llama_mlp\" "
             "(a composite kind: declare it in $.modules)\n"
             "generator/descriptors/x.json: $.forward[2].bind.intermediate_size: unknown name 'ffn' in expression \"ffn\" "
             "(names: the family's fields and constants)\n");

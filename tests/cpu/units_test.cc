@@ -470,6 +470,55 @@ TEST(UserConfigs, VisionEncoderServedAtAnotherResolution) {
             "t/fastkernels.json: $.image_size: family llama has no image resolution to choose (remove image_size)\n");
 }
 
+TEST(UserConfigs, EmbeddingModelTokenHeads) {
+  // `add --multi-vector N --sparse --head-bias --drop-special-tokens` (Note [Embedding heads]): the model gets
+  // the projection + normalisation and the sparse classifier as children, spelled in its name; the sidecar
+  // round-trips; the config cannot set them; the head flags need a head; families without heads, and
+  // decoders, refuse them.
+  const std::string bert = R"({"model_type": "bert", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "torch_dtype": "bfloat16", "max_position_embeddings": 32, "vocab_size": 100})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.multi_vector = 16;
+  c.sparse = true;
+  c.head_bias = true;
+  c.drop_special_tokens = true;
+  Generation g;
+  ASSERT_EQ(run_with(bert, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"replicated_linear_k64_n16_bias_bf16", "l2_normalize_h16_bf16", "token_classifier_n1_h64_relu_bias_bf16",
+                           "bert_model_l1_v100_tt2_pos32_h64_i128_hq2_d32_gelu_eps1e-12_bias_mv16_sparse_hbias_dropse_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  Diagnostics diag;
+  EXPECT_EQ(user_choices_text(parse_user_choices("f.json", user_choices_text(c), diag)), user_choices_text(c));
+  EXPECT_EQ(diag.text(), "");
+  EXPECT_EQ(user_choices_text(c), "{\n  \"drop_special_tokens\": true,\n  \"head_bias\": true,\n  \"multi_vector\": 16,\n  \"sparse\": true\n}\n");
+  UserChoices colbert;  // ColBERT: a bias-free projection, every token kept
+  colbert.file = "t/fastkernels.json";
+  colbert.multi_vector = 8;
+  Generation g2;
+  ASSERT_EQ(run_with(bert, colbert, &g2), "");
+  EXPECT_TRUE(g2.tasks.tasks.count("replicated_linear_k64_n8_nobias_bf16"));
+  EXPECT_TRUE(g2.tasks.tasks.count("bert_model_l1_v100_tt2_pos32_h64_i128_hq2_d32_gelu_eps1e-12_bias_mv8_bf16"));
+  for (const auto& [name, t] : g2.tasks.tasks) EXPECT_NE(t.kind, "token_classifier") << name;
+  std::string set_in_config = bert;
+  set_in_config.insert(1, R"("multi_vector_dim": 8, )");
+  EXPECT_NE(run_with(set_in_config, {}).find("multi_vector_dim is a choice recorded beside the config, not a config key"), std::string::npos)
+      << run_with(set_in_config, {});
+  Diagnostics d2;
+  parse_user_choices("f.json", R"({"head_bias": true, "multi_vector": 0})", d2);
+  EXPECT_NE(d2.text().find("$.multi_vector: expected the width of the token vectors (1 to 65536), got 0"), std::string::npos) << d2.text();
+  EXPECT_NE(d2.text().find("$.head_bias: head_bias applies to the token heads; add multi_vector and/or sparse"), std::string::npos)
+      << d2.text();
+  EXPECT_EQ(run_with(std::string("{\"model_type\": \"llama\", ") + kBase + "}", c),
+            "t/fastkernels.json: $.multi_vector: family llama has no per-token heads to choose (remove multi_vector, sparse, head_bias, "
+            "drop_special_tokens)\n");
+  std::string decoder = bert;
+  decoder.insert(1, R"("is_decoder": true, )");
+  EXPECT_NE(run_with(decoder, c).find("no token heads on a decoder"), std::string::npos) << run_with(decoder, c);
+}
+
 TEST(UserConfigs, ChoicesFileIsStrict) {
   Diagnostics diag;
   UserChoices c = parse_user_choices("f.json", R"({"dequantize": "yes", "allow_unknown": ["a", 3, "a"], "force": true, "dtype": "float32"})", diag);
@@ -478,7 +527,7 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
             "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
             "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, "
-            "image_size)\n");
+            "image_size, multi_vector, sparse, head_bias, drop_special_tokens)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;
@@ -821,7 +870,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
-      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"patch_embedding", "PatchEmbedding"},
+      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"patch_embedding", "PatchEmbedding"},
       {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
@@ -859,7 +908,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},
       {"vit_model", {"patch_embeddings", "pos_interp?", "layers", "layernorm", "pooler_dense", "pooler_act"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
-                      "pooler_dense?", "pooler_act?", "pooler?"}},
+                      "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},
       {"deepseek_for_causal_lm", {"embed_tokens", "dense_layers", "moe_layers", "norm", "lm_head"}},
       {"deepseek_mla_attention", {"fused_qkv_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_layernorm", "kv_b_proj", "rotary_emb",

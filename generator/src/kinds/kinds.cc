@@ -453,6 +453,20 @@ const KindHooks& kind_hooks() {
       const std::string& pool = S(p, "pooling");
       return pool == "pooler" ? std::string() : "_" + pool + (B(p, "normalize") ? "_norm" : "");
     };
+    // _mv{dim}, _sparse, _hbias, _dropse: an embedding model's per-token heads (Note [Embedding heads]).
+    h.spell["token_heads"] = [](const Params& p) {
+      const int64_t mv = I(p, "multi_vector");
+      return (mv > 0 ? "_mv" + i2s(mv) : std::string()) + (B(p, "sparse") ? "_sparse" : "") + (B(p, "head_bias") ? "_hbias" : "") +
+             (B(p, "drop_special_tokens") ? "_dropse" : "");
+    };
+    h.checks["encoder_heads"] = [](const Params& p) {
+      const int64_t mv = I(p, "multi_vector");
+      if (mv < 0) throw GenError{"multi_vector must be >= 0 (0: no token vectors), got " + i2s(mv)};
+      const bool heads = mv > 0 || B(p, "sparse");
+      if (!heads && (B(p, "head_bias") || B(p, "drop_special_tokens")))
+        throw GenError{"head_bias and drop_special_tokens apply to the token heads (multi_vector > 0 or sparse)"};
+      if (heads && B(p, "causal")) throw GenError{"token heads are an embedding model's outputs, not a decoder's (causal)"};
+    };
     h.checks["encoder_pooling"] = [](const Params& p) {
       const std::string& pool = S(p, "pooling");
       if (pool != "pooler" && pool != "cls" && pool != "mean" && pool != "last")
@@ -524,6 +538,11 @@ const KindHooks& kind_hooks() {
       const std::string& pool = S(p, "pooling");
       if (pool != "cls" && pool != "mean" && pool != "last")
         throw GenError{"pooling must be \"cls\", \"mean\" or \"last\", got " + json_quote(pool)};
+    };
+    // The token classifier keeps one fp32 sum per label in registers (Note [Token heads]).
+    h.checks["token_classifier"] = [](const Params& p) {
+      const int64_t n = I(p, "num_labels");
+      if (n < 1 || n > 32) throw GenError{"num_labels must be in [1, 32] (a per-token head of a few labels), got " + i2s(n)};
     };
     h.checks["patch_embedding"] = [](const Params& p) {
       const int64_t c = I(p, "num_channels"), patch = I(p, "patch_size"), img = I(p, "image_size");

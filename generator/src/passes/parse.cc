@@ -389,7 +389,8 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     return c;
   }
   if (!root.is_object()) {
-    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling, normalize and/or image_size, got " +
+    diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, "
+               "head_bias and/or drop_special_tokens, got " +
                got(root));
     return c;
   }
@@ -428,13 +429,24 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 8192)
         diag.error(file + ": " + path + ": expected an image size in pixels (1 to 8192), got " + got(v));
       else c.image_size = v.get<int64_t>();
+    } else if (k == "multi_vector") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65536)
+        diag.error(file + ": " + path + ": expected the width of the token vectors (1 to 65536), got " + got(v));
+      else c.multi_vector = v.get<int64_t>();
+    } else if (k == "sparse" || k == "head_bias" || k == "drop_special_tokens") {
+      if (!v.is_boolean()) diag.error(file + ": " + path + ": expected boolean, got " + got(v));
+      else (k == "sparse" ? c.sparse : k == "head_bias" ? c.head_bias : c.drop_special_tokens) = v.get<bool>();
     } else {
       diag.error(file + ": " + path + ": unknown key " + json_quote(k) +
-                 " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size)");
+                  " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, head_bias, "
+                 "drop_special_tokens)");
     }
   }
   if (c.normalize && c.pooling.empty() && root.contains("normalize"))
     diag.error(file + ": $.normalize: normalize applies to a pooling choice; add pooling (\"cls\", \"mean\" or \"last\")");
+  for (const char* k : {"head_bias", "drop_special_tokens"})
+    if (root.contains(k) && root[k] == true && c.multi_vector == 0 && !c.sparse)
+      diag.error(file + ": $." + std::string(k) + ": " + k + " applies to the token heads; add multi_vector and/or sparse");
   return c;
 }
 
@@ -447,6 +459,10 @@ std::string user_choices_text(const UserChoices& c) {
   if (!c.pooling.empty()) j["pooling"] = c.pooling;
   if (c.normalize) j["normalize"] = true;
   if (c.image_size > 0) j["image_size"] = c.image_size;
+  if (c.multi_vector > 0) j["multi_vector"] = c.multi_vector;
+  if (c.sparse) j["sparse"] = true;
+  if (c.head_bias) j["head_bias"] = true;
+  if (c.drop_special_tokens) j["drop_special_tokens"] = true;
   return j.dump(2) + "\n";
 }
 

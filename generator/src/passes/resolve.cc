@@ -268,6 +268,32 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       r.origin["pooling_normalize"] = choices.file + " $.normalize";
     }
   }
+  // Note [Embedding heads]
+  // The per-token heads of multi-vector and sparse embedding models are serving choices as well:
+  // HF configs do not describe them (ColBERT's 128-d projection, BGE-M3's colbert_linear and
+  // sparse_linear live outside config.json; vLLM asks for them by architecture or hf_overrides).
+  // `add --multi-vector N --sparse --head-bias --drop-special-tokens` records them; they set the
+  // fields multi_vector_dim, sparse_head, head_bias and drop_special_tokens of families that
+  // declare them.
+  for (const char* f : {"multi_vector_dim", "sparse_head", "head_bias", "drop_special_tokens"})
+    if (const FieldValue* fv = cfg.get(f))
+      err(fv->path, std::string(f) + " is a choice recorded beside the config, not a config key: use `add --multi-vector`, `--sparse`, "
+                                     "`--head-bias`, `--drop-special-tokens`");
+  if (choices.multi_vector > 0 || choices.sparse) {
+    if (!d->fields.count("multi_vector_dim")) {
+      diag.error(choices.file + ": $." + (choices.multi_vector > 0 ? "multi_vector" : "sparse") + ": family " + d->family +
+                 " has no per-token heads to choose (remove multi_vector, sparse, head_bias, drop_special_tokens)");
+    } else {
+      r.values["multi_vector_dim"] = Value(choices.multi_vector);
+      r.origin["multi_vector_dim"] = choices.file + " $.multi_vector";
+      r.values["sparse_head"] = Value(choices.sparse);
+      r.origin["sparse_head"] = choices.file + " $.sparse";
+      r.values["head_bias"] = Value(choices.head_bias);
+      r.origin["head_bias"] = choices.file + " $.head_bias";
+      r.values["drop_special_tokens"] = Value(choices.drop_special_tokens);
+      r.origin["drop_special_tokens"] = choices.file + " $.drop_special_tokens";
+    }
+  }
   // The served resolution (Note [User choices]) of vision encoders that declare serve_image_size.
   if (const FieldValue* fv = cfg.get("serve_image_size"))
     err(fv->path, "serve_image_size is a choice recorded beside the config, not a config key: use `add --image-size`");

@@ -123,15 +123,21 @@ struct UserChoices {
   std::string pooling;                     ///< "cls", "mean" or "last" ("" : the model's own pooler)
   bool normalize = false;                  ///< L2-normalise the pooled vectors (only with pooling)
   int64_t image_size = 0;                  ///< vision encoders: the served resolution (0: the config's image_size)
+  /// Per-token heads of multi-vector / sparse embedding models (Note [Embedding heads] in resolve.cc):
+  int64_t multi_vector = 0;                ///< ColBERT-style token vectors of this width (0: none)
+  bool sparse = false;                     ///< BGE-M3's sparse lexical weights relu(linear(hidden, 1))
+  bool head_bias = false;                  ///< the heads' linears carry a bias (BGE-M3's; ColBERT's have none)
+  bool drop_special_tokens = false;        ///< the heads drop BOS (and the sparse weights EOS), as vLLM's BgeM3EmbeddingModel
   bool empty() const {
     return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize &&
-           image_size == 0;
+           image_size == 0 && multi_vector == 0 && !sparse && !head_bias && !drop_special_tokens;
   }
 };
 
 /// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean), allow_unknown (array
 /// of strings), dtype ("bfloat16" or "float16"), served_as (a model_type string), pooling ("cls",
-/// "mean" or "last"), normalize (boolean, only with pooling) and image_size (a positive integer), nothing else); problems go to
+/// "mean" or "last"), normalize (boolean, only with pooling), image_size (a positive integer), multi_vector (a positive
+/// integer), sparse, head_bias and drop_special_tokens (booleans; the last two only with a head), nothing else); problems go to
 /// `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).

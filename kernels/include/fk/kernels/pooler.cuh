@@ -12,6 +12,18 @@
 // squares of the pooled row (one block reduction) and scales it by 1 / max(||v||, 1e-12), as
 // F.normalize. The row L2 normalisation is the same row-in-registers layout as RMSNorm's (one
 // block per row, Note [LayerNorm kernel]).
+//
+// Note [Token heads]
+// The per-token heads of multi-vector and sparse embedding models: vLLM's token_classify pooler
+// with a classifier of a few labels (BGE-M3's sparse_linear: Linear(hidden, 1) then ReLU, the
+// lexical weight of each token) is token_classify below: one warp per row, each lane a strided
+// set of 16-byte column vectors of the row and of every label's weight row, fp32 dot products,
+// a warp reduction per label, bias and activation in fp32, rounded once to the model dtype.
+// The heads drop special tokens as vLLM's BOSEOSFilter does (BGE-M3's multi-vector output skips
+// each sequence's first token, its sparse weights the first and the last):
+// drop_sequence_ends packs the kept rows of a packed batch (a sequence shorter than first + last
+// keeps nothing, as Python's h[1:-1] of it); the caller sizes the output from the lengths it
+// holds on the host (vLLM's PoolingMetadata.prompt_lens).
 #pragma once
 
 #include "fk/kernels/common.cuh"
@@ -20,6 +32,9 @@
 namespace fk::kernels {
 
 enum class Pool { kCls, kMean, kLast };
+/// The activation of a token classifier head (vLLM's pooler act_fn): none, ReLU (BGE-M3's sparse
+/// weights), sigmoid.
+enum class HeadAct { kNone, kRelu, kSigmoid };
 
 namespace detail {
 
@@ -167,6 +182,72 @@ l2_normalize_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_stri
   }
 }
 
+template <int kHidden, int kLabels, class T, HeadAct kAct, bool kBias>
+__global__ void __launch_bounds__(256)
+token_classify_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_stride, const T* __restrict__ w,
+                      const T* __restrict__ bias, int64_t rows) {
+  constexpr int kN = Vec16<T>::kN;
+  static_assert(kHidden % kN == 0, "hidden size must be a multiple of 16 bytes");
+  constexpr int kVecs = kHidden / kN, kPerLane = (kVecs + 31) / 32;
+  const int64_t row = blockIdx.x * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  Vec16<T> v[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int vi = lane + 32 * i;
+    if (vi < kVecs) v[i] = load16_stream(x + row * x_stride + vi * kN);
+  }
+  float acc[kLabels];
+#pragma unroll
+  for (int l = 0; l < kLabels; ++l) {
+    float a = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int vi = lane + 32 * i;
+      if (vi < kVecs) {
+        const Vec16<T> wv = load16(w + static_cast<int64_t>(l) * kHidden + vi * kN);
+#pragma unroll
+        for (int j = 0; j < kN; ++j) a += to_float(v[i].v[j]) * to_float(wv.v[j]);
+      }
+    }
+    acc[l] = warp_sum(a);
+  }
+  if (lane != 0) return;
+#pragma unroll
+  for (int l = 0; l < kLabels; ++l) {
+    float y = acc[l];
+    if constexpr (kBias) y += to_float(bias[l]);
+    if constexpr (kAct == HeadAct::kRelu) y = fmaxf(y, 0.f);
+    if constexpr (kAct == HeadAct::kSigmoid) y = 1.f / (1.f + __expf(-y));
+    out[row * kLabels + l] = from_float<T>(y);
+  }
+}
+
+/// Block (s, y): rows [16 y, 16 y + 16) of sequence s's kept rows; its output offset is the sum of
+/// the kept rows of the sequences before it (O(B) reads of cu_seqlens per block).
+template <class T>
+__global__ void __launch_bounds__(256)
+drop_sequence_ends_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_stride, int64_t width, const int32_t* __restrict__ cu,
+                          int first, int last) {
+  constexpr int kRows = 16;
+  __shared__ int64_t base;
+  const int s = blockIdx.x, d = first + last;
+  if (threadIdx.x == 0) {
+    int64_t b = 0;
+    for (int j = 0; j < s; ++j) b += max(0, cu[j + 1] - cu[j] - d);
+    base = b;
+  }
+  __syncthreads();
+  const int64_t keep = max(0, cu[s + 1] - cu[s] - d), r0 = static_cast<int64_t>(blockIdx.y) * kRows;
+  if (r0 >= keep) return;
+  const int64_t rows = keep - r0 < kRows ? keep - r0 : kRows;
+  for (int64_t i = threadIdx.x; i < rows * width; i += blockDim.x) {
+    const int64_t r = r0 + i / width, c = i % width;
+    out[(base + r) * width + c] = x[(cu[s] + first + r) * x_stride + c];
+  }
+}
+
 }  // namespace detail
 
 /// out[b, :] = pool(x[cu_seqlens[b] : cu_seqlens[b + 1], :]) for b < num_seqs (normalised when
@@ -183,6 +264,28 @@ template <int kHidden, class T> void l2_normalize(T* out, const T* x, int64_t x_
   if (rows == 0) return;
   detail::l2_normalize_kernel<kHidden, T>
       <<<static_cast<unsigned>(rows), detail::RmsNormShape<kHidden, T>::kThreads, 0, stream>>>(out, x, x_stride);
+}
+
+/// out[r, l] = act(x[r, :] . w[l, :] (+ bias[l])) for r < rows, l < kLabels (Note [Token heads]):
+/// w [kLabels, kHidden] and bias [kLabels] in the model dtype, out contiguous [rows, kLabels].
+template <int kHidden, int kLabels, class T, HeadAct kAct, bool kBias>
+void token_classify(T* out, const T* x, int64_t x_stride, const T* w, const T* bias, int64_t rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  detail::token_classify_kernel<kHidden, kLabels, T, kAct, kBias>
+      <<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(out, x, x_stride, w, bias, rows);
+}
+
+/// Packs the rows of each sequence of a packed batch without its first `first` and last `last`
+/// rows (Note [Token heads]): out contiguous [sum over sequences of max(0, len - first - last),
+/// width] (a sequence shorter than first + last keeps nothing); x rows x_stride apart;
+/// max_seqlen bounds every sequence's length.
+template <class T>
+void drop_sequence_ends(T* out, const T* x, int64_t x_stride, int64_t width, const int32_t* cu_seqlens, int64_t num_seqs, int first,
+                        int last, int64_t max_seqlen, cudaStream_t stream) {
+  const int64_t chunks = (max_seqlen + 15) / 16;
+  if (num_seqs == 0 || width == 0 || chunks == 0) return;
+  detail::drop_sequence_ends_kernel<T>
+      <<<dim3(static_cast<unsigned>(num_seqs), static_cast<unsigned>(chunks)), 256, 0, stream>>>(out, x, x_stride, width, cu_seqlens, first, last);
 }
 
 }  // namespace fk::kernels

@@ -77,6 +77,16 @@ class EncoderModel {
   virtual Tensor forward(const Tensor& input_ids, const Tensor& positions, const Tensor& token_type_ids,
                          std::vector<Tensor>* layer_outputs = nullptr, const Tensor& encoder_hidden_states = Tensor()) = 0;
   virtual Tensor pool(const Tensor& hidden_states) = 0;
+  /// The per-token heads (Note [Embedding heads]; `add --multi-vector`, `--sparse`): the width of
+  /// the token vectors (0: none), whether there are lexical weights, and whether both drop special
+  /// tokens (the vectors each sequence's first token, the weights its first and last).
+  virtual int64_t multi_vector_dim() const { return 0; }
+  virtual bool sparse() const { return false; }
+  virtual bool drop_special_tokens() const { return false; }
+  /// normalize(colbert_linear(h)) per kept token [T', multi_vector_dim] (the model dtype).
+  virtual Tensor token_embed(const Tensor& hidden_states) = 0;
+  /// relu(sparse_linear(h)) per kept token [T''] (the model dtype).
+  virtual Tensor token_weights(const Tensor& hidden_states) = 0;
 };
 
 /// An image encoder (a vision transformer's backbone: ViT) as a vision tower is called: forward

@@ -26,6 +26,7 @@
 #include "fk/kernels/reference/pooler_ref.cuh"
 #include "fk/tasks/cross_encoder_input.h"
 #include "fk/tasks/llama.h"
+#include "fk/tasks/pooler.h"
 
 namespace fk::tasks {
 
@@ -43,6 +44,13 @@ struct NoPoolerDense {
 struct NoPoolerAct {};
 struct NoPooler {};
 template <class P> inline constexpr bool kHasPooler = !std::is_same_v<P, NoPooler>;
+/// An empty per-token head slot (colbert_linear, colbert_norm, sparse_linear): the model was not
+/// served with `add --multi-vector` / `--sparse` (Note [Embedding heads]).
+struct NoTokenHead {
+  NoTokenHead() = default;
+  NoTokenHead(int64_t, int64_t, bool) {}
+};
+template <class H> inline constexpr bool kHasHead = !std::is_same_v<H, NoTokenHead>;
 /// The crossattention slot of an encoder layer (and of a decoder without add_cross_attention).
 struct NoCrossAttention {
   explicit NoCrossAttention(FromConfig) {}
@@ -146,6 +154,41 @@ template <class M> Tensor bert_pool_forward(M& m, const Tensor& hidden_states) {
   }
 }
 
+/// The rows of the packed per-token output `x` [T, W] of the forward context's sequences that a
+/// head keeps: all, or without each sequence's first `first` and last `last` tokens (BGE-M3's
+/// BOS/EOS filter; every sequence must hold them).
+inline Tensor keep_head_rows(const Tensor& x, int first, int last) {
+  if (first == 0 && last == 0) return x;
+  const AttnMetadata& meta = forward_context();
+  if (!meta.host_cu_seqlens.empty()) return drop_sequence_ends(x, meta.cu_seqlens, meta.host_cu_seqlens, first, last);
+  return drop_sequence_ends(x, meta.cu_seqlens, to_host<int32_t>(meta.cu_seqlens.narrow_first(0, meta.num_seqs + 1)), first, last);
+}
+
+/// BertModel.token_embed: the multi-vector head (ColBERT, BGE-M3's colbert vectors):
+/// normalize(colbert_linear(h)) per token of the forward context's sequences, without each
+/// sequence's first token with Cfg::drop_special_tokens -> [T', multi_vector].
+template <class Cfg, class M> Tensor bert_token_embed_forward(M& m, const Tensor& hidden_states) {
+  if constexpr (Cfg::multi_vector > 0) {
+    Tensor v = m.colbert_norm.forward(std::get<0>(m.colbert_linear.forward(hidden_states)));
+    return keep_head_rows(v, Cfg::drop_special_tokens ? 1 : 0, 0);
+  } else {
+    FK_CHECK(false, "the model has no multi-vector head (add --multi-vector)");
+    return Tensor();
+  }
+}
+/// BertModel.token_weights: the sparse head (BGE-M3's lexical weights): relu(sparse_linear(h)) per
+/// token, without each sequence's first and last tokens with Cfg::drop_special_tokens -> [T''].
+template <class Cfg, class M> Tensor bert_token_weights_forward(M& m, const Tensor& hidden_states) {
+  if constexpr (Cfg::sparse) {
+    const int drop = Cfg::drop_special_tokens ? 1 : 0;
+    Tensor w = keep_head_rows(m.sparse_linear.forward(hidden_states), drop, drop);
+    return w.view({w.size(0)});
+  } else {
+    FK_CHECK(false, "the model has no sparse head (add --sparse)");
+    return Tensor();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parameters (HF BertModel names).
 
@@ -158,6 +201,17 @@ template <class N> void add_layer_norm_params(ParamList& out, N& norm, const std
 template <class M> void add_bert_pooler_params(ParamList& out, M& m) {
   if constexpr (!kHasPooler<std::decay_t<decltype(m.pooler)>>)
     add_linear(out, m.pooler_dense, {Part("pooler.dense", m.pooler_dense.weight.size(0))});
+}
+/// The per-token heads, by vLLM's names (BGE-M3's colbert_linear.pt / sparse_linear.pt; ColBERT's
+/// checkpoint calls its projection `linear`): colbert_linear.{weight,bias}, sparse_linear.{weight,bias}.
+template <class M> void add_token_head_params(ParamList& out, M& m) {
+  if constexpr (kHasHead<std::decay_t<decltype(m.colbert_linear)>>)
+    add_linear(out, m.colbert_linear, {Part("colbert_linear", m.colbert_linear.weight.size(0))});
+  if constexpr (kHasHead<std::decay_t<decltype(m.sparse_linear)>>) {
+    const float std = 1.f / std::sqrt(static_cast<float>(m.sparse_linear.weight.size(1)));
+    out.push_back({"sparse_linear.weight", m.sparse_linear.weight, 0.f, std});
+    if (m.sparse_linear.bias.defined()) out.push_back({"sparse_linear.bias", m.sparse_linear.bias, 0.f, 0.5f});
+  }
 }
 /// `prefix`: e.g. "encoder.layer.0.attention."
 template <class Cfg, class M> void add_bert_attention_params(ParamList& out, M& m, const std::string& prefix) {
@@ -252,6 +306,35 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
     Tensor pooled = ref::activation(ref::linear(cls, m.pooler_dense.weight, m.pooler_dense.bias), fk::kernels::Act::kTanh);
     return {h, pooled};
   }
+}
+
+/// The per-token heads by reference, from the reference's final hidden states h (model dtype) of
+/// the sequences at `cu` (host) / `cu_d` (device): (token vectors fp32 [T', multi_vector] or
+/// undefined, lexical weights fp32 [T''] or undefined). The projection rounds to the model dtype
+/// as the head's GEMM does; the norm and the lexical weights are fp64 sums.
+template <class Cfg, class M>
+std::pair<Tensor, Tensor> ref_token_heads(M& m, const std::vector<int32_t>& cu, const Tensor& cu_d, const Tensor& h) {
+  using T = typename Cfg::scalar_t;
+  const int drop = Cfg::drop_special_tokens ? 1 : 0;
+  Tensor vecs, weights;
+  if constexpr (Cfg::multi_vector > 0) {
+    Tensor p = ref::linear(h, m.colbert_linear.weight, m.colbert_linear.bias);
+    Tensor n = empty({p.size(0), Cfg::multi_vector}, DType::kF32);
+    fk::kernels::reference::l2_normalize_ref<T>(n.data<float>(), p.data<T>(), p.stride(0), p.size(0), static_cast<int>(Cfg::multi_vector),
+                                                current_stream());
+    FK_CHECK_LAUNCH();
+    vecs = drop_sequence_ends(n, cu_d, cu, drop, 0);
+  }
+  if constexpr (Cfg::sparse) {
+    Tensor w = empty({h.size(0), 1}, DType::kF32);
+    const Tensor &sw = m.sparse_linear.weight, &sb = m.sparse_linear.bias;
+    fk::kernels::reference::token_classify_ref<T>(w.data<float>(), h.data<T>(), h.stride(0), sw.data<T>(), sb.defined() ? sb.data<T>() : nullptr, h.size(0),
+                                                  static_cast<int>(Cfg::hidden_size), 1, fk::kernels::HeadAct::kRelu, current_stream());
+    FK_CHECK_LAUNCH();
+    Tensor kept = drop_sequence_ends(w, cu_d, cu, drop, drop);
+    weights = kept.view({kept.size(0)});
+  }
+  return {vecs, weights};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,6 +541,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     ids_ = empty({tokens}, DType::kI64);
     types_ = empty({tokens}, DType::kI64);
     first_rows_ = step_.meta.cu_seqlens.narrow_first(0, step_.meta.num_seqs);  // the [CLS] rows the pooler reads
+    step_.meta.host_cu_seqlens = step_.host.cu;  // the token heads size their outputs by it
     if constexpr (Cfg::cross_attention) enc_.attach(step_.host.cu, step_.meta, Cfg::hidden_size, dtype_of<T>);
   }
   int num_sets() const override { return 1; }
@@ -471,11 +555,13 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     fill_randint(types_, mix_seed(seed, 1), 0, std::max<int64_t>(1, Cfg::type_vocab_size));
     if constexpr (Cfg::cross_attention) fill_normal(enc_.ref.states, mix_seed(seed, 2));
   }
-  void prepare(int) override { hidden_ = pooled_ = Tensor(); }
+  void prepare(int) override { hidden_ = pooled_ = vectors_ = weights_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);
     hidden_ = model_->forward(ids_, step_.positions, types_, nullptr, enc_.ref.states);
     pooled_ = model_->pool(hidden_);
+    if constexpr (Cfg::multi_vector > 0) vectors_ = model_->token_embed(hidden_);
+    if constexpr (Cfg::sparse) weights_ = model_->token_weights(hidden_);
   }
   std::vector<Tensor> inputs(int) override {
     auto v = param_tensors(params_);
@@ -488,7 +574,13 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     std::pair<Tensor, Tensor> r = ref_bert_model<Cfg>(*model_, step_.host.cu, ids_, step_.positions, types_, first_rows_,
                                                       Cfg::cross_attention ? &enc_.ref : nullptr);
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
-    return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
+    std::vector<CheckedOutput> out{{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
+    if constexpr (Cfg::multi_vector > 0 || Cfg::sparse) {
+      auto [vecs, weights] = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first);
+      if constexpr (Cfg::multi_vector > 0) out.push_back({"token_vectors", vectors_, vecs, tol});
+      if constexpr (Cfg::sparse) out.push_back({"lexical_weights", weights_, weights, tol});
+    }
+    return out;
   }
   Cost cost() const override {
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
@@ -497,7 +589,8 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     const double pairs = Cfg::causal ? step_.attended_pairs() : step_.bidirectional_pairs();
     // The pooler: BertPooler's dense on B rows, or the chosen pooling (no GEMM; a mean reads every row).
     const double pool_flops = kHasPooler<std::decay_t<decltype(model_->pooler)>> ? t * H : 2 * b * H * H;
-    double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + pool_flops;
+    double flops = L * (2 * t * H * 3 * Hq * D + 4 * pairs * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) + pool_flops +
+                   2 * t * H * (double(Cfg::multi_vector) + (Cfg::sparse ? 1 : 0));
     // Every weight except the embedding tables (only T rows of each are read).
     double bytes = param_bytes(params_) - (double(Cfg::vocab_size) + Cfg::positions) * H * sizeof(T) + 2 * t * H * sizeof(T);
     if constexpr (Cfg::cross_attention) {
@@ -514,7 +607,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
   std::unique_ptr<Model> model_;
   ParamList params_;
   CrossEncoderInput enc_;  // a decoder's encoder output (Cfg::cross_attention)
-  Tensor ids_, types_, first_rows_, hidden_, pooled_;
+  Tensor ids_, types_, first_rows_, hidden_, pooled_, vectors_, weights_;
 };
 
 /// The generated BertModel behind the EncoderModel interface (fk_model --embed, parity).
@@ -547,6 +640,11 @@ template <class Model, class Cfg> class EncoderModelAdapter final : public Encod
     return m_.forward(input_ids, positions, token_type_ids, layer_outputs, encoder_hidden_states);
   }
   Tensor pool(const Tensor& hidden_states) override { return m_.pool(hidden_states); }
+  int64_t multi_vector_dim() const override { return Cfg::multi_vector; }
+  bool sparse() const override { return Cfg::sparse; }
+  bool drop_special_tokens() const override { return Cfg::drop_special_tokens; }
+  Tensor token_embed(const Tensor& hidden_states) override { return m_.token_embed(hidden_states); }
+  Tensor token_weights(const Tensor& hidden_states) override { return m_.token_weights(hidden_states); }
 
  private:
   std::string name_;

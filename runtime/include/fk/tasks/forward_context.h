@@ -33,6 +33,10 @@ struct AttnMetadata {
   /// longest; undefined / 0 without an encoder.
   Tensor encoder_cu_seqlens;
   int64_t max_encoder_seqlen = 0;
+  /// Prefill: the host copy of cu_seqlens where the caller has one (vLLM's
+  /// PoolingMetadata.prompt_lens): the per-token heads of embedding models size their outputs by
+  /// it (empty: they copy cu_seqlens to the host).
+  std::vector<int32_t> host_cu_seqlens;
 };
 
 /// The metadata of the forward pass in progress; throws when none is set.

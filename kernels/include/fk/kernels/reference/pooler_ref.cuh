@@ -57,4 +57,26 @@ template <class T> void l2_normalize_ref(float* out, const T* x, int64_t x_strid
   normalize_rows_ref_kernel<T><<<ceil_div(rows, 128), 128, 0, stream>>>(out, x, x_stride, rows, hidden);
 }
 
+template <class T>
+__global__ void token_classify_ref_kernel(float* out, const T* x, int64_t x_stride, const T* w, const T* bias, int64_t rows, int hidden,
+                                         int labels, HeadAct act) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * labels) return;
+  const int64_t r = i / labels, l = i % labels;
+  double y = 0;
+  for (int c = 0; c < hidden; ++c) y += static_cast<double>(to_float(x[r * x_stride + c])) * to_float(w[l * hidden + c]);
+  if (bias) y += to_float(bias[l]);
+  if (act == HeadAct::kRelu) y = y > 0 ? y : 0;
+  if (act == HeadAct::kSigmoid) y = 1.0 / (1.0 + exp(-y));
+  out[i] = static_cast<float>(y);
+}
+
+/// out (fp32 [rows, labels]) = act(x w^T (+ bias)) with fp64 sums; one thread per output. bias may be null.
+template <class T>
+void token_classify_ref(float* out, const T* x, int64_t x_stride, const T* w, const T* bias, int64_t rows, int hidden, int labels,
+                        HeadAct act, cudaStream_t stream) {
+  if (rows == 0) return;
+  token_classify_ref_kernel<T><<<ceil_div(rows * labels, 128), 128, 0, stream>>>(out, x, x_stride, w, bias, rows, hidden, labels, act);
+}
+
 }  // namespace fk::kernels::reference

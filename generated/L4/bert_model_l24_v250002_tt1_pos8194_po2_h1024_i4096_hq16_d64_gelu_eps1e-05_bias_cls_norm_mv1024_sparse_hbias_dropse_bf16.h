@@ -3,7 +3,7 @@
 //   template templates/bert_model.h.mustache,
 //   template templates/bert_model.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
-// Level 4 task `bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16`: mirrors vllm.model_executor.models.bert.BertModel + BertPooler.
+// Level 4 task `bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16`: mirrors vllm.model_executor.models.bert.BertModel + BertPooler.
 #pragma once
 
 #include "fk/tasks/bert.h"
@@ -13,8 +13,11 @@
 #include "L1/layer_norm_h1024_eps1e-05_bias_bf16.h"
 #include "L3/bert_layer_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_bf16.h"
 #include "L1/embedding_pooler_cls_norm_h1024_bf16.h"
+#include "L1/replicated_linear_k1024_n1024_bias_bf16.h"
+#include "L1/l2_normalize_h1024_bf16.h"
+#include "L1/token_classifier_n1_h1024_relu_bias_bf16.h"
 
-namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_bf16 {
+namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16 {
 
 /// Constants inlined from the config.
 struct Config {
@@ -35,6 +38,11 @@ struct Config {
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
   static constexpr const char* pooling = "cls";  ///< "pooler": BertPooler; else the Pooler child's (cls/mean/last)
   static constexpr bool normalize = true;     ///< the Pooler child L2-normalises (a pooling choice only)
+  // The per-token heads (Note [Embedding heads]; `add --multi-vector`, `--sparse`):
+  static constexpr int64_t multi_vector = 1024;  ///< width of the token vectors (0: no multi-vector head)
+  static constexpr bool sparse = true;                 ///< lexical weights relu(sparse_linear(h))
+  static constexpr bool head_bias = true;           ///< the heads' linears carry a bias
+  static constexpr bool drop_special_tokens = true;  ///< vectors skip the first token, weights first and last
   using scalar_t = fk::bf16;
 };
 
@@ -43,7 +51,11 @@ struct Config {
 ///   forward(input_ids [T] i64, positions [T] i64 (0 at each sequence's start), token_type_ids [T] i64[, layer_outputs,
 ///   encoder_hidden_states [Tk, hidden] (Config::cross_attention: the encoder output, its sequences in the forward context's
 ///   encoder_cu_seqlens)]) -> hidden_states [T, hidden] over the forward context's whole sequences; pool(hidden_states) -> [B, hidden]: tanh(dense(first token)), or
-///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled.
+///   the pooling choice (fastkernels.json: cls / mean / last token, normalised or not) when the Pooler slot is filled;
+///   with the per-token heads (vLLM's ColBERTModel / BgeM3EmbeddingModel token_embed and token_classify poolers):
+///   token_embed(hidden_states) -> [T', multi_vector] normalize(colbert_linear(h)) per token, token_weights(hidden_states)
+///   -> [T''] relu(sparse_linear(h)) per token, without the special tokens where Config::drop_special_tokens (needs the
+///   forward context of the forward).
 class BertModel {
  public:
   using WordEmbeddings = fk::generated::vocab_parallel_embedding_v250002_h1024_bf16::VocabParallelEmbedding;  // vocab_parallel_embedding_v250002_h1024_bf16
@@ -54,15 +66,19 @@ class BertModel {
   using PoolerDense = fk::tasks::NoPoolerDense;  // none
   using PoolerAct = fk::tasks::NoPoolerAct;  // none
   using Pooler = fk::generated::embedding_pooler_cls_norm_h1024_bf16::Pooler;  // embedding_pooler_cls_norm_h1024_bf16
+  using ColbertLinear = fk::generated::replicated_linear_k1024_n1024_bias_bf16::ReplicatedLinear;  // replicated_linear_k1024_n1024_bias_bf16
+  using ColbertNorm = fk::generated::l2_normalize_h1024_bf16::L2Normalize;  // l2_normalize_h1024_bf16
+  using SparseLinear = fk::generated::token_classifier_n1_h1024_relu_bias_bf16::TokenClassifier;  // token_classifier_n1_h1024_relu_bias_bf16
 
   explicit BertModel(int64_t num_hidden_layers = Config::num_hidden_layers)
       : word_embeddings(Config::vocab_size, Config::hidden_size),
         position_embeddings(Config::positions, Config::hidden_size),
         token_type_embeddings(Config::type_vocab_size, Config::hidden_size),
         embeddings_layernorm(Config::hidden_size, Config::layer_norm_eps),
-        pooler_dense(Config::hidden_size, Config::hidden_size, true) {
+        pooler_dense(Config::hidden_size, Config::hidden_size, true),
+        colbert_linear(Config::hidden_size, Config::multi_vector, Config::head_bias) {
     FK_CHECK(num_hidden_layers >= 1 && num_hidden_layers <= Config::num_hidden_layers,
-             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16: num_hidden_layers must be in [1, " + std::to_string(Config::num_hidden_layers) + "], got " +
+             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16: num_hidden_layers must be in [1, " + std::to_string(Config::num_hidden_layers) + "], got " +
                  std::to_string(num_hidden_layers));
     layers.reserve(num_hidden_layers);
     for (int64_t i = 0; i < num_hidden_layers; ++i) layers.emplace_back(fk::tasks::from_config);
@@ -71,7 +87,7 @@ class BertModel {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions, const fk::Tensor& token_type_ids,
                      std::vector<fk::Tensor>* layer_outputs = nullptr, const fk::Tensor& encoder_hidden_states = fk::Tensor()) {
     FK_CHECK(Config::cross_attention || !encoder_hidden_states.defined(),
-             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_bf16 has no cross-attention: encoder_hidden_states must be undefined");
+             "bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e-05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16 has no cross-attention: encoder_hidden_states must be undefined");
     fk::Tensor types = token_type_ids;
     if (fk::tasks::kHasTokenTypes<TokenTypeEmbeddings> && !types.defined()) {  // HF's default: all 0
       types = fk::to_device(std::vector<int64_t>(static_cast<size_t>(input_ids.numel()), 0), {input_ids.numel()});
@@ -86,6 +102,10 @@ class BertModel {
   /// The pooled vector of each sequence of the forward context: BertPooler on its first token, or
   /// the chosen pooling.
   fk::Tensor pool(const fk::Tensor& hidden_states) { return fk::tasks::bert_pool_forward(*this, hidden_states); }
+  /// The multi-vector head's L2-normalised token vectors (Config::multi_vector > 0).
+  fk::Tensor token_embed(const fk::Tensor& hidden_states) { return fk::tasks::bert_token_embed_forward<Config>(*this, hidden_states); }
+  /// The sparse head's lexical weights (Config::sparse).
+  fk::Tensor token_weights(const fk::Tensor& hidden_states) { return fk::tasks::bert_token_weights_forward<Config>(*this, hidden_states); }
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
 
   /// Every parameter once, with its HF transformers (BertModel) name (Note [Seeded weights]).
@@ -97,6 +117,7 @@ class BertModel {
     fk::tasks::add_layer_norm_params(out, embeddings_layernorm, "embeddings.LayerNorm");
     for (size_t i = 0; i < layers.size(); ++i) layers[i].named_parameters("encoder.layer." + std::to_string(i) + ".", out);
     fk::tasks::add_bert_pooler_params(out, *this);
+    fk::tasks::add_token_head_params(out, *this);
   }
 
   WordEmbeddings word_embeddings;
@@ -107,6 +128,9 @@ class BertModel {
   PoolerDense pooler_dense;
   PoolerAct pooler_act;
   Pooler pooler;
+  ColbertLinear colbert_linear;
+  ColbertNorm colbert_norm;
+  SparseLinear sparse_linear;
 };
 
-}  // namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_bf16
+}  // namespace fk::generated::bert_model_l24_v250002_tt1_pos8194_po2_h1024_i4096_hq16_d64_gelu_eps1e_05_bias_cls_norm_mv1024_sparse_hbias_dropse_bf16
