@@ -23,8 +23,8 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit")
-VISION_MODEL_TYPES = ("vit",)
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit")
+VISION_MODEL_TYPES = ("vit", "dinov3_vit")
 
 
 def encoder_model_type(arch, root):

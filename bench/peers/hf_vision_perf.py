@@ -44,6 +44,8 @@ def log(msg):
 
 def timm_from_hf(cfg, W, dtype):
     """timm VisionTransformer with cfg's dimensions and the HF-named weights W (a dict of tensors)."""
+    if cfg.model_type != "vit":
+        raise ValueError(f"model_type {cfg.model_type!r}: the timm peer maps HF ViT's weights only")
     import functools
     import torch
     from timm.models.vision_transformer import VisionTransformer

@@ -158,7 +158,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"olmo2_decoder_layer", 3}, {"olmo2_for_causal_lm", 4}, {"bert_attention", 2},
                                        {"bert_mlp", 2},            {"bert_layer", 3},           {"bert_model", 4},
                                        {"vit_attention", 2},       {"vit_mlp", 2},              {"vit_layer", 3},
-                                       {"vit_model", 4},           {"bert_cross_attention", 2}};
+                                       {"vit_model", 4},           {"bert_cross_attention", 2}, {"dinov3_attention", 2},
+                                       {"dinov3_mlp", 2},          {"dinov3_layer", 3},         {"dinov3_model", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -182,7 +183,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // attention, cross-attention, layer and model (4; its MLP is BERT-base's). ViT-B/16 served at 384 px: its
   // model (1; the attention, MLP and layer tasks are the 224 px ones, with more cases). ColBERTv2 (BERT-base in
   // fp16 with a 128-d multi-vector head): its own attention, MLP, layer and model (4: no task shared across dtypes).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4);
+  // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -239,6 +241,35 @@ TEST(Composites, Cases) {
   const auto& c = real().tasks.tasks.at("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16").cases;
   EXPECT_EQ(case_initializer(c.at(3)), "{\"b64_kv2048\", \"decode\", {{\"batch\", 64}, {\"kv_len\", 2048}}}");
   EXPECT_EQ(case_initializer(c.at(5)), "{\"b8_s2048\", \"prefill\", {{\"batch\", 8}, {\"seq_len\", 2048}}}");
+}
+
+TEST(Composites, Dinov3VisionTransformer) {
+  // ViT-7B/16: SwiGLU (the merged gate/up projection and silu_and_mul), 4 register tokens (the rope leaves 5
+  // prefix tokens unturned), no key bias; every image 5 + 14 x 14 tokens.
+  auto m = modules("facebook/dinov3-vit7b16-pretrain-lvd1689m");
+  EXPECT_EQ(m["attention"], "dinov3_attention_h4096_hq32_d128_bqvo_g14_p5_theta100_bf16");
+  EXPECT_EQ(m["mlp"], "dinov3_mlp_h4096_i8192_silu_gated_bias_bf16");
+  auto mlp = children(m["mlp"]);
+  EXPECT_EQ(mlp["up_proj"], "merged_column_parallel_linear_k4096_n8192_8192_bias_bf16");
+  EXPECT_EQ(mlp["act_fn"], "silu_and_mul_i8192_bf16");
+  auto attn = children(m["attention"]);
+  EXPECT_EQ(attn["rotary_emb"], "vision_rope_2d_hq32_d128_g14x14_p5_m1_centered_theta100_bf16");
+  EXPECT_EQ(attn["attn"], "flash_attn_prefill_hq32_hkv32_d128_bidir_bf16");
+  auto layer = children(m["layer"]);
+  EXPECT_EQ(layer["layer_scale1"], "layer_scale_h4096_bf16");
+  EXPECT_EQ(layer["layer_scale2"], "layer_scale_h4096_bf16");
+  EXPECT_EQ(placeholders(m["model"])["num_register_tokens"], "4");
+  std::vector<std::string> names;
+  for (const auto& c : task_of(m["model"]).cases) names.push_back(c.name);
+  EXPECT_FALSE(names.empty());
+  for (const auto& c : task_of(m["model"]).cases)
+    for (const auto& [k, v] : c.dims)
+      if (k == "seq_len") EXPECT_EQ(v, 5 + 14 * 14) << c.name;
+  // The tiny random test model: a plain GELU MLP, no registers.
+  auto t = modules("optimum-intel-internal-testing/tiny-random-dinov-3");
+  EXPECT_EQ(t["mlp"], "dinov3_mlp_h192_i768_gelu_bias_bf16");
+  EXPECT_EQ(children(t["mlp"])["act_fn"], "activation_gelu_h768_bf16");
+  EXPECT_EQ(children(t["attention"])["rotary_emb"], "vision_rope_2d_hq3_d64_g14x14_p1_m1_centered_theta100_bf16");
 }
 
 TEST(Composites, BertEncoder) {

@@ -295,7 +295,7 @@ TEST(UserConfigs, Float32CheckpointsOnlyWithADtypeChoice) {
 TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
-            "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
             "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
@@ -315,7 +315,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   EXPECT_TRUE(bias);
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
-            "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, gemma2, gemma3_text, gpt_oss, "
+            "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
             "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
@@ -870,7 +870,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"swigluoai_and_mul", "SwigluOAIAndMul"}, {"column_parallel_linear", "ColumnParallelLinear"},
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
-      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"patch_embedding", "PatchEmbedding"},
+      {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"layer_scale", "LayerScale"}, {"patch_embedding", "PatchEmbedding"},
       {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
@@ -907,6 +907,10 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"vit_mlp", {"intermediate_dense", "act_fn", "output_dense"}},
       {"vit_layer", {"layernorm_before", "attention", "layernorm_after", "mlp"}},
       {"vit_model", {"patch_embeddings", "pos_interp?", "layers", "layernorm", "pooler_dense", "pooler_act"}},
+      {"dinov3_attention", {"qkv_proj", "rotary_emb", "attn", "o_proj"}},
+      {"dinov3_mlp", {"up_proj", "act_fn", "down_proj"}},
+      {"dinov3_layer", {"norm1", "attention", "layer_scale1", "norm2", "mlp", "layer_scale2"}},
+      {"dinov3_model", {"patch_embeddings", "layers", "norm"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

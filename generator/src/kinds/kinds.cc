@@ -490,6 +490,29 @@ const KindHooks& kind_hooks() {
              i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
              "_eps" + nf(F(p, "layer_norm_eps")) + "_" + (B(p, "qkv_bias") ? "qkvbias" : "noqkvbias");
     };
+    // b{q}{k}{v}{o}: which of DINOv3's q/k/v/o projections carry a bias (nobias: none).
+    h.spell["dinov3_bias"] = [](const Params& p) {
+      const std::string s = std::string(B(p, "query_bias") ? "q" : "") + (B(p, "key_bias") ? "k" : "") + (B(p, "value_bias") ? "v" : "") +
+                            (B(p, "proj_bias") ? "o" : "");
+      return s.empty() ? std::string("nobias") : "b" + s;
+    };
+    // h_i_hq_d_{activation}[_gated]_eps_{bias}_{q/k/v/o bias}_g{grid}_p{prefix}_theta: a DINOv3 layer's constants.
+    h.spell["dinov3_layer"] = [](const Params& p) {
+      const std::string s = std::string(B(p, "query_bias") ? "q" : "") + (B(p, "key_bias") ? "k" : "") + (B(p, "value_bias") ? "v" : "") +
+                            (B(p, "proj_bias") ? "o" : "");
+      return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
+             i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
+             (B(p, "gated") ? "_gated" : "") + "_eps" + nf(F(p, "layer_norm_eps")) + "_" + (B(p, "mlp_bias") ? "mlpbias" : "nomlpbias") +
+             "_" + (s.empty() ? std::string("nobias") : "b" + s) + "_g" + i2s(I(p, "grid")) + "_p" + i2s(I(p, "prefix_tokens")) + "_theta" +
+             nf(F(p, "rope_theta"));
+    };
+    h.checks["dinov3_attention"] = [](const Params& p) {
+      if (I(p, "head_dim") % 4 != 0) throw GenError{"head_dim must be a multiple of 4 (2-D rope: a quarter per axis and half), got " + i2s(I(p, "head_dim"))};
+      if (I(p, "grid") < 1) throw GenError{"grid (patches per side) must be >= 1, got " + i2s(I(p, "grid"))};
+      if (I(p, "prefix_tokens") < 1) throw GenError{"prefix_tokens (class + register tokens) must be >= 1, got " + i2s(I(p, "prefix_tokens"))};
+      if (p.count("num_register_tokens") && I(p, "num_register_tokens") + 1 != I(p, "prefix_tokens"))
+        throw GenError{"prefix_tokens must be 1 + num_register_tokens"};
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;

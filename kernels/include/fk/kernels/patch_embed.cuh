@@ -88,4 +88,31 @@ void add_cls_and_positions(T* out, const T* patches, const T* cls, const T* pos,
   add_cls_and_positions_kernel<T, kH><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, patches, cls, pos, vectors, n_patches);
 }
 
+/// DINOv3's embeddings after the patch embedding (no position embeddings: the rope turns q and k):
+/// out [B * (P + N), kH] with rows b * (P + N) + t = prefix[t] for t < P (the class token, then
+/// the register tokens) and patches[b * N + t - P] after them; a copy, no arithmetic.
+template <class T, int kH>
+__global__ void prepend_tokens_kernel(T* __restrict__ out, const T* __restrict__ patches, const T* __restrict__ prefix, int64_t vectors,
+                                      int64_t n_prefix, int64_t n_patches) {
+  constexpr int V = 16 / sizeof(T), kVecPerRow = kH / V;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / kVecPerRow;
+    const int col = static_cast<int>(i % kVecPerRow) * V;
+    const int64_t b = row / (n_prefix + n_patches), t = row % (n_prefix + n_patches);
+    const T* src = t < n_prefix ? prefix + t * kH + col : patches + (b * n_patches + t - n_prefix) * kH + col;
+    store16(out + row * kH + col, load16(src));
+  }
+}
+
+/// prefix: [n_prefix, kH] contiguous (the class token's row followed by the register tokens' rows).
+template <class T, int kH>
+void prepend_tokens(T* out, const T* patches, const T* prefix, int64_t batch, int64_t n_prefix, int64_t n_patches, cudaStream_t stream) {
+  static_assert((kH * sizeof(T)) % 16 == 0, "rows of a multiple of 16 bytes");
+  const int64_t vectors = batch * (n_prefix + n_patches) * (kH * static_cast<int64_t>(sizeof(T)) / 16);
+  if (vectors == 0) return;
+  const int64_t blocks = std::min<int64_t>(ceil_div(vectors, 256), 65536);
+  prepend_tokens_kernel<T, kH><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, patches, prefix, vectors, n_prefix, n_patches);
+}
+
 }  // namespace fk::kernels

@@ -195,9 +195,16 @@ template <class Cfg> struct VitRefs {
   template <class M> static Tensor attention(M& m, const std::vector<int32_t>& cu, const Tensor& x) { return ref_vit_attention<Cfg>(m, cu, x); }
   template <class L> static Tensor layer(L& l, const std::vector<int32_t>& cu, const Tensor& x) { return ref_vit_layer<Cfg>(l, cu, x); }
   template <class M> static Tensor mlp(M& m, const Tensor& x) { return ref_vit_mlp<Cfg>(m, x); }
+  template <class M>
+  static std::pair<Tensor, Tensor> model(M& m, const std::vector<int32_t>& cu, const Tensor& pixels, const Tensor& first_rows) {
+    return ref_vit_model<Cfg>(m, cu, pixels, first_rows);
+  }
 };
 
 enum class VisionKind { kAttention, kLayer };
+/// Cfg::prefix_tokens (class + register tokens before the patches); 1 (ViT's class token) where the config has none.
+template <class Cfg, class = void> struct PrefixTokensOf : std::integral_constant<int64_t, 1> {};
+template <class Cfg> struct PrefixTokensOf<Cfg, std::void_t<decltype(Cfg::prefix_tokens)>> : std::integral_constant<int64_t, Cfg::prefix_tokens> {};
 /// vit_attention (L2) and vit_layer (L3) over a batch of images (case dims batch, seq_len = tokens
 /// per image, uniform): the encoder harness with ViT's references.
 template <class Module, class Cfg, VisionKind kKind>
@@ -210,7 +217,7 @@ template <class Module, class Cfg> using VisionMlpInstance = EncoderMlpStepInsta
 /// image): pixels [B, C, S, S] ~ N(0, 1) (normalised images) -> last hidden state and pooled
 /// vectors, both checked against the composite reference; HF transformers is the external check
 /// (bench/parity/).
-template <class Model, class Cfg> class ImageEncoderInstance final : public TaskInstance {
+template <class Model, class Cfg, class Refs = VitRefs<Cfg>> class ImageEncoderInstance final : public TaskInstance {
  public:
   explicit ImageEncoderInstance(const ShapeCase& c) : step_(c) {
     constexpr double H = Cfg::hidden_size, I = Cfg::intermediate_size;
@@ -244,7 +251,7 @@ template <class Model, class Cfg> class ImageEncoderInstance final : public Task
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
-    std::pair<Tensor, Tensor> r = ref_vit_model<Cfg>(*model_, step_.host.cu, pixels_, first_rows_);
+    std::pair<Tensor, Tensor> r = Refs::model(*model_, step_.host.cu, pixels_, first_rows_);
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
     return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
   }
@@ -252,7 +259,7 @@ template <class Model, class Cfg> class ImageEncoderInstance final : public Task
     constexpr double H = Cfg::hidden_size, Hq = Cfg::num_heads, D = Cfg::head_dim, I = Cfg::intermediate_size;
     constexpr double K = double(Cfg::num_channels) * Cfg::patch_size * Cfg::patch_size;
     const double t = double(step_.tokens()), L = double(model_->num_layers()), b = double(step_.meta.num_seqs);
-    const double patches = b * (Cfg::tokens_per_image - 1);
+    const double patches = b * (Cfg::tokens_per_image - PrefixTokensOf<Cfg>::value);
     const double flops = 2 * patches * K * H +
                          L * (2 * t * H * 3 * Hq * D + 4 * step_.bidirectional_pairs() * Hq * D + 2 * t * Hq * D * H + 4 * t * H * I) +
                          2 * b * H * Cfg::pooler_size;
