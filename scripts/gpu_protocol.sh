@@ -250,7 +250,7 @@ for step in "${steps[@]}"; do
       say "waited"
       ;;
     collect)
-      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='protocol/cand/*/build*' --exclude='protocol/cand-l4/*/build*' protocol)
+      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='*.safetensors' --exclude='protocol/cand/*/build*' --exclude='protocol/cand-l4/*/build*' protocol)
       ls -la "$OUT"
       ;;
     *) echo "gpu_protocol.sh: unknown step $step" >&2; exit 2 ;;
