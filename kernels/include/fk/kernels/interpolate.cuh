@@ -45,71 +45,114 @@ __device__ __forceinline__ void cubic_weights(float t, float w[4]) {
   w[3] = far(2.f - t);
 }
 
-template <class T, InterpMode kMode, bool kAlignCorners, bool kChannelsLast>
-__global__ void interpolate_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n, int c, int in_h, int in_w,
-                                   int out_h, int out_w) {
-  const int64_t total = n * c * int64_t(out_h) * out_w;
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= total) return;
-  int ch, oy, ox;
-  int64_t b;
-  if constexpr (kChannelsLast) {  // [N, H, W, C]: consecutive threads, consecutive channels
-    ch = int(i % c);
-    ox = int((i / c) % out_w);
-    oy = int((i / (int64_t(c) * out_w)) % out_h);
-    b = i / (int64_t(c) * out_w * out_h);
-  } else {  // [N, C, H, W]
-    ox = int(i % out_w);
-    oy = int((i / out_w) % out_h);
-    ch = int((i / (int64_t(out_w) * out_h)) % c);
-    b = i / (int64_t(out_w) * out_h * c);
-  }
-  auto at = [&](int y, int x) -> float {
-    const int64_t idx = kChannelsLast ? ((b * in_h + y) * in_w + x) * c + ch : ((b * c + ch) * in_h + y) * int64_t(in_w) + x;
-    return to_float<T>(in[idx]);
-  };
-  float v = 0.f;
+/// Calls at(y, x, weight) for every tap of output pixel (oy, ox) (Note [Interpolation source index]);
+/// a bicubic tap's weight is wy * wx (PyTorch sums each row first; the difference is fp32 rounding).
+template <InterpMode kMode, bool kAlignCorners, int kInH, int kInW, int kOutH, int kOutW, class At>
+__device__ __forceinline__ void interp_taps(int oy, int ox, At&& at) {
   if constexpr (kMode == InterpMode::kNearest) {
-    const float sy = float(in_h) / float(out_h), sx = float(in_w) / float(out_w);
-    const int y = min(int(floorf(float(oy) * sy)), in_h - 1), x = min(int(floorf(float(ox) * sx)), in_w - 1);
-    v = at(y, x);
+    const float sy = float(kInH) / float(kOutH), sx = float(kInW) / float(kOutW);
+    const int y = min(int(floorf(float(oy) * sy)), kInH - 1), x = min(int(floorf(float(ox) * sx)), kInW - 1);
+    at(y, x, 1.f);
   } else if constexpr (kMode == InterpMode::kBilinear) {
-    const float ry = interp_source(interp_scale(in_h, out_h, kAlignCorners), oy, kAlignCorners, false);
-    const float rx = interp_source(interp_scale(in_w, out_w, kAlignCorners), ox, kAlignCorners, false);
+    const float ry = interp_source(interp_scale(kInH, kOutH, kAlignCorners), oy, kAlignCorners, false);
+    const float rx = interp_source(interp_scale(kInW, kOutW, kAlignCorners), ox, kAlignCorners, false);
     const int y0 = int(ry), x0 = int(rx);
-    const int y1 = y0 + (y0 < in_h - 1 ? 1 : 0), x1 = x0 + (x0 < in_w - 1 ? 1 : 0);
+    const int y1 = y0 + (y0 < kInH - 1 ? 1 : 0), x1 = x0 + (x0 < kInW - 1 ? 1 : 0);
     const float ty = ry - float(y0), tx = rx - float(x0);
-    v = (1.f - ty) * ((1.f - tx) * at(y0, x0) + tx * at(y0, x1)) + ty * ((1.f - tx) * at(y1, x0) + tx * at(y1, x1));
+    at(y0, x0, (1.f - ty) * (1.f - tx));
+    at(y0, x1, (1.f - ty) * tx);
+    at(y1, x0, ty * (1.f - tx));
+    at(y1, x1, ty * tx);
   } else {
-    const float ry = interp_source(interp_scale(in_h, out_h, kAlignCorners), oy, kAlignCorners, true);
-    const float rx = interp_source(interp_scale(in_w, out_w, kAlignCorners), ox, kAlignCorners, true);
+    const float ry = interp_source(interp_scale(kInH, kOutH, kAlignCorners), oy, kAlignCorners, true);
+    const float rx = interp_source(interp_scale(kInW, kOutW, kAlignCorners), ox, kAlignCorners, true);
     const int y = int(floorf(ry)), x = int(floorf(rx));
     float wy[4], wx[4];
     cubic_weights(ry - float(y), wy);
     cubic_weights(rx - float(x), wx);
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-      const int yy = min(max(y - 1 + a, 0), in_h - 1);
-      float row = 0.f;
+      const int yy = min(max(y - 1 + a, 0), kInH - 1);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) row += wx[k] * at(yy, min(max(x - 1 + k, 0), in_w - 1));
-      v += wy[a] * row;
+      for (int k = 0; k < 4; ++k) at(yy, min(max(x - 1 + k, 0), kInW - 1), wy[a] * wx[k]);
     }
   }
+}
+
+/// One thread per output element (NCHW, or NHWC rows that are no multiple of 16 bytes).
+template <class T, InterpMode kMode, bool kAlignCorners, bool kChannelsLast, int kC, int kInH, int kInW, int kOutH, int kOutW>
+__global__ void __launch_bounds__(256) interpolate_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n) {
+  const int64_t total = n * kC * int64_t(kOutH) * kOutW;
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= total) return;
+  int ch, oy, ox;
+  int64_t b;
+  if constexpr (kChannelsLast) {  // [N, H, W, C]: consecutive threads, consecutive channels
+    ch = int(i % kC);
+    const int64_t pix = i / kC;
+    ox = int(pix % kOutW);
+    oy = int((pix / kOutW) % kOutH);
+    b = pix / (int64_t(kOutW) * kOutH);
+  } else {  // [N, C, H, W]
+    ox = int(i % kOutW);
+    oy = int((i / kOutW) % kOutH);
+    const int64_t plane = i / (int64_t(kOutW) * kOutH);
+    ch = int(plane % kC);
+    b = plane / kC;
+  }
+  float v = 0.f;
+  interp_taps<kMode, kAlignCorners, kInH, kInW, kOutH, kOutW>(oy, ox, [&](int y, int x, float w) {
+    const int64_t idx = kChannelsLast ? ((b * kInH + y) * kInW + x) * kC + ch : ((b * kC + ch) * kInH + y) * int64_t(kInW) + x;
+    v += w * to_float<T>(in[idx]);
+  });
   out[i] = from_float<T>(v);
+}
+
+/// NHWC with rows of a multiple of 16 bytes: one thread per (pixel, 16-byte channel vector); every tap
+/// one 16-byte load (a position-embedding grid: 768 channels = 96 vectors per pixel).
+template <class T, InterpMode kMode, bool kAlignCorners, int kC, int kInH, int kInW, int kOutH, int kOutW>
+__global__ void __launch_bounds__(256) interpolate_nhwc_vec_kernel(T* __restrict__ out, const T* __restrict__ in, int64_t n) {
+  constexpr int V = Vec16<T>::kN, kVecs = kC / V;
+  const int64_t total = n * kVecs * int64_t(kOutH) * kOutW;
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= total) return;
+  const int cv = int(i % kVecs);
+  const int64_t pix = i / kVecs;
+  const int ox = int(pix % kOutW), oy = int((pix / kOutW) % kOutH);
+  const int64_t b = pix / (int64_t(kOutW) * kOutH);
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.f;
+  interp_taps<kMode, kAlignCorners, kInH, kInW, kOutH, kOutW>(oy, ox, [&](int y, int x, float w) {
+    const Vec16<T> t = load16(in + ((b * kInH + y) * kInW + x) * kC + cv * V);
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] += w * to_float(t.v[j]);
+  });
+  Vec16<T> o;
+#pragma unroll
+  for (int j = 0; j < V; ++j) o.v[j] = from_float<T>(acc[j]);
+  store16(out + pix * kC + cv * V, o);
 }
 
 }  // namespace detail
 
-/// out = interpolate(in, size=(out_h, out_w), mode, align_corners) for n images of c channels
-/// (Note [Interpolation source index]); NHWC when kChannelsLast, else NCHW; both contiguous.
-template <class T, InterpMode kMode, bool kAlignCorners, bool kChannelsLast>
-void interpolate(T* out, const T* in, int64_t n, int c, int in_h, int in_w, int out_h, int out_w, cudaStream_t stream) {
-  const int64_t total = n * c * int64_t(out_h) * out_w;
-  if (total == 0) return;
+/// out = interpolate(in) for n images (Note [Interpolation source index]); the channel count and both
+/// grids are the task's constants (fast index arithmetic). NHWC rows of a multiple of 16 bytes take
+/// the vector kernel.
+template <class T, InterpMode kMode, bool kAlignCorners, bool kChannelsLast, int kC, int kInH, int kInW, int kOutH, int kOutW>
+void interpolate(T* out, const T* in, int64_t n, cudaStream_t stream) {
   constexpr int kThreads = 256;
-  detail::interpolate_kernel<T, kMode, kAlignCorners, kChannelsLast>
-      <<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, in, n, c, in_h, in_w, out_h, out_w);
+  if constexpr (kChannelsLast && (kC * sizeof(T)) % 16 == 0) {
+    const int64_t total = n * (kC / Vec16<T>::kN) * int64_t(kOutH) * kOutW;
+    if (total == 0) return;
+    detail::interpolate_nhwc_vec_kernel<T, kMode, kAlignCorners, kC, kInH, kInW, kOutH, kOutW>
+        <<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, in, n);
+  } else {
+    const int64_t total = n * kC * int64_t(kOutH) * kOutW;
+    if (total == 0) return;
+    detail::interpolate_kernel<T, kMode, kAlignCorners, kChannelsLast, kC, kInH, kInW, kOutH, kOutW>
+        <<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, in, n);
+  }
 }
 
 }  // namespace fk::kernels

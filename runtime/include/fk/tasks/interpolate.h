@@ -43,9 +43,9 @@ template <class Cfg> Tensor interpolate_forward(const Tensor& x) {
                                                     std::to_string(Cfg::in_w) + "]") +
                " " + dtype_name(dtype_of<T>));
   Tensor out = empty(interp_shape<Cfg>(x.size(0), Cfg::out_h, Cfg::out_w), x.dtype());
-  fk::kernels::interpolate<T, interp_mode<Cfg>(), Cfg::align_corners, Cfg::channels_last>(
-      out.data<T>(), x.data<T>(), x.size(0), static_cast<int>(Cfg::channels), static_cast<int>(Cfg::in_h),
-      static_cast<int>(Cfg::in_w), static_cast<int>(Cfg::out_h), static_cast<int>(Cfg::out_w), current_stream());
+  fk::kernels::interpolate<T, interp_mode<Cfg>(), Cfg::align_corners, Cfg::channels_last, static_cast<int>(Cfg::channels),
+                           static_cast<int>(Cfg::in_h), static_cast<int>(Cfg::in_w), static_cast<int>(Cfg::out_h),
+                           static_cast<int>(Cfg::out_w)>(out.data<T>(), x.data<T>(), x.size(0), current_stream());
   FK_CHECK_LAUNCH();
   return out;
 }
