@@ -325,6 +325,25 @@ TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {
   EXPECT_NE(out.find("`fastkernels add --as <that model_type>` lowers this config as it"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme"));  // nothing written
 
+  // And the nearest descriptors (Note [Nearest descriptor]): a BERT-shaped config ranks family bert first (the
+  // most of the audit's kinds, every key read but the one it does not know), with the fields to map.
+  spit(tmp.path() / "in" / "tinybert.json",
+       "{\"model_type\": \"tinybert\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 2, "
+       "\"num_hidden_layers\": 1, \"max_position_embeddings\": 32, \"vocab_size\": 100, \"type_vocab_size\": 2, "
+       "\"layer_norm_eps\": 1e-12, \"hidden_act\": \"gelu\", \"frobnicate\": 3}\n");
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "tinybert.json"), &out), 1) << out;
+  const size_t near = out.find("Nearest descriptors (Note [Nearest descriptor]");
+  ASSERT_NE(near, std::string::npos) << out;
+  EXPECT_NE(out.find("  1. family bert (generator/descriptors/bert.json; model types bert, xlm-roberta): ", near), std::string::npos) << out;
+  EXPECT_NE(out.find("       fields it reads: hidden_act, hidden_size, intermediate_size, layer_norm_eps, max_position_embeddings, "
+                     "num_attention_heads, num_hidden_layers, type_vocab_size, vocab_size\n",
+                     near),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("or accepted with `add --allow-unknown`): frobnicate\n", near), std::string::npos) << out;
+  EXPECT_NE(out.find("try: fastkernels add <config> --as <bert | xlm-roberta> --allow-unknown frobnicate", near), std::string::npos) << out;
+  EXPECT_NE(out.find("  2. family ", near), std::string::npos) << out;
+
   // A partial model type: add the kinds first.
   spit(tmp.path() / "in" / "lstm.json", "{\"model_type\": \"tinylstm\"}\n");
   EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "lstm.json"), &out), 1) << out;

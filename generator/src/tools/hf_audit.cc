@@ -1427,6 +1427,7 @@ std::optional<Summary> load_summary(const std::string& file, const std::string& 
       std::vector<std::string> k;
       for (const auto& x : op["kinds"]) k.push_back(x.is_string() ? x.get<std::string>() : x.dump());
       so.detail = join(k, ", ");
+      so.kinds = k;
     }
     if (op.contains("how")) so.detail += ": " + op.value("how", "");
     if (op.contains("reason")) so.detail = op.value("reason", "");
@@ -1507,6 +1508,88 @@ std::string render_add_report(const std::string& model_type, const Summary* s, c
   return o.str();
 }
 
+namespace {
+std::vector<std::string> model_type_names(const Descriptor& d) {
+  std::vector<std::string> out;
+  for (const auto& [t, _] : d.model_types) out.push_back(t);
+  return out;
+}
+}  // namespace
+
+std::string nearest_descriptors_report(const DescriptorSet& descriptors, const json& config, const Summary* summary,
+                                       const SummaryModel* model, size_t top) {
+  // The config's keys as the parser sees them: top level, then text_config's (which take precedence).
+  std::map<std::string, std::string> keys;  // key -> JSON path
+  for (const auto& [k, v] : config.items())
+    if (k != "text_config") keys[k] = "$." + k;
+  if (config.contains("text_config") && config["text_config"].is_object())
+    for (const auto& [k, v] : config["text_config"].items()) keys[k] = "$.text_config." + k;
+  std::set<std::string> audit_kinds;
+  if (summary && model)
+    for (const char* c : {"kinds", "composition"})
+      if (auto it = model->by_coverage.find(c); it != model->by_coverage.end())
+        for (const auto& id : it->second)
+          for (const auto& k : summary->operators.at(id).kinds) audit_kinds.insert(k);
+  struct Rank {
+    const Descriptor* d;
+    std::vector<std::string> shared_kinds, unbound_kinds, reads, unknown, lacking;
+  };
+  std::vector<Rank> ranks;
+  for (const auto& dp : descriptors.all()) {
+    const Descriptor& d = *dp;
+    Rank r{&d, {}, {}, {}, {}, {}};
+    std::set<std::string> kinds;
+    for (const auto& item : d.forward) {
+      if (item.op) kinds.insert(item.op->kind);
+      for (const auto& s : item.layer_ops) kinds.insert(s.kind);
+    }
+    for (const auto& k : audit_kinds) (kinds.count(k) ? r.shared_kinds : r.unbound_kinds).push_back(k);
+    std::set<std::string> present;  // canonical fields the config sets
+    for (const auto& [key, path] : keys) {
+      if (key == "model_type" || key == "architectures" || d.ignored_keys.count(key) || tool_only_keys().count(key)) continue;
+      const FieldSpec* spec = find_field(key);
+      if (spec && d.fields.count(spec->name)) {
+        present.insert(spec->name);
+        r.reads.push_back(spec->name == key ? key : key + " -> " + spec->name);
+      } else {
+        r.unknown.push_back(key);
+      }
+    }
+    for (const auto& [name, use] : d.fields)
+      if (use.required && !present.count(name)) r.lacking.push_back(name);
+    ranks.push_back(std::move(r));
+  }
+  std::stable_sort(ranks.begin(), ranks.end(), [](const Rank& a, const Rank& b) {
+    if (a.shared_kinds.size() != b.shared_kinds.size()) return a.shared_kinds.size() > b.shared_kinds.size();
+    if (a.lacking.size() != b.lacking.size()) return a.lacking.size() < b.lacking.size();
+    if (a.unknown.size() != b.unknown.size()) return a.unknown.size() < b.unknown.size();
+    return a.reads.size() > b.reads.size();
+  });
+  std::ostringstream o;
+  o << "Nearest descriptors (Note [Nearest descriptor]: by the task kinds the audit maps this model's operators to";
+  o << (audit_kinds.empty() ? " (none known)" : " (" + std::to_string(audit_kinds.size()) + ")") << ", then by the config keys):\n";
+  for (size_t i = 0; i < ranks.size() && i < top; ++i) {
+    const Rank& r = ranks[i];
+    o << "  " << i + 1 << ". family " << r.d->family << " (" << r.d->file << "; model types " << join(model_type_names(*r.d), ", ")
+      << "): " << r.shared_kinds.size() << " of " << audit_kinds.size() << " kinds, " << r.reads.size() << " config keys read, "
+      << r.unknown.size() << " it does not know, " << r.lacking.size() << " required fields missing\n";
+    o << "       fields it reads: " << (r.reads.empty() ? "none" : join(r.reads, ", ")) << "\n";
+    if (!r.unknown.empty())
+      o << "       keys it does not know (each must be mapped to a field, added to its ignored_keys if it leaves the forward pass "
+           "alone, or accepted with `add --allow-unknown`): " << join(r.unknown, ", ") << "\n";
+    if (!r.lacking.empty()) o << "       required fields the config lacks: " << join(r.lacking, ", ") << "\n";
+    if (!r.unbound_kinds.empty()) o << "       kinds the audit found that it never binds: " << join(r.unbound_kinds, ", ") << "\n";
+    if (i == 0 && r.lacking.empty()) {
+      const std::vector<std::string> types = model_type_names(*r.d);
+      o << "       try: fastkernels add <config> --as " << (types.size() == 1 ? types[0] : "<" + join(types, " | ") + ">")
+        << (r.unknown.empty() ? "" : " --allow-unknown " + join(r.unknown, " "))
+        << (types.size() == 1 ? "" : "  (the model types differ in their constants: see " + r.d->file + ")")
+        << "; then bench/parity/hf_parity.py proves it or not\n";
+    }
+  }
+  return o.str();
+}
+
 std::optional<std::string> unknown_model_type_report(const fs::path& root, const std::string& config_file, const std::string& config_text) {
   json j = json::parse(python_json_text(config_text), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return std::nullopt;
@@ -1530,6 +1613,8 @@ std::optional<std::string> unknown_model_type_report(const fs::path& root, const
   std::string problem = diag.text();
   while (!problem.empty() && problem.back() == '\n') problem.pop_back();
   o << render_add_report(model_type, s ? &*s : nullptr, problem);
+  const SummaryModel* m = s ? s->find(model_type) : nullptr;
+  if (!m || m->verdict == "covered" || m->verdict == "composition") o << nearest_descriptors_report(descriptors, j, s ? &*s : nullptr, m);
   return o.str();
 }
 

@@ -25,6 +25,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "fk/gen/descriptor.h"
 #include "fk/gen/diag.h"
 
 namespace fk::gen::hfaudit {
@@ -189,6 +192,7 @@ constexpr const char* kSummaryPath = "generator/audit/hf_audit_summary.json";
 
 struct SummaryOperator {
   std::string category, coverage, detail;  ///< detail: kinds joined, the how, or the reason
+  std::vector<std::string> kinds;           ///< our task kinds the operator maps to (covered / composition)
 };
 struct SummaryModel {
   std::string folder, verdict;
@@ -209,6 +213,17 @@ std::optional<Summary> load_summary(const std::string& file, const std::string& 
 /// covered operators with their kinds, the missing ones with reasons, and the next steps.
 /// `summary` null: none could be read (`summary_problem` says why).
 std::string render_add_report(const std::string& model_type, const Summary* summary, const std::string& summary_problem);
+
+/// Note [Nearest descriptor]
+/// For a config whose model type no descriptor claims, the descriptors ranked by how near they are:
+/// first by how many of the task kinds the audit maps the model's operators to (`model`, may be
+/// null) the descriptor's forward pass uses, then by how few of the config's keys (top level and
+/// text_config) it would not know, then by how many it reads. For the nearest (at most `top`),
+/// the fields to map: every config key the family reads (as which field), the keys it would
+/// refuse as unknown, the required fields the config lacks, and the kinds the audit found that the
+/// family never binds. A ranking, not a claim: parity is what proves `--as`.
+std::string nearest_descriptors_report(const DescriptorSet& descriptors, const nlohmann::json& config, const Summary* summary,
+                                       const SummaryModel* model, size_t top = 3);
 
 /// For `fastkernels add`: when the config's model_type is claimed by no descriptor under `root`,
 /// the error line plus render_add_report; nullopt when a descriptor claims it (or the config
