@@ -32,7 +32,7 @@ template <class T, int kH, int kN, HeadAct kAct, bool kBias> void check_classify
                                                 rows, kH, kN, kAct, current_stream());
   FK_CHECK_LAUNCH();
   FK_EXPECT_CLOSE(out, ref, default_tolerance(dtype_of<T>));
-  if constexpr (kAct == HeadAct::kRelu) {  // ReLU clips some outputs and keeps others
+  if (kAct == HeadAct::kRelu && rows * kN >= 64) {  // ReLU clips some outputs and keeps others (a large enough sample)
     const std::vector<float> r = to_host<float>(ref);
     EXPECT_GT(std::count(r.begin(), r.end(), 0.f), 0);
     EXPECT_LT(std::count(r.begin(), r.end(), 0.f), static_cast<long>(r.size()));

@@ -17,6 +17,8 @@
 // carry HF transformers' BertModel names (Note [Seeded weights] in fk/tasks/llama.h).
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -308,14 +310,19 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
   }
 }
 
-/// The per-token heads by reference, from the reference's final hidden states h (model dtype) of
-/// the sequences at `cu` (host) / `cu_d` (device): (token vectors fp32 [T', multi_vector] or
-/// undefined, lexical weights fp32 [T''] or undefined). The projection rounds to the model dtype
-/// as the head's GEMM does; the norm and the lexical weights are fp64 sums.
-template <class Cfg, class M>
-std::pair<Tensor, Tensor> ref_token_heads(M& m, const std::vector<int32_t>& cu, const Tensor& cu_d, const Tensor& h) {
+/// The per-token heads by reference (RefTokenHeads), from the reference's final hidden states h
+/// (model dtype) of the sequences at `cu` (host) / `cu_d` (device): token vectors fp32 [T',
+/// multi_vector] or undefined; lexical weights fp32 [T''] or undefined, and the RMS of their
+/// pre-activations (Note [ReLU output tolerance]). The projection rounds to the model dtype as the
+/// head's GEMM does; the norm and the lexical weights are fp64 sums.
+struct RefTokenHeads {
+  Tensor vectors, weights;
+  double pre_rms = 0;
+};
+template <class Cfg, class M> RefTokenHeads ref_token_heads(M& m, const std::vector<int32_t>& cu, const Tensor& cu_d, const Tensor& h) {
   using T = typename Cfg::scalar_t;
   const int drop = Cfg::drop_special_tokens ? 1 : 0;
+  RefTokenHeads out;
   Tensor vecs, weights;
   if constexpr (Cfg::multi_vector > 0) {
     Tensor p = ref::linear(h, m.colbert_linear.weight, m.colbert_linear.bias);
@@ -333,8 +340,34 @@ std::pair<Tensor, Tensor> ref_token_heads(M& m, const std::vector<int32_t>& cu, 
     FK_CHECK_LAUNCH();
     Tensor kept = drop_sequence_ends(w, cu_d, cu, drop, drop);
     weights = kept.view({kept.size(0)});
+    Tensor pre = empty({h.size(0), 1}, DType::kF32);  // the scores before the ReLU
+    fk::kernels::reference::token_classify_ref<T>(pre.data<float>(), h.data<T>(), h.stride(0), sw.data<T>(), sb.defined() ? sb.data<T>() : nullptr,
+                                                  h.size(0), static_cast<int>(Cfg::hidden_size), 1, fk::kernels::HeadAct::kNone,
+                                                  current_stream());
+    FK_CHECK_LAUNCH();
+    double sq = 0;
+    for (float x : to_host<float>(pre)) sq += double(x) * x;
+    out.pre_rms = h.size(0) > 0 ? std::sqrt(sq / double(h.size(0))) : 0.0;
   }
-  return {vecs, weights};
+  out.vectors = vecs;
+  out.weights = weights;
+  return out;
+}
+
+// Note [ReLU output tolerance]
+// A ReLU output is ill-conditioned where its input sits near zero: a deep encoder's final hidden
+// states carry the chain's relative error (depth_tolerance's max_rel_l2), which becomes an absolute
+// error of that size times the scores' scale in every score, and where the scores are mostly
+// clipped (a random deep encoder's tokens collapse to nearly one vector, so one sign can hold for
+// all of them) the relative L2 of the few small survivors says nothing. The lexical weights are
+// therefore held elementwise to atol = 2 x max_rel_l2 x RMS(pre-activation scores) (plus the
+// depth rtol), without a relative-L2 bound; the token_classifier kind itself is checked at its own
+// level on well-conditioned scores (TokenClassifierInstance).
+inline Tolerance relu_output_tolerance(const Tolerance& depth, double pre_rms) {
+  Tolerance t = depth;
+  t.atol = 2.0 * depth.max_rel_l2 * pre_rms;
+  t.max_rel_l2 = std::numeric_limits<double>::infinity();
+  return t;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -576,9 +609,9 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
     std::vector<CheckedOutput> out{{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
     if constexpr (Cfg::multi_vector > 0 || Cfg::sparse) {
-      auto [vecs, weights] = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first);
-      if constexpr (Cfg::multi_vector > 0) out.push_back({"token_vectors", vectors_, vecs, tol});
-      if constexpr (Cfg::sparse) out.push_back({"lexical_weights", weights_, weights, tol});
+      const RefTokenHeads heads = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first);
+      if constexpr (Cfg::multi_vector > 0) out.push_back({"token_vectors", vectors_, heads.vectors, tol});
+      if constexpr (Cfg::sparse) out.push_back({"lexical_weights", weights_, heads.weights, relu_output_tolerance(tol, heads.pre_rms)});
     }
     return out;
   }
