@@ -470,6 +470,25 @@ TEST(UserConfigs, VisionEncoderServedAtAnotherResolution) {
             "t/fastkernels.json: $.image_size: family llama has no image resolution to choose (remove image_size)\n");
 }
 
+TEST(UserConfigs, Dinov3ChecksAndVariants) {
+  // DINOv3: registers shift the rope's unrotated prefix; SwiGLU takes the merged projection and silu_and_mul;
+  // a gated exact GELU is refused (no composite reference yet), and so is a head size the 2-D rope cannot split.
+  const std::string base = R"("model_type": "dinov3_vit", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+    "num_hidden_layers": 1, "torch_dtype": "bfloat16", "patch_size": 16, "image_size": 64)";
+  Generation g;
+  ASSERT_EQ(run_with("{" + base + R"(, "num_register_tokens": 4, "use_gated_mlp": true, "hidden_act": "silu"})", {}, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"vision_rope_2d_hq2_d32_g4x4_p5_m1_centered_theta100_bf16", "silu_and_mul_i128_bf16",
+                           "merged_column_parallel_linear_k64_n128_128_bias_bf16", "layer_scale_h64_bf16",
+                           "dinov3_mlp_h64_i128_silu_gated_bias_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  EXPECT_NE(run_with("{" + base + R"(, "use_gated_mlp": true, "hidden_act": "gelu"})", {}).find("$.hidden_act: expected with use_gated_mlp"),
+            std::string::npos);
+  EXPECT_NE(run_with("{" + base + R"(, "num_attention_heads": 32})", {}).find("$.head_dim: expected a multiple of 4"), std::string::npos)
+      << run_with("{" + base + R"(, "num_attention_heads": 32})", {});
+}
+
 TEST(UserConfigs, EmbeddingModelTokenHeads) {
   // `add --multi-vector N --sparse --head-bias --drop-special-tokens` (Note [Embedding heads]): the model gets
   // the projection + normalisation and the sparse classifier as children, spelled in its name; the sidecar
