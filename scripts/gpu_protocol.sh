@@ -35,9 +35,10 @@
 #                           (token vectors and lexical weights checked), HF parity at 4 layers (the heads in torch
 #                           beside HF's encoder), fk_model --bench beside HF eager/compile with the same heads, and the
 #                           token_classifier L1 task beside its torch peers
-#     dino@G                DINOv3 (issue 22) on GPU G (background): the layer_scale GPU tests, fk_bench over every task
-#                           of the tiny random DINOv3 and of ViT-7B/16 (40 layers, 13.4 GB of bf16 weights), HF parity (tiny: its 2
-#                           layers; 7B: 4 layers), fk_model --bench of ViT-7B/16 beside HF eager/compile with the same weights
+#     towers@G              DINOv3 and SigLIP's vision tower (issue 22) on GPU G (background): the layer_scale GPU tests,
+#                           fk_bench over every task of the tiny random DINOv3, of ViT-7B/16 (40 layers, 13.4 GB of bf16
+#                           weights) and of SigLIP-2 base/512's tower, HF parity (tiny DINOv3: its 2 layers; the others: 4
+#                           layers), fk_model --bench of ViT-7B/16 and the SigLIP tower beside HF eager/compile, same weights
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -155,20 +156,22 @@ for step in "${steps[@]}"; do
         python3 bench/peers/torch_peers.py '$P/heads_cases.json' --out '$P/heads_peers.jsonl' >'$P/heads_peers.log' 2>&1; \
         python3 bench/report.py '$P/heads_bench_bgem3.jsonl' '$P/heads_peers.jsonl' --out '$P/heads_l1_report.md' >>'$P/heads_peers.log' 2>&1"
       ;;
-    dino@*)
+    towers@*)
       g="${step#*@}"
-      bg dino "export CUDA_VISIBLE_DEVICES=$g; \
-        (cd '$b' && ctest -L gpu -R 'LayerScale|PrependTokens|dinov3_|layer_scale_' --output-on-failure -j 1 --timeout 900) >'$P/dino_tests.log' 2>&1; \
-        '$b/fk_bench' --arch 'tiny-random-dinov-3|dinov3-vit7b16' --seed $seed --case-timeout 300 --jsonl '$P/dino_bench.jsonl' \
-          --markdown '$P/dino_bench.md' >'$P/dino_bench.log' 2>&1; \
+      bg towers "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'LayerScale|PrependTokens|dinov3_|layer_scale_|siglip' --output-on-failure -j 1 --timeout 900) \
+          >'$P/towers_tests.log' 2>&1; \
+        '$b/fk_bench' --arch 'tiny-random-dinov-3|dinov3-vit7b16|siglip2-base' --seed $seed --case-timeout 300 \
+          --jsonl '$P/towers_bench.jsonl' --markdown '$P/towers_bench.md' >'$P/towers_bench.log' 2>&1; \
         python3 bench/parity/hf_parity.py --arch optimum-intel-internal-testing/tiny-random-dinov-3 --layers 2 --fk-model '$b/fk_model' \
-          --out '$P/dino_parity_tiny' >'$P/dino_parity.log' 2>&1; \
-        python3 bench/parity/hf_parity.py --arch facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 --fk-model '$b/fk_model' \
-          --out '$P/dino_parity_7b' >>'$P/dino_parity.log' 2>&1; \
-        '$b/fk_model' --arch facebook/dinov3-vit7b16-pretrain-lvd1689m --save-weights '$P/dw.safetensors' --bench \
-          --jsonl '$P/dino_model.jsonl' --markdown '$P/dino_model.md' >'$P/dino_model.log' 2>&1; \
-        python3 bench/peers/hf_vision_perf.py --arch facebook/dinov3-vit7b16-pretrain-lvd1689m --weights '$P/dw.safetensors' \
-          --modes hf_eager,hf_compile --jsonl '$P/dino_peers.jsonl' >'$P/dino_peers.log' 2>&1; rm -f '$P/dw.safetensors'"
+          --out '$P/towers_parity_tiny' >'$P/towers_parity.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch google/siglip2-base-patch16-512,facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 \
+          --fk-model '$b/fk_model' --out '$P/towers_parity' >>'$P/towers_parity.log' 2>&1; \
+        for a in google/siglip2-base-patch16-512 facebook/dinov3-vit7b16-pretrain-lvd1689m; do t=\$(echo \$a | tr / _); \
+          '$b/fk_model' --arch \$a --save-weights '$P/tw.safetensors' --bench --jsonl '$P/towers_model_'\$t.jsonl \
+            --markdown '$P/towers_model_'\$t.md >'$P/towers_model_'\$t.log 2>&1; \
+          python3 bench/peers/hf_vision_perf.py --arch \$a --weights '$P/tw.safetensors' --modes hf_eager,hf_compile \
+            --jsonl '$P/towers_peers_'\$t.jsonl >'$P/towers_peers_'\$t.log 2>&1; rm -f '$P/tw.safetensors'; done"
       ;;
     xattn@*)
       g="${step#*@}"

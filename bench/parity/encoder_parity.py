@@ -23,8 +23,8 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit")
-VISION_MODEL_TYPES = ("vit", "dinov3_vit")
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model")
+VISION_MODEL_TYPES = ("vit", "dinov3_vit", "siglip_vision_model")
 
 
 def encoder_model_type(arch, root):
@@ -33,7 +33,7 @@ def encoder_model_type(arch, root):
     import hfmodel
 
     with open(hfmodel.config_path(arch, root)) as f:
-        mt = json.load(f).get("model_type")
+        mt = hfmodel.config_component(json.load(f), arch, root).get("model_type")
     return mt if mt in ENCODER_MODEL_TYPES else None
 
 

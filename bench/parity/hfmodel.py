@@ -93,6 +93,22 @@ def sidecar(arch, root=None):
     return d
 
 
+def config_component(d, arch, root=None):
+    """The config dict to build: `d` itself, or the nested component the sidecar names (`add --component
+    vision_config`, Note [Config components]: SigLIP's vision tower from a SiglipConfig), whose missing dtype
+    is the composite's."""
+    comp = sidecar(arch, root).get("component")
+    if not comp:
+        return d
+    if not isinstance(d.get(comp), dict):
+        raise SetupError(f"{arch}: the sidecar names component {comp!r}, which the config does not hold as an object")
+    part = dict(d[comp])
+    for k in ("torch_dtype", "dtype"):
+        if k in d and "torch_dtype" not in part and "dtype" not in part:
+            part["torch_dtype"] = d[k]
+    return part
+
+
 def model_dtype(arch, root=None):
     """torch.bfloat16 or torch.float16: the dtype `arch` is served in (Note [Model dtype])."""
     cpath = config_path(arch, root)
@@ -130,6 +146,7 @@ def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
 
     with open(config_path(arch, root)) as f:
         d = json.load(f)
+    d = config_component(d, arch, root)
     mt = d.pop("model_type", None)
     # A config lowered as a known model type (`add --as`, recorded as the sidecar's served_as) runs
     # transformers' own class for its model_type: that is the check of the user's claim.

@@ -21,6 +21,7 @@ struct Config {
   static constexpr int64_t head_dim = 64;
   static constexpr double softmax_scale = 0.125;
   static constexpr bool qkv_bias = true;  ///< the output projection always has a bias
+  static constexpr fk::tasks::VitNaming naming = fk::tasks::VitNaming::kVit;  ///< whose HF parameter names ("vit"): ViTModel's or SiglipVisionModel's
   using scalar_t = fk::bf16;
 };
 

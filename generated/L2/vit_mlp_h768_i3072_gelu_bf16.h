@@ -19,6 +19,7 @@ struct Config {
   static constexpr int64_t hidden_size = 768;
   static constexpr int64_t intermediate_size = 3072;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
+  static constexpr fk::tasks::VitNaming naming = fk::tasks::VitNaming::kVit;  ///< whose HF parameter names ("vit"): ViTModel's or SiglipVisionModel's
   using scalar_t = fk::bf16;
 };
 

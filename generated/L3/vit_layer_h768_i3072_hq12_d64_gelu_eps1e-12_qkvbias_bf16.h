@@ -25,6 +25,7 @@ struct Config {
   static constexpr bool qkv_bias = true;
   static constexpr int64_t intermediate_size = 3072;
   static constexpr fk::kernels::Act activation = fk::kernels::Act::kGelu;
+  static constexpr fk::tasks::VitNaming naming = fk::tasks::VitNaming::kVit;  ///< whose HF parameter names ("vit"): ViTModel's or SiglipVisionModel's
   using scalar_t = fk::bf16;
 };
 
@@ -46,12 +47,7 @@ class ViTLayer {
   fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::vit_layer_forward(*this, hidden_states); }
 
   /// HF transformers names under `prefix` (e.g. "encoder.layer.0.").
-  void named_parameters(const std::string& prefix, fk::ParamList& out) {
-    fk::tasks::add_layer_norm_params(out, layernorm_before, prefix + "layernorm_before");
-    attention.named_parameters(prefix + "attention.", out);
-    fk::tasks::add_layer_norm_params(out, layernorm_after, prefix + "layernorm_after");
-    mlp.named_parameters(prefix, out);
-  }
+  void named_parameters(const std::string& prefix, fk::ParamList& out) { fk::tasks::add_vit_layer_params<Config>(out, *this, prefix); }
 
   NormBefore layernorm_before;
   Attention attention;

@@ -159,7 +159,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"bert_mlp", 2},            {"bert_layer", 3},           {"bert_model", 4},
                                        {"vit_attention", 2},       {"vit_mlp", 2},              {"vit_layer", 3},
                                        {"vit_model", 4},           {"bert_cross_attention", 2}, {"dinov3_attention", 2},
-                                       {"dinov3_mlp", 2},          {"dinov3_layer", 3},         {"dinov3_model", 4}};
+                                       {"dinov3_mlp", 2},          {"dinov3_layer", 3},         {"dinov3_model", 4},
+                                       {"siglip_map_head", 2},     {"siglip_vision_model", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -183,8 +184,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // attention, cross-attention, layer and model (4; its MLP is BERT-base's). ViT-B/16 served at 384 px: its
   // model (1; the attention, MLP and layer tasks are the 224 px ones, with more cases). ColBERTv2 (BERT-base in
   // fp16 with a 128-d multi-vector head): its own attention, MLP, layer and model (4: no task shared across dtypes).
-  // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4);
+  // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each). SigLIP-2 base/512's
+  // tower: the ViT attention, MLP and layer under SigLIP's names, the head's MLP (another vit_mlp: the same task as the
+  // layers' MLP), the pooling head and the model (5).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -489,6 +489,40 @@ TEST(UserConfigs, Dinov3ChecksAndVariants) {
       << run_with("{" + base + R"(, "num_attention_heads": 32})", {});
 }
 
+TEST(UserConfigs, ComponentOfACompositeConfig) {
+  // `add --component vision_config` (Note [Config components]): a SiglipConfig's vision tower is lowered from its
+  // nested vision_config (SiglipVisionConfig defaults for the keys it omits), the composite's dtype carried over;
+  // the top level's other keys (text_config, initializer_factor) are not read. Without the choice the composite's
+  // own model type decides (and siglip has no descriptor); a missing component and a tower without its pooling
+  // head are refused.
+  const std::string siglip = R"({"model_type": "siglip", "initializer_factor": 1.0, "torch_dtype": "bfloat16",
+    "text_config": {"model_type": "siglip_text_model", "vocab_size": 256000},
+    "vision_config": {"model_type": "siglip_vision_model", "image_size": 64, "hidden_size": 64, "intermediate_size": 128,
+                      "num_attention_heads": 2, "num_hidden_layers": 1}})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.component = "vision_config";
+  Generation g;
+  ASSERT_EQ(run_with(siglip, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"siglip_vision_model_l1_c3_p16_s64_h64_i128_hq2_d32_gelu_tanh_eps1e-06_qkvbias_bf16",
+                           "siglip_map_head_h64_hq2_d32_i128_gelu_tanh_eps1e-06_bf16", "vit_layer_h64_i128_hq2_d32_gelu_tanh_eps1e-06_qkvbias_siglip_bf16",
+                           "flash_attn_prefill_hq2_hkv2_d32_bidir_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  EXPECT_NE(run_with(siglip, {}).find("unknown model_type \"siglip_text_model\""), std::string::npos) << run_with(siglip, {});
+  c.component = "audio_config";
+  EXPECT_EQ(run_with(siglip, c), "t/config.json: $.audio_config: expected an object (the component that `add --component audio_config` lowers), "
+                                 "got nothing\n");
+  c.component = "vision_config";
+  std::string headless = siglip;
+  headless.insert(headless.find("\"image_size\": 64"), "\"vision_use_head\": false, ");
+  EXPECT_NE(run_with(headless, c).find("$.vision_config.vision_use_head: expected true"), std::string::npos) << run_with(headless, c);
+  Diagnostics diag;
+  parse_user_choices("f.json", R"({"component": "vision"})", diag);
+  EXPECT_NE(diag.text().find("$.component: expected the key of a nested component config"), std::string::npos) << diag.text();
+}
+
 TEST(UserConfigs, EmbeddingModelTokenHeads) {
   // `add --multi-vector N --sparse --head-bias --drop-special-tokens` (Note [Embedding heads]): the model gets
   // the projection + normalisation and the sparse classifier as children, spelled in its name; the sidecar
@@ -546,7 +580,7 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
             "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
             "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, "
-            "image_size, multi_vector, sparse, head_bias, drop_special_tokens)\n");
+            "image_size, multi_vector, sparse, head_bias, drop_special_tokens, component)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;
@@ -930,6 +964,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"dinov3_mlp", {"up_proj", "act_fn", "down_proj"}},
       {"dinov3_layer", {"norm1", "attention", "layer_scale1", "norm2", "mlp", "layer_scale2"}},
       {"dinov3_model", {"patch_embeddings", "layers", "norm"}},
+      {"siglip_map_head", {"q_proj", "kv_proj", "attn", "out_proj", "layernorm", "mlp"}},
+      {"siglip_vision_model", {"patch_embeddings", "layers", "post_layernorm", "head"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

@@ -1,6 +1,7 @@
 // layer_scale (DINOv3's LayerScale + the residual add) against its reference, with strided rows, and
 // the reference at known values (both rounding points of the eager module); DINOv3's token assembly
-// (prepend_tokens: class and register tokens before each image's patches); the layer_scale harness.
+// (prepend_tokens: class and register tokens before each image's patches) and SigLIP's (add_positions);
+// the layer_scale harness.
 #include "fk/kernels/patch_embed.cuh"
 #include "fk/kernels/reference/layer_scale_ref.cuh"
 #include "fk/tasks/layer_scale.h"
@@ -64,6 +65,23 @@ TEST(Kernels, PrependTokens_two_images_four_prefix) {
     want.insert(want.end(), prefix_h.begin(), prefix_h.end());
     want.insert(want.end(), patches_h.begin() + i * n * kH, patches_h.begin() + (i + 1) * n * kH);
   }
+  EXPECT_EQ(to_host<float>(out), want);
+}
+
+// add_positions (SigLIP: no class token): each image's patch p plus position row p, the sum rounded once.
+TEST(Kernels, AddPositions_three_images) {
+  FK_REQUIRE_GPU();
+  constexpr int kH = 32;
+  const int64_t b = 3, n = 5;
+  std::vector<float> patches_h(b * n * kH), pos_h(n * kH);
+  for (size_t i = 0; i < patches_h.size(); ++i) patches_h[i] = static_cast<float>(i % 97) * 0.5f;
+  for (size_t i = 0; i < pos_h.size(); ++i) pos_h[i] = -static_cast<float>(i);
+  Tensor patches = to_device(patches_h, {b * n, kH}), pos = to_device(pos_h, {n, kH});
+  Tensor out = empty({b * n, kH}, DType::kF32);
+  fk::kernels::add_positions<float, kH>(out.data<float>(), patches.data<float>(), pos.data<float>(), b, n, current_stream());
+  FK_CHECK_LAUNCH();
+  std::vector<float> want(patches_h.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = patches_h[i] + pos_h[i % (n * kH)];
   EXPECT_EQ(to_host<float>(out), want);
 }
 

@@ -86,6 +86,7 @@ const std::vector<FieldSpec>& field_table() {
         {"num_register_tokens", FieldType::kNonNegInt, {}, "learned register tokens after the class token (dinov3_vit)"},
         {"layerscale_value", FieldType::kPosNumber, {}, "initial value of the layer scales (dinov3_vit; the weights are parameters)"},
         {"use_gated_mlp", FieldType::kBool, {}, "a gated MLP act(gate(x)) * up(x) (dinov3_vit)"},
+        {"vision_use_head", FieldType::kBool, {}, "the vision tower's multihead-attention pooling head (siglip_vision_model)"},
         {"serve_image_size", FieldType::kPosInt, {}, "the resolution a vision encoder serves (set by `add --image-size` only)"},
         {"is_decoder", FieldType::kBool, {}, "causal self-attention: an encoder family run as a decoder (BertLMHeadModel, bert2bert)"},
         {"add_cross_attention", FieldType::kBool, {}, "decoder layers cross-attend to encoder_hidden_states"},

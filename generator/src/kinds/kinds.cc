@@ -513,6 +513,13 @@ const KindHooks& kind_hooks() {
       if (p.count("num_register_tokens") && I(p, "num_register_tokens") + 1 != I(p, "prefix_tokens"))
         throw GenError{"prefix_tokens must be 1 + num_register_tokens"};
     };
+    // _siglip: the ViT composites with SigLIP's HF parameter names (layer_norm1, self_attn.q_proj, mlp.fc1, ...); nothing for ViT's.
+    h.spell["vit_naming"] = [](const Params& p) { return S(p, "naming") == "vit" ? std::string() : "_" + S(p, "naming"); };
+    h.checks["vit_naming"] = [](const Params& p) {
+      if (S(p, "naming") != "vit" && S(p, "naming") != "siglip")
+        throw GenError{"naming must be \"vit\" (HF ViTModel's parameter names) or \"siglip\" (SiglipVisionModel's), got " +
+                       json_quote(S(p, "naming"))};
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;

@@ -2,6 +2,7 @@
 // `<file>: <json path>: expected <what>, got <value>`.
 #include <cctype>
 #include <optional>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -390,7 +391,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
   }
   if (!root.is_object()) {
     diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, "
-               "head_bias and/or drop_special_tokens, got " +
+               "head_bias, drop_special_tokens and/or component, got " +
                got(root));
     return c;
   }
@@ -429,6 +430,10 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 8192)
         diag.error(file + ": " + path + ": expected an image size in pixels (1 to 8192), got " + got(v));
       else c.image_size = v.get<int64_t>();
+    } else if (k == "component") {
+      if (!v.is_string() || !std::regex_match(v.get<std::string>(), std::regex("[a-z][a-z0-9_]*_config")))
+        diag.error(file + ": " + path + ": expected the key of a nested component config (e.g. \"vision_config\"), got " + got(v));
+      else c.component = v.get<std::string>();
     } else if (k == "multi_vector") {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65536)
         diag.error(file + ": " + path + ": expected the width of the token vectors (1 to 65536), got " + got(v));
@@ -439,7 +444,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
     } else {
       diag.error(file + ": " + path + ": unknown key " + json_quote(k) +
                   " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, head_bias, "
-                 "drop_special_tokens)");
+                 "drop_special_tokens, component)");
     }
   }
   if (c.normalize && c.pooling.empty() && root.contains("normalize"))
@@ -463,12 +468,14 @@ std::string user_choices_text(const UserChoices& c) {
   if (c.sparse) j["sparse"] = true;
   if (c.head_bias) j["head_bias"] = true;
   if (c.drop_special_tokens) j["drop_special_tokens"] = true;
+  if (!c.component.empty()) j["component"] = c.component;
   return j.dump(2) + "\n";
 }
 
 std::string python_json_text(const std::string& text) { return mark_nonfinite_literals(text); }
 
-std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag, bool whole_config) {
+std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag, bool whole_config,
+                                         const std::string& component) {
   json root;
   try {
     root = json::parse(mark_nonfinite_literals(text));
@@ -490,6 +497,28 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
   }
   ParsedConfig out;
   out.file = file;
+  if (!component.empty()) {
+    // Note [Config components]
+    // A composite config (SiglipConfig, a VLM's) nests each component's config under a key
+    // (vision_config, text_config); `add --component vision_config` lowers that component alone, as
+    // transformers builds SiglipVisionModel from SiglipConfig.vision_config. The component's keys
+    // are the config's; the top level's other keys describe other components and are not read,
+    // except the dtype, which a composite names once for all its parts.
+    if (!root.contains(component) || !root[component].is_object()) {
+      diag.error(file + ": $." + component + ": expected an object (the component that `add --component " + component +
+                 "` lowers), got " + (root.contains(component) ? got(root[component]) : "nothing"));
+      return std::nullopt;
+    }
+    json part = root[component];
+    for (const char* k : {"torch_dtype", "dtype"})
+      if (root.contains(k) && !part.contains("torch_dtype") && !part.contains("dtype")) part["torch_dtype"] = root[k];
+    if (!names_family(part)) {
+      diag.error(file + ": $." + component + ".model_type: expected the component's model type, got nothing");
+      return std::nullopt;
+    }
+    ConfigParser(out, diag).object(part, "$." + component, false);
+    return out;
+  }
   ConfigParser(out, diag).object(root, "$", false);
   return out;
 }

@@ -11,7 +11,7 @@ Generation run_pipeline(const std::filesystem::path& root, const std::vector<Con
   g.descriptors = load_descriptors(root, diag);
   if (!diag.ok()) return g;  // a broken descriptor would only produce follow-on noise
   for (const auto& c : configs) {
-    auto parsed = parse_config(c.file, c.text, diag);
+    auto parsed = parse_config(c.file, c.text, diag, true, c.choices.component);
     if (!parsed) continue;
     // Resolve even when parse reported errors, so unknown keys and missing fields are all listed.
     auto resolved = resolve(*parsed, c.id, g.descriptors, diag, c.choices);

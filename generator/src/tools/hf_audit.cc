@@ -1590,8 +1590,10 @@ std::string nearest_descriptors_report(const DescriptorSet& descriptors, const j
   return o.str();
 }
 
-std::optional<std::string> unknown_model_type_report(const fs::path& root, const std::string& config_file, const std::string& config_text) {
+std::optional<std::string> unknown_model_type_report(const fs::path& root, const std::string& config_file, const std::string& config_text,
+                                                     const std::string& component) {
   json j = json::parse(python_json_text(config_text), nullptr, /*allow_exceptions=*/false);
+  if (!component.empty()) j = j.is_object() && j.contains(component) ? j[component] : json();  // Note [Config components]
   if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return std::nullopt;
   const std::string model_type = j["model_type"];
   Diagnostics descriptor_diag;

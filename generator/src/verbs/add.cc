@@ -44,8 +44,9 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
   }
   // A model type no descriptor claims: say what the transformers audit knows (docs/hf-audit.md),
   // unless the user lowers it as a known one (--as).
-  if (auto unknown = asked.served_as.empty() ? hfaudit::unknown_model_type_report(root, display_path(root, path), *text)
-                                             : std::nullopt) {
+  if (auto unknown = asked.served_as.empty()
+                         ? hfaudit::unknown_model_type_report(root, display_path(root, path), *text, asked.component)
+                         : std::nullopt) {
     std::cerr << *unknown;
     return kInvalid;
   }

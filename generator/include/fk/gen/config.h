@@ -128,9 +128,12 @@ struct UserChoices {
   bool sparse = false;                     ///< BGE-M3's sparse lexical weights relu(linear(hidden, 1))
   bool head_bias = false;                  ///< the heads' linears carry a bias (BGE-M3's; ColBERT's have none)
   bool drop_special_tokens = false;        ///< the heads drop BOS (and the sparse weights EOS), as vLLM's BgeM3EmbeddingModel
+  /// A component of a composite config to lower instead of the whole (Note [Config components] in
+  /// parse.cc): "vision_config" serves a vision-language checkpoint's vision tower ("": the config).
+  std::string component;
   bool empty() const {
     return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize &&
-           image_size == 0 && multi_vector == 0 && !sparse && !head_bias && !drop_special_tokens;
+           image_size == 0 && multi_vector == 0 && !sparse && !head_bias && !drop_special_tokens && component.empty();
   }
 };
 
@@ -167,8 +170,10 @@ struct ParsedConfig {
 /// field that did parse (the caller checks diag.ok()).
 /// `whole_config`: a config file, which must name its family (model_type or architectures); false
 /// for a fragment (tests of single fields).
+/// `component` (Note [Config components]): parse that nested object (e.g. "vision_config") as the
+/// config, keeping the top level's dtype where the component names none; "" parses the whole.
 std::optional<ParsedConfig> parse_config(const std::string& file, const std::string& text, Diagnostics& diag,
-                                         bool whole_config = true);
+                                         bool whole_config = true, const std::string& component = "");
 /// `text` with Python's NaN, Infinity and -Infinity literals made into (marked) strings, so that
 /// any JSON parser reads it (Note [Python JSON literals] in parse.cc).
 std::string python_json_text(const std::string& text);

@@ -229,6 +229,6 @@ std::string nearest_descriptors_report(const DescriptorSet& descriptors, const n
 /// the error line plus render_add_report; nullopt when a descriptor claims it (or the config
 /// carries no readable model_type: the normal pipeline reports that).
 std::optional<std::string> unknown_model_type_report(const std::filesystem::path& root, const std::string& config_file,
-                                                     const std::string& config_text);
+                                                     const std::string& config_text, const std::string& component = "");
 
 }  // namespace fk::gen::hfaudit

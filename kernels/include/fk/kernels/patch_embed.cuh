@@ -88,6 +88,33 @@ void add_cls_and_positions(T* out, const T* patches, const T* cls, const T* pos,
   add_cls_and_positions_kernel<T, kH><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, patches, cls, pos, vectors, n_patches);
 }
 
+/// SigLIP's embeddings after the patch embedding (no class token): out [B * N, kH] = patches + pos[p]
+/// for each image's patch p, the sum in fp32 rounded once (torch's bf16 `embeddings + position_embedding`).
+template <class T, int kH>
+__global__ void add_positions_kernel(T* __restrict__ out, const T* __restrict__ patches, const T* __restrict__ pos, int64_t vectors,
+                                     int64_t n_patches) {
+  constexpr int V = 16 / sizeof(T), kVecPerRow = kH / V;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / kVecPerRow;
+    const int col = static_cast<int>(i % kVecPerRow) * V;
+    const Vec16<T> a = load16(patches + row * kH + col), p = load16(pos + (row % n_patches) * kH + col);
+    Vec16<T> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = from_float<T>(to_float(a.v[j]) + to_float(p.v[j]));
+    store16(out + row * kH + col, o);
+  }
+}
+
+template <class T, int kH>
+void add_positions(T* out, const T* patches, const T* pos, int64_t batch, int64_t n_patches, cudaStream_t stream) {
+  static_assert((kH * sizeof(T)) % 16 == 0, "rows of a multiple of 16 bytes");
+  const int64_t vectors = batch * n_patches * (kH * static_cast<int64_t>(sizeof(T)) / 16);
+  if (vectors == 0) return;
+  const int64_t blocks = std::min<int64_t>(ceil_div(vectors, 256), 65536);
+  add_positions_kernel<T, kH><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(out, patches, pos, vectors, n_patches);
+}
+
 /// DINOv3's embeddings after the patch embedding (no position embeddings: the rope turns q and k):
 /// out [B * (P + N), kH] with rows b * (P + N) + t = prefix[t] for t < P (the class token, then
 /// the register tokens) and patches[b * N + t - P] after them; a copy, no arithmetic.

@@ -105,19 +105,38 @@ template <class Cfg, class M> Tensor vit_embeddings_forward(M& m, const Tensor& 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parameters (HF ViTModel names).
+// Parameters (HF ViTModel names, or SiglipVisionModel's: the same pre-norm layer under other names).
 
-/// `prefix`: e.g. "encoder.layer.0.attention."
+/// Whose HF parameter names a ViT composite carries (the `naming` parameter of the vit_* kinds).
+enum class VitNaming { kVit, kSiglip };
+
+/// `prefix`: ViT "encoder.layer.0.attention." (attention.query/key/value, output.dense); SigLIP
+/// "encoder.layers.0.self_attn." (q_proj/k_proj/v_proj, out_proj).
 template <class Cfg, class M> void add_vit_attention_params(ParamList& out, M& m, const std::string& prefix) {
   constexpr int64_t q_size = Cfg::num_heads * Cfg::head_dim;
-  add_linear(out, m.qkv_proj,
-             {Part(prefix + "attention.query", q_size), Part(prefix + "attention.key", q_size), Part(prefix + "attention.value", q_size)});
-  add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  if constexpr (Cfg::naming == VitNaming::kSiglip) {
+    add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", q_size), Part(prefix + "k_proj", q_size), Part(prefix + "v_proj", q_size)});
+    add_linear(out, m.dense, {Part(prefix + "out_proj", Cfg::hidden_size)});
+  } else {
+    add_linear(out, m.qkv_proj,
+               {Part(prefix + "attention.query", q_size), Part(prefix + "attention.key", q_size), Part(prefix + "attention.value", q_size)});
+    add_linear(out, m.dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  }
 }
-/// `prefix`: e.g. "encoder.layer.0."
+/// `prefix`: ViT "encoder.layer.0." (intermediate.dense, output.dense); SigLIP "encoder.layers.0.mlp." (fc1, fc2).
 template <class Cfg, class M> void add_vit_mlp_params(ParamList& out, M& m, const std::string& prefix) {
-  add_linear(out, m.intermediate_dense, {Part(prefix + "intermediate.dense", Cfg::intermediate_size)});
-  add_linear(out, m.output_dense, {Part(prefix + "output.dense", Cfg::hidden_size)});
+  const bool siglip = Cfg::naming == VitNaming::kSiglip;
+  add_linear(out, m.intermediate_dense, {Part(prefix + (siglip ? "fc1" : "intermediate.dense"), Cfg::intermediate_size)});
+  add_linear(out, m.output_dense, {Part(prefix + (siglip ? "fc2" : "output.dense"), Cfg::hidden_size)});
+}
+/// `prefix`: e.g. "encoder.layer.0." (ViT: layernorm_before, attention., layernorm_after, the MLP's at the
+/// layer's prefix; SigLIP: layer_norm1, self_attn., layer_norm2, mlp.).
+template <class Cfg, class L> void add_vit_layer_params(ParamList& out, L& l, const std::string& prefix) {
+  const bool siglip = Cfg::naming == VitNaming::kSiglip;
+  add_layer_norm_params(out, l.layernorm_before, prefix + (siglip ? "layer_norm1" : "layernorm_before"));
+  l.attention.named_parameters(prefix + (siglip ? "self_attn." : "attention."), out);
+  add_layer_norm_params(out, l.layernorm_after, prefix + (siglip ? "layer_norm2" : "layernorm_after"));
+  l.mlp.named_parameters(prefix + (siglip ? "mlp." : ""), out);
 }
 
 // ---------------------------------------------------------------------------------------------
