@@ -638,7 +638,9 @@ def build(kind, name, dims, use_compile):
         return peers, n
     if kind == "interpolate":
         # F.interpolate itself (NHWC: a channels_last tensor), eager and compiled.
-        mode, ac, c, ih, iw, oh, ow, layout = g(r"interpolate_([a-z]+)_(ac|hp)_c(\d+)_(\d+)x(\d+)_to_(\d+)x(\d+)_(nhwc|nchw)_", name)
+        mode, ac, c, ih, iw, oh, ow, layout = g(r"interpolate_([a-z_]+?)_(ac|hp)_c(\d+)_(\d+)x(\d+)_to_(\d+)x(\d+)_(nhwc|nchw)_", name)
+        aa = mode.endswith("_aa")
+        mode = mode[:-3] if aa else mode
         c, ih, iw, oh, ow = int(c), int(ih), int(iw), int(oh), int(ow)
         B = dims["batch"]
         n = nsets_for(B * c * (ih * iw + oh * ow) * 2)
@@ -647,6 +649,8 @@ def build(kind, name, dims, use_compile):
         kw = {"size": (oh, ow), "mode": mode}
         if mode != "nearest":
             kw["align_corners"] = ac == "ac"
+        if aa:
+            kw["antialias"] = True
         add(lambda x: F.interpolate(x, **kw), sets)
         return peers, n
     if kind == "token_classifier":

@@ -9,7 +9,7 @@
 namespace fk::generated::interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
-    "interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16", 1, "interpolate", "torch.nn.functional.interpolate (torch.nn.Upsample), no antialiasing", "generated/L1/interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16.cu",
+    "interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16", 1, "interpolate", "torch.nn.functional.interpolate (torch.nn.Upsample; the _aa modes with antialias=True)", "generated/L1/interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16.cu",
     { "google/vit-base-patch16-224-in21k-served384" },
     { {"b1", "prefill", {{"batch", 1}}}, {"b8", "prefill", {{"batch", 8}}}, {"b32", "prefill", {{"batch", 32}}}, {"b128", "prefill", {{"batch", 128}}} },
     /*memory_bound=*/true,

@@ -4,7 +4,7 @@
 //   template templates/interpolate.cu.mustache.
 // Do not edit: regenerate with `fastkernels generate`.
 #pragma once
-// Level 1 task `interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16`: mirrors torch.nn.functional.interpolate (torch.nn.Upsample), no antialiasing.
+// Level 1 task `interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16`: mirrors torch.nn.functional.interpolate (torch.nn.Upsample; the _aa modes with antialias=True).
 #include "fk/tasks/interpolate.h"
 
 namespace fk::generated::interpolate_bicubic_hp_c768_14x14_to_24x24_nhwc_bf16 {

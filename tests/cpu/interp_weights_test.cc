@@ -67,4 +67,37 @@ TEST(InterpolateWeights, NearestAndRowSums) {
   EXPECT_THROW(interp_matrix(0, 3, InterpRefMode::kBilinear, false), std::invalid_argument);
 }
 
+// antialias=True (Note [Antialiased resize]): halving 4 samples with the bilinear (triangle) filter stretched to
+// support 2 weighs samples 0, 1, 2 as (0.75, 0.75, 0.25) / 1.75 for output 0 and 1, 2, 3 as (0.25, 0.75, 0.75) / 1.75 for
+// output 1 (PIL's and PyTorch's definition, worked by hand); upsampling keeps plain bilinear's weights (the triangle of
+// support 1, taps outside the image dropped where bilinear clamps them onto the border sample: the same weights);
+// every row sums to 1; align_corners is refused.
+TEST(InterpolateWeights, AntialiasedResize) {
+  const auto w = interp_matrix(4, 2, InterpRefMode::kBilinearAA, false);
+  const std::vector<double> want = {0.75 / 1.75, 0.75 / 1.75, 0.25 / 1.75, 0, 0, 0.25 / 1.75, 0.75 / 1.75, 0.75 / 1.75};
+  ASSERT_EQ(w.size(), want.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want[i], 1e-15) << i;
+  for (auto [in, out] : std::vector<std::pair<int, int>>{{2, 4}, {14, 24}, {16, 33}}) {
+    const auto aa = interp_matrix(in, out, InterpRefMode::kBilinearAA, false), plain = interp_matrix(in, out, InterpRefMode::kBilinear, false);
+    for (size_t i = 0; i < aa.size(); ++i) EXPECT_NEAR(aa[i], plain[i], 1e-12) << in << "->" << out << " " << i;
+  }
+  for (auto m : {InterpRefMode::kBilinearAA, InterpRefMode::kBicubicAA})
+    for (auto [in, out] : std::vector<std::pair<int, int>>{{16, 7}, {24, 14}, {64, 16}, {5, 9}, {3, 1}}) {
+      const auto a = interp_matrix(in, out, m, false);
+      for (int o = 0; o < out; ++o) {
+        double s = 0;
+        for (int i = 0; i < in; ++i) s += a[size_t(o) * in + i];
+        EXPECT_NEAR(s, 1.0, 1e-12) << int(m) << " " << in << "->" << out << " row " << o;
+      }
+    }
+  // The bicubic filter (a = -0.5, support 2 stretched to 4) at an exact 2x downscale, output 1 of 8 -> 4: center 3,
+  // taps int(3 - 4 + 0.5) = 0 .. int(3 + 4 + 0.5) - 1 = 6 (PyTorch truncates toward zero: the window is not symmetric),
+  // at halved distances -1.25, -0.75, -0.25, 0.25, 0.75, 1.25, 1.75: k = -0.0703125, 0.2265625, 0.8671875, 0.8671875,
+  // 0.2265625, -0.0703125, -0.0234375 (worked by hand), divided by their sum 2.0234375.
+  const auto c = interp_matrix(8, 4, InterpRefMode::kBicubicAA, false);
+  const std::vector<double> k = {-0.0703125, 0.2265625, 0.8671875, 0.8671875, 0.2265625, -0.0703125, -0.0234375, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(c[size_t(1) * 8 + i], k[i] / 2.0234375, 1e-12) << i;
+  EXPECT_THROW(interp_matrix(4, 2, InterpRefMode::kBilinearAA, true), std::invalid_argument);
+}
+
 }  // namespace

@@ -19,7 +19,8 @@ template <class T, int64_t C, int64_t IH, int64_t IW, int64_t OH, int64_t OW, bo
 template <class Base, const char* kMode> struct WithMode : Base {
   static constexpr const char* mode = kMode;
 };
-constexpr char kNearest[] = "nearest", kBilinear[] = "bilinear", kBicubic[] = "bicubic";
+constexpr char kNearest[] = "nearest", kBilinear[] = "bilinear", kBicubic[] = "bicubic", kBilinearAA[] = "bilinear_aa",
+               kBicubicAA[] = "bicubic_aa";
 
 /// The generated module's behaviour (templates/interpolate.h.mustache).
 template <class Cfg> struct TestInterpolate {
@@ -66,6 +67,16 @@ TEST(Harness, Interpolate_bf16_nearest_nchw_10_to_4) {
 TEST(Harness, Interpolate_bf16_bicubic_downsample_nhwc_24_to_14) {
   FK_REQUIRE_GPU();
   check_case<WithMode<ICfg<bf16, 384, 24, 24, 14, 14, false, true>, kBicubic>>(2);
+}
+// antialias=True (Note [Antialiased resize]): SigLIP-2 naflex's 16 x 16 position grid to a non-square grid, down in
+// one axis and up in the other (bilinear); a 3x downscale (bicubic, a = -0.5), NCHW.
+TEST(Harness, Interpolate_bf16_bilinear_aa_nhwc_16x16_to_7x29) {
+  FK_REQUIRE_GPU();
+  check_case<WithMode<ICfg<bf16, 768, 16, 16, 7, 29, false, true>, kBilinearAA>>(2);
+}
+TEST(Harness, Interpolate_f32_bicubic_aa_nchw_27_to_9) {
+  FK_REQUIRE_GPU();
+  check_case<WithMode<ICfg<float, 3, 27, 27, 9, 9, false, false>, kBicubicAA>>(4);
 }
 
 }  // namespace

@@ -590,10 +590,13 @@ const KindHooks& kind_hooks() {
     };
     h.checks["interpolate"] = [](const Params& p) {
       const std::string& m = S(p, "mode");
-      if (m != "nearest" && m != "bilinear" && m != "bicubic")
-        throw GenError{"mode must be \"nearest\", \"bilinear\" or \"bicubic\" (no antialiasing), got " + json_quote(m)};
+      if (m != "nearest" && m != "bilinear" && m != "bicubic" && m != "bilinear_aa" && m != "bicubic_aa")
+        throw GenError{"mode must be \"nearest\", \"bilinear\", \"bicubic\", \"bilinear_aa\" or \"bicubic_aa\" (the _aa modes: "
+                       "antialias=True), got " + json_quote(m)};
       if (m == "nearest" && B(p, "align_corners"))
         throw GenError{"align_corners applies to bilinear and bicubic only (torch.nn.functional.interpolate refuses it for nearest)"};
+      if ((m == "bilinear_aa" || m == "bicubic_aa") && B(p, "align_corners"))
+        throw GenError{"the antialiased modes are served with half-pixel centres only (align_corners false)"};
       for (const char* k : {"channels", "in_h", "in_w", "out_h", "out_w"})
         if (I(p, k) < 1 || I(p, k) > 65536) throw GenError{std::string(k) + " must be in [1, 65536], got " + i2s(I(p, k))};
     };

@@ -13,6 +13,16 @@
 //   bicubic: taps floor(src) - 1 .. floor(src) + 2 clamped to [0, in - 1], Keys' cubic convolution
 //            with A = -0.75 on t = src - floor(src)
 // Values are accumulated in fp32 and rounded to the model dtype once.
+//
+// Note [Antialiased resize]
+// antialias=True (modes bilinear_aa, bicubic_aa; half-pixel centres) follows PyTorch's
+// _upsample_bilinear2d_aa / _upsample_bicubic2d_aa (PIL's filters): per output coordinate o,
+//   scale = in / out, support = (interp_size / 2) * max(scale, 1) (interp_size 2 bilinear, 4 bicubic),
+//   center = scale * (o + 0.5), taps xmin = max(int(center - support + 0.5), 0) .. min(int(center +
+//   support + 0.5), in) - 1, weight of tap j = filter((j - center + 0.5) / max(scale, 1)), the weights
+//   divided by their sum (taps outside the image are dropped, not clamped); filter: the triangle
+//   1 - |x| (bilinear) or Keys' cubic with a = -0.5 (bicubic). Upsampling keeps bilinear's weights in
+//   the interior; downsampling widens the filter over every input sample it covers.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +31,7 @@
 
 namespace fk::kernels {
 
-enum class InterpMode { kNearest, kBilinear, kBicubic };
+enum class InterpMode { kNearest, kBilinear, kBicubic, kBilinearAA, kBicubicAA };
 
 namespace detail {
 
@@ -45,11 +55,49 @@ __device__ __forceinline__ void cubic_weights(float t, float w[4]) {
   w[3] = far(2.f - t);
 }
 
+/// The antialiased filter's taps along one axis for output coordinate o (Note [Antialiased resize]):
+/// first tap, count, and the weights' sum (for the normalisation); weight(j) evaluates tap j.
+template <bool kCubic, int kIn, int kOut> struct AaAxis {
+  static constexpr float kScale = float(kIn) / float(kOut);
+  static constexpr float kSupport = (kCubic ? 2.f : 1.f) * (kScale >= 1.f ? kScale : 1.f);
+  static constexpr float kInvScale = kScale >= 1.f ? 1.f / kScale : 1.f;
+  int first = 0, count = 0;
+  float center = 0.f, inv_total = 0.f;
+  __device__ __forceinline__ static float filter(float x) {
+    x = fabsf(x);
+    if constexpr (kCubic) {
+      constexpr float A = -0.5f;
+      if (x < 1.f) return ((A + 2.f) * x - (A + 3.f)) * x * x + 1.f;
+      if (x < 2.f) return ((A * x - 5.f * A) * x + 8.f * A) * x - 4.f * A;
+      return 0.f;
+    } else {
+      return x < 1.f ? 1.f - x : 0.f;
+    }
+  }
+  __device__ __forceinline__ explicit AaAxis(int o) {
+    center = kScale * (float(o) + 0.5f);
+    first = max(int(center - kSupport + 0.5f), 0);
+    count = min(int(center + kSupport + 0.5f), kIn) - first;
+    float total = 0.f;
+    for (int j = 0; j < count; ++j) total += filter((float(j + first) - center + 0.5f) * kInvScale);
+    inv_total = total != 0.f ? 1.f / total : 0.f;
+  }
+  __device__ __forceinline__ float weight(int j) const { return filter((float(j + first) - center + 0.5f) * kInvScale) * inv_total; }
+};
+
 /// Calls at(y, x, weight) for every tap of output pixel (oy, ox) (Note [Interpolation source index]);
 /// a bicubic tap's weight is wy * wx (PyTorch sums each row first; the difference is fp32 rounding).
 template <InterpMode kMode, bool kAlignCorners, int kInH, int kInW, int kOutH, int kOutW, class At>
 __device__ __forceinline__ void interp_taps(int oy, int ox, At&& at) {
-  if constexpr (kMode == InterpMode::kNearest) {
+  if constexpr (kMode == InterpMode::kBilinearAA || kMode == InterpMode::kBicubicAA) {
+    constexpr bool kCubic = kMode == InterpMode::kBicubicAA;
+    const AaAxis<kCubic, kInH, kOutH> ay(oy);
+    const AaAxis<kCubic, kInW, kOutW> ax(ox);
+    for (int j = 0; j < ay.count; ++j) {
+      const float wy = ay.weight(j);
+      for (int i = 0; i < ax.count; ++i) at(ay.first + j, ax.first + i, wy * ax.weight(i));
+    }
+  } else if constexpr (kMode == InterpMode::kNearest) {
     const float sy = float(kInH) / float(kOutH), sx = float(kInW) / float(kOutW);
     const int y = min(int(floorf(float(oy) * sy)), kInH - 1), x = min(int(floorf(float(ox) * sx)), kInW - 1);
     at(y, x, 1.f);

@@ -6,6 +6,7 @@
 // in_h, in_w, out_h, out_w, scalar_t.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -20,9 +21,14 @@ namespace fk::tasks {
 
 template <class Cfg> constexpr fk::kernels::InterpMode interp_mode() {
   constexpr std::string_view m = Cfg::mode;
-  static_assert(m == "nearest" || m == "bilinear" || m == "bicubic", "interpolate: mode nearest, bilinear or bicubic");
-  return m == "nearest" ? fk::kernels::InterpMode::kNearest
-                        : (m == "bilinear" ? fk::kernels::InterpMode::kBilinear : fk::kernels::InterpMode::kBicubic);
+  static_assert(m == "nearest" || m == "bilinear" || m == "bicubic" || m == "bilinear_aa" || m == "bicubic_aa",
+                "interpolate: mode nearest, bilinear, bicubic, bilinear_aa or bicubic_aa");
+  using M = fk::kernels::InterpMode;
+  return m == "nearest" ? M::kNearest
+         : m == "bilinear" ? M::kBilinear
+         : m == "bicubic" ? M::kBicubic
+         : m == "bilinear_aa" ? M::kBilinearAA
+                              : M::kBicubicAA;
 }
 
 /// The image shape [N, C, H, W] (NCHW) or [N, H, W, C] (channels last) of n images of Cfg's size.
@@ -54,9 +60,12 @@ template <class Cfg> Tensor interpolate_forward(const Tensor& x) {
 template <class Cfg> Tensor interpolate_reference(const Tensor& x) {
   using fk::kernels::reference::InterpRefMode;
   constexpr auto mode = interp_mode<Cfg>();
-  const InterpRefMode m = mode == fk::kernels::InterpMode::kNearest
-                              ? InterpRefMode::kNearest
-                              : (mode == fk::kernels::InterpMode::kBilinear ? InterpRefMode::kBilinear : InterpRefMode::kBicubic);
+  using M = fk::kernels::InterpMode;
+  const InterpRefMode m = mode == M::kNearest      ? InterpRefMode::kNearest
+                          : mode == M::kBilinear   ? InterpRefMode::kBilinear
+                          : mode == M::kBicubic    ? InterpRefMode::kBicubic
+                          : mode == M::kBilinearAA ? InterpRefMode::kBilinearAA
+                                                   : InterpRefMode::kBicubicAA;
   auto to_dev = [](const std::vector<double>& w) {
     Tensor t = empty({static_cast<int64_t>(w.size() * 2)}, DType::kF32);  // doubles, 2 floats each
     FK_CUDA_CHECK(cudaMemcpyAsync(t.data_ptr(), w.data(), w.size() * sizeof(double), cudaMemcpyHostToDevice, current_stream()));
@@ -100,9 +109,14 @@ template <class Module, class Cfg> class InterpolateInstance final : public Task
     return {{"out", out_[s], interpolate_reference<Cfg>(x_[s]), matmul_tolerance(dtype_of<T>, 1.0)}};
   }
   Cost cost() const override {
-    constexpr double taps = interp_mode<Cfg>() == fk::kernels::InterpMode::kBicubic
-                                ? 16
-                                : (interp_mode<Cfg>() == fk::kernels::InterpMode::kBilinear ? 4 : 1);
+    using M = fk::kernels::InterpMode;
+    constexpr M mode = interp_mode<Cfg>();
+    constexpr double sy = std::max(1.0, double(Cfg::in_h) / Cfg::out_h), sx = std::max(1.0, double(Cfg::in_w) / Cfg::out_w);
+    constexpr double taps = mode == M::kBicubic     ? 16
+                            : mode == M::kBilinear   ? 4
+                            : mode == M::kBilinearAA ? (2 * sy + 1) * (2 * sx + 1)
+                            : mode == M::kBicubicAA  ? (4 * sy + 1) * (4 * sx + 1)
+                                                     : 1;
     const double outs = double(n_) * Cfg::channels * Cfg::out_h * Cfg::out_w;
     return {2 * taps * outs, (double(n_) * Cfg::channels * Cfg::in_h * Cfg::in_w + outs) * sizeof(T)};
   }

@@ -13,11 +13,39 @@
 
 namespace fk::kernels::reference {
 
-enum class InterpRefMode { kNearest, kBilinear, kBicubic };
+enum class InterpRefMode { kNearest, kBilinear, kBicubic, kBilinearAA, kBicubicAA };
+
+/// Row-major [out, in] weights of PyTorch's antialiased 1-D resize (half-pixel centres; Note
+/// [Antialiased resize] in fk/kernels/interpolate.cuh), in double: for each output sample, the
+/// filter stretched by the downscale factor over the input samples it covers, normalised.
+inline std::vector<double> interp_matrix_aa(int in, int out, bool cubic) {
+  std::vector<double> w(static_cast<size_t>(out) * in, 0.0);
+  const double scale = double(in) / double(out), stretch = std::max(scale, 1.0), support = (cubic ? 2.0 : 1.0) * stretch;
+  auto filter = [cubic](double x) {
+    x = std::fabs(x);
+    if (!cubic) return x < 1 ? 1 - x : 0.0;
+    const double a = -0.5;
+    if (x < 1) return (a + 2) * x * x * x - (a + 3) * x * x + 1;
+    if (x < 2) return a * x * x * x - 5 * a * x * x + 8 * a * x - 4 * a;
+    return 0.0;
+  };
+  for (int o = 0; o < out; ++o) {
+    const double center = scale * (o + 0.5);
+    const int lo = std::max(static_cast<int>(center - support + 0.5), 0), hi = std::min(static_cast<int>(center + support + 0.5), in);
+    double total = 0;
+    for (int i = lo; i < hi; ++i) total += filter((i - center + 0.5) / stretch);
+    for (int i = lo; i < hi; ++i) w[static_cast<size_t>(o) * in + i] = total != 0 ? filter((i - center + 0.5) / stretch) / total : 0.0;
+  }
+  return w;
+}
 
 /// Row-major [out, in] weights of a 1-D resize from `in` to `out` samples.
 inline std::vector<double> interp_matrix(int in, int out, InterpRefMode mode, bool align_corners) {
   if (in < 1 || out < 1) throw std::invalid_argument("interp_matrix: sizes must be >= 1");
+  if (mode == InterpRefMode::kBilinearAA || mode == InterpRefMode::kBicubicAA) {
+    if (align_corners) throw std::invalid_argument("interp_matrix: the antialiased resize is served with half-pixel centres only");
+    return interp_matrix_aa(in, out, mode == InterpRefMode::kBicubicAA);
+  }
   std::vector<double> w(static_cast<size_t>(out) * in, 0.0);
   auto add = [&](int o, int i, double v) { w[static_cast<size_t>(o) * in + std::clamp(i, 0, in - 1)] += v; };
   for (int o = 0; o < out; ++o) {
