@@ -34,7 +34,7 @@ struct Config {
   static constexpr fk::tasks::VitNaming naming = fk::tasks::VitNaming::kSiglip;
   using scalar_t = fk::bf16;
 };
-static_assert(Config::tokens_per_image * Config::patch_size * Config::patch_size == Config::image_size * Config::image_size, "whole patches");
+static_assert(Config::tokens_per_image >= 1, "at least one patch (a remainder of the image is dropped, as Conv2d(padding='valid'))");
 
 /// Mirrors transformers.models.siglip.modeling_siglip.SiglipVisionModel:
 ///   __init__(config) (constants inlined; num_hidden_layers may be reduced for checks) /

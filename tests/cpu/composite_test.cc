@@ -186,8 +186,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // fp16 with a 128-d multi-vector head): its own attention, MLP, layer and model (4: no task shared across dtypes).
   // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each). SigLIP-2 base/512's
   // tower: the ViT attention, MLP and layer under SigLIP's names, the head's MLP (another vit_mlp: the same task as the
-  // layers' MLP), the pooling head and the model (5).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5);
+  // layers' MLP), the pooling head and the model (5); SigLIP so400m/14 at 384 px: the same five at its width.
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

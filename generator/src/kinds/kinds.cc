@@ -578,8 +578,8 @@ const KindHooks& kind_hooks() {
       const int64_t c = I(p, "num_channels"), patch = I(p, "patch_size"), img = I(p, "image_size");
       if (c < 1 || c > 64) throw GenError{"num_channels must be in [1, 64], got " + i2s(c)};
       if (patch < 1 || patch > 64) throw GenError{"patch_size must be in [1, 64], got " + i2s(patch)};
-      if (img < patch || img % patch != 0 || img > 8192)
-        throw GenError{"image_size must be a multiple of patch_size " + i2s(patch) + " up to 8192, got " + i2s(img)};
+      if (img < patch || img > 8192)  // a remainder is dropped, as Conv2d(padding="valid") drops it
+        throw GenError{"image_size must be in [patch_size " + i2s(patch) + ", 8192], got " + i2s(img)};
     };
     // _pos{g}: position embeddings of a g x g grid interpolated to the served one; nothing when they match.
     h.spell["vit_pos_grid"] = [](const Params& p) {
