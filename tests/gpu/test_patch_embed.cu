@@ -48,7 +48,7 @@ TEST(Kernels, PatchEmbed_bf16_p14_s56_nobias) { FK_REQUIRE_GPU(); check_patch_em
 TEST(Kernels, PatchEmbed_f16_p8_c1_s40) { FK_REQUIRE_GPU(); check_patch_embed<PatchCfg<f16, 1, 8, 40, 64, true>>(2); }
 // A remainder the valid convolution drops: SigLIP so400m's 384 px in patches of 14 (27 x 27, 6 pixels unused).
 TEST(Kernels, PatchEmbed_bf16_so400m_p14_s384_remainder) { FK_REQUIRE_GPU(); check_patch_embed<PatchCfg<bf16, 3, 14, 384, 1152, true>>(2); }
-TEST(Kernels, PatchEmbed_f32_p5_s23_remainder) { FK_REQUIRE_GPU(); check_patch_embed<PatchCfg<float, 2, 5, 23, 32, false>>(3); }
+TEST(Kernels, PatchEmbed_f16_p5_s23_remainder) { FK_REQUIRE_GPU(); check_patch_embed<PatchCfg<f16, 2, 5, 23, 32, false>>(3); }
 
 // The patchify layout alone: row (b, py, px), column (c, ky, kx) holds img[b, c, py*P+ky, px*P+kx].
 TEST(Kernels, Patchify_LayoutExact_p14) {
