@@ -37,8 +37,10 @@
 #                           token_classifier L1 task beside its torch peers
 #     towers@G              DINOv3 and SigLIP's vision tower (issue 22) on GPU G (background): the layer_scale GPU tests,
 #                           fk_bench over every task of the tiny random DINOv3, of ViT-7B/16 (40 layers, 13.4 GB of bf16
-#                           weights) and of SigLIP-2 base/512's tower, HF parity (tiny DINOv3: its 2 layers; the others: 4
-#                           layers), fk_model --bench of ViT-7B/16 and the SigLIP tower beside HF eager/compile, same weights
+#                           weights) and of the SigLIP towers (SigLIP-2 base/512, so400m/14 at 384), HF parity (tiny DINOv3: its
+#                           2 layers; the others: 4 layers), every bidirectional attention task (BERT, ViT, DINOv3, SigLIP head
+#                           dims 64/72/128) beside the torch SDPA backends with the report (encoder-attention target), and
+#                           fk_model --bench of the towers beside HF eager/compile with the same weights
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -161,13 +163,18 @@ for step in "${steps[@]}"; do
       bg towers "export CUDA_VISIBLE_DEVICES=$g; \
         (cd '$b' && ctest -L gpu -R 'LayerScale|PrependTokens|dinov3_|layer_scale_|siglip' --output-on-failure -j 1 --timeout 900) \
           >'$P/towers_tests.log' 2>&1; \
-        '$b/fk_bench' --arch 'tiny-random-dinov-3|dinov3-vit7b16|siglip2-base' --seed $seed --case-timeout 300 \
+        '$b/fk_bench' --arch 'tiny-random-dinov-3|dinov3-vit7b16|siglip' --seed $seed --case-timeout 300 \
           --jsonl '$P/towers_bench.jsonl' --markdown '$P/towers_bench.md' >'$P/towers_bench.log' 2>&1; \
         python3 bench/parity/hf_parity.py --arch optimum-intel-internal-testing/tiny-random-dinov-3 --layers 2 --fk-model '$b/fk_model' \
           --out '$P/towers_parity_tiny' >'$P/towers_parity.log' 2>&1; \
-        python3 bench/parity/hf_parity.py --arch google/siglip2-base-patch16-512,facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 \
+        python3 bench/parity/hf_parity.py --arch google/siglip2-base-patch16-512,google/siglip-so400m-patch14-384,facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 \
           --fk-model '$b/fk_model' --out '$P/towers_parity' >>'$P/towers_parity.log' 2>&1; \
-        for a in google/siglip2-base-patch16-512 facebook/dinov3-vit7b16-pretrain-lvd1689m; do t=\$(echo \$a | tr / _); \
+        '$b/fk_bench' --task '^flash_attn_prefill_.*_bidir_' --seed $seed --case-timeout 300 --jsonl '$P/towers_attn.jsonl' \
+          --markdown '$P/towers_attn.md' >'$P/towers_attn.log' 2>&1; \
+        '$b/fk_bench' --task '^flash_attn_prefill_.*_bidir_' --off-registry 0 --export-cases '$P/towers_attn_cases.json' >/dev/null 2>&1; \
+        python3 bench/peers/torch_peers.py '$P/towers_attn_cases.json' --out '$P/towers_attn_peers.jsonl' >'$P/towers_attn_peers.log' 2>&1; \
+        python3 bench/report.py '$P/towers_attn.jsonl' '$P/towers_attn_peers.jsonl' --out '$P/towers_attn_report.md' >>'$P/towers_attn_peers.log' 2>&1; \
+        for a in google/siglip2-base-patch16-512 google/siglip-so400m-patch14-384 facebook/dinov3-vit7b16-pretrain-lvd1689m; do t=\$(echo \$a | tr / _); \
           '$b/fk_model' --arch \$a --save-weights '$P/tw.safetensors' --bench --jsonl '$P/towers_model_'\$t.jsonl \
             --markdown '$P/towers_model_'\$t.md >'$P/towers_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_vision_perf.py --arch \$a --weights '$P/tw.safetensors' --modes hf_eager,hf_compile \
