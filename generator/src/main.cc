@@ -3,7 +3,6 @@
 // fk_generator_lib, whose passes sit in generator/src/passes/ and tools in generator/src/tools/).
 #include <algorithm>
 #include <iostream>
-#include <regex>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
@@ -79,8 +78,9 @@ int main(int argc, char** argv) {
                   "lower a nested component of a composite config instead of the whole (e.g. vision_config: a vision-language "
                   "checkpoint's vision tower, as transformers builds SiglipVisionModel from SiglipConfig.vision_config); "
                   "recorded likewise")
-      ->check(CLI::Validator([](std::string& s) { return std::regex_match(s, std::regex("[a-z][a-z0-9_]*_config")) ? std::string()
-                                                      : "expected the key of a nested config, e.g. vision_config"; }, "KEY_config"));
+      ->check(CLI::Validator(
+          [](std::string& s) { return is_component_key(s) ? std::string() : "expected the key of a nested config, e.g. vision_config"; },
+          "KEY_config"));
   add->add_flag("--drop-special-tokens", add_choices.drop_special_tokens,
                 "with --multi-vector / --sparse: the token vectors skip each sequence's first token and the sparse weights its "
                 "first and last (BOS/EOS), as vLLM's BgeM3EmbeddingModel and FlagEmbedding do");

@@ -60,6 +60,12 @@ const std::string& S(const Params& p, const char* k) { return std::get<std::stri
 
 std::string i2s(int64_t x) { return std::to_string(x); }
 std::string nf(double x) { return name_double(x); }
+// b{q}{k}{v}{o}: which of DINOv3's q/k/v/o projections carry a bias (nobias: none).
+std::string dinov3_bias_word(const Params& p) {
+  const std::string s = std::string(B(p, "query_bias") ? "q" : "") + (B(p, "key_bias") ? "k" : "") + (B(p, "value_bias") ? "v" : "") +
+                        (B(p, "proj_bias") ? "o" : "");
+  return s.empty() ? std::string("nobias") : "b" + s;
+}
 std::string cf(double x) { return canonical_double(x); }
 
 // --- case registries (docs/task-kinds.md) ---------------------------------------------------
@@ -490,20 +496,13 @@ const KindHooks& kind_hooks() {
              i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
              "_eps" + nf(F(p, "layer_norm_eps")) + "_" + (B(p, "qkv_bias") ? "qkvbias" : "noqkvbias");
     };
-    // b{q}{k}{v}{o}: which of DINOv3's q/k/v/o projections carry a bias (nobias: none).
-    h.spell["dinov3_bias"] = [](const Params& p) {
-      const std::string s = std::string(B(p, "query_bias") ? "q" : "") + (B(p, "key_bias") ? "k" : "") + (B(p, "value_bias") ? "v" : "") +
-                            (B(p, "proj_bias") ? "o" : "");
-      return s.empty() ? std::string("nobias") : "b" + s;
-    };
+    h.spell["dinov3_bias"] = dinov3_bias_word;
     // h_i_hq_d_{activation}[_gated]_eps_{bias}_{q/k/v/o bias}_g{grid}_p{prefix}_theta: a DINOv3 layer's constants.
     h.spell["dinov3_layer"] = [](const Params& p) {
-      const std::string s = std::string(B(p, "query_bias") ? "q" : "") + (B(p, "key_bias") ? "k" : "") + (B(p, "value_bias") ? "v" : "") +
-                            (B(p, "proj_bias") ? "o" : "");
       return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
              i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") +
              (B(p, "gated") ? "_gated" : "") + "_eps" + nf(F(p, "layer_norm_eps")) + "_" + (B(p, "mlp_bias") ? "mlpbias" : "nomlpbias") +
-             "_" + (s.empty() ? std::string("nobias") : "b" + s) + "_g" + i2s(I(p, "grid")) + "_p" + i2s(I(p, "prefix_tokens")) + "_theta" +
+             "_" + dinov3_bias_word(p) + "_g" + i2s(I(p, "grid")) + "_p" + i2s(I(p, "prefix_tokens")) + "_theta" +
              nf(F(p, "rope_theta"));
     };
     h.checks["dinov3_attention"] = [](const Params& p) {

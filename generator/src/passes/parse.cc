@@ -431,7 +431,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
         diag.error(file + ": " + path + ": expected an image size in pixels (1 to 8192), got " + got(v));
       else c.image_size = v.get<int64_t>();
     } else if (k == "component") {
-      if (!v.is_string() || !std::regex_match(v.get<std::string>(), std::regex("[a-z][a-z0-9_]*_config")))
+      if (!v.is_string() || !is_component_key(v.get<std::string>()))
         diag.error(file + ": " + path + ": expected the key of a nested component config (e.g. \"vision_config\"), got " + got(v));
       else c.component = v.get<std::string>();
     } else if (k == "multi_vector") {
@@ -454,6 +454,8 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
       diag.error(file + ": $." + std::string(k) + ": " + k + " applies to the token heads; add multi_vector and/or sparse");
   return c;
 }
+
+bool is_component_key(const std::string& key) { return std::regex_match(key, std::regex("[a-z][a-z0-9_]*_config")); }
 
 std::string user_choices_text(const UserChoices& c) {
   json j = json::object();

@@ -143,6 +143,8 @@ struct UserChoices {
 /// integer), sparse, head_bias and drop_special_tokens (booleans; the last two only with a head), nothing else); problems go to
 /// `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
+/// Whether `key` names a nested component config (`add --component`: "vision_config", "text_config", ...).
+bool is_component_key(const std::string& key);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
 std::string user_choices_text(const UserChoices& c);
 
