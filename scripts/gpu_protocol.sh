@@ -41,6 +41,9 @@
 #                           2 layers; the others: 4 layers), every bidirectional attention task (BERT, ViT, DINOv3, SigLIP head
 #                           dims 64/72/128) beside the torch SDPA backends with the report (encoder-attention target), and
 #                           fk_model --bench of the towers beside HF eager/compile with the same weights
+#     qwen2vl@G             Qwen2-VL's vision tower (issue 22) on GPU G (background): the vision-rope / grid / 3-D patch
+#                           embedding GPU tests, fk_bench over every task of the tower (mixed image sizes included), HF
+#                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -179,6 +182,18 @@ for step in "${steps[@]}"; do
             --markdown '$P/towers_model_'\$t.md >'$P/towers_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_vision_perf.py --arch \$a --weights '$P/tw.safetensors' --modes hf_eager,hf_compile \
             --jsonl '$P/towers_peers_'\$t.jsonl >'$P/towers_peers_'\$t.log 2>&1; rm -f '$P/tw.safetensors'; done"
+      ;;
+    qwen2vl@*)
+      g="${step#*@}"
+      bg qwen2vl "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'VisionRope|VisionGrid|PatchEmbedding3D' --output-on-failure -j 1 --timeout 900) \
+          >'$P/qwen2vl_tests.log' 2>&1; \
+        '$b/fk_bench' --arch 'Qwen2-VL' --seed $seed --case-timeout 300 \
+          --jsonl '$P/qwen2vl_bench.jsonl' --markdown '$P/qwen2vl_bench.md' >'$P/qwen2vl_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/qwen2vl_parity' >'$P/qwen2vl_parity.log' 2>&1; \
+        '$b/fk_model' --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --bench --jsonl '$P/qwen2vl_model.jsonl' \
+          --markdown '$P/qwen2vl_model.md' >'$P/qwen2vl_model.log' 2>&1"
       ;;
     xattn@*)
       g="${step#*@}"

@@ -15,6 +15,13 @@ interpolate_pos_encoding=True):
   a) the hidden states after every layer     (prefill.layer.{i} vs hidden_states[i + 1], flattened)
   b) the last hidden state (final LayerNorm) (last_hidden_state vs last_hidden_state)
   c) the pooled vector of each image         (pooled vs pooler_output)
+Dynamic-resolution vision towers (Qwen2-VL's: `fk_model --dump` of an L4 task behind
+fk::VisionTowerModel) against Qwen2VisionTransformerPretrainedModel built from the config's
+vision_config, same weights and the dump's patch rows and grid_thw (images of several sizes and a
+two-frame video in one batch):
+  a) the hidden states after every block     (prefill.layer.{i} vs hidden_states[i])
+  b) the blocks' output                      (last_hidden_state vs last_hidden_state)
+  c) the merged tokens                       (merged vs pooler_output)
 A BERT decoder with cross-attention (bert2bert's: is_decoder, add_cross_attention) is checked the
 same way with the dump's encoder_hidden_states (one sequence of them per prompt) passed to BertModel.
 Bounds as for the causal LMs (docs/parity.md): ours-vs-fp32 <= max(factor x HF-bf16-vs-fp32, floor).
@@ -23,7 +30,8 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model")
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision")
+TOWER_MODEL_TYPES = ("qwen2_vl_vision",)
 VISION_MODEL_TYPES = ("vit", "dinov3_vit", "siglip_vision_model")
 
 
@@ -250,6 +258,116 @@ def hf_encoder_run(model, D, lens, device, pooling="pooler", heads=None, drop=Fa
     return [torch.cat(x) for x in layers], torch.stack(pooled), cat(vecs), cat(weights)
 
 
+def load_tower_config(arch, layers, root):
+    """Qwen2VLVisionConfig from the config's vision_config (transformers registers no AutoConfig for the
+    sub-config), depth set to `layers`; the legacy keys transformers ignores are dropped (the generator
+    checked that they agree with the ones it reads)."""
+    import json
+    import hfmodel
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+
+    with open(hfmodel.config_path(arch, root)) as f:
+        d = hfmodel.config_component(json.load(f), arch, root)
+    for k in ("model_type", "torch_dtype", "dtype", "in_chans", "spatial_patch_size", "transformers_version", "architectures"):
+        d.pop(k, None)
+    full = int(d.get("depth", Qwen2VLVisionConfig().depth))
+    n = full if layers is None else int(layers)
+    if not 1 <= n <= full:
+        raise hfmodel.SetupError(f"{arch}: --layers {n} out of range 1..{full}")
+    d["depth"] = n
+    return Qwen2VLVisionConfig(**d)
+
+
+def check_tower_dump(D, n_layers, E, O, K, m):
+    """Shapes and keys of a vision-tower dump; returns the grids [(t, h, w)]."""
+    from hf_parity import ContractError
+
+    for k in ("pixel_values", "grid_thw", "last_hidden_state", "merged"):
+        if k not in D:
+            raise ContractError(f"missing {k}")
+    grids = [tuple(int(x) for x in g) for g in D["grid_thw"].tolist()]
+    T = sum(t * h * w for t, h, w in grids)
+    if tuple(D["pixel_values"].shape) != (T, K):
+        raise ContractError(f"pixel_values: expected [{T}, {K}] for grids {grids}, got {tuple(D['pixel_values'].shape)}")
+    for k in [f"prefill.layer.{i}" for i in range(n_layers)] + ["last_hidden_state"]:
+        if k not in D or tuple(D[k].shape) != (T, E):
+            raise ContractError(f"{k}: expected [{T}, {E}], got {tuple(D[k].shape) if k in D else 'nothing'}")
+    if tuple(D["merged"].shape) != (T // (m * m), O):
+        raise ContractError(f"merged: expected [{T // (m * m)}, {O}], got {tuple(D['merged'].shape)}")
+    return grids
+
+
+def check_tower(a, arch, workdir, res, mdt, tag):
+    """check_encoder for a dynamic-resolution vision tower (Qwen2-VL's)."""
+    import torch
+    import hfmodel
+    import st
+    from hf_parity import ContractError, free, rel_entry, run_fk_model
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+
+    res["runner"] = "vision-tower"
+    t_start = time.time()
+    layers = a.layers if a.layers is not None else 4
+    os.makedirs(workdir, exist_ok=True)
+    wpath, dpath = os.path.join(workdir, "weights.safetensors"), os.path.join(workdir, "dump.safetensors")
+    for p in (wpath, dpath):
+        if os.path.exists(p):
+            os.remove(p)
+    try:
+        cmd, dt = run_fk_model(a, arch, layers, wpath, dpath, os.path.join(workdir, "fk_model.log"))
+        res["fk_model_cmd"], res["fk_model_s"] = shlex.join(cmd), round(dt, 2)
+        W, wmeta = st.load(wpath)
+        cfg = load_tower_config(arch, layers, a.config_root)
+        res["layers"] = layers
+        hfmodel.check_dtypes(W, mdt, f"weights {wpath} ({arch} is served in {hfmodel.dtype_name(mdt)})")
+        D, dmeta = st.load(dpath)
+        if dmeta.get("runner") != "vision-tower":
+            raise ContractError(f"dump {dpath} is not a vision-tower dump (runner={dmeta.get('runner')!r})")
+        K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
+        grids = check_tower_dump(D, layers, cfg.embed_dim, cfg.hidden_size, K, cfg.spatial_merge_size)
+    except (hfmodel.WeightsError, ContractError, st.SafetensorsError, OSError) as e:
+        res["errors"].append(f"dump/weights: {e}")
+        return res
+    res["grids"] = grids
+    runs = {}
+    for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
+        t0 = time.time()
+        with torch.device(a.device):
+            model = Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=dtype, attn_implementation=a.attn)
+        model.eval()
+        model.requires_grad_(False)
+        try:
+            hfmodel.check_and_load(model, W, tied=False, dtype=mdt)
+        except hfmodel.WeightsError as e:
+            res["errors"].append(str(e))
+            return res
+        px = D["pixel_values"].to(device=a.device, dtype=dtype)
+        thw = torch.tensor(grids, dtype=torch.long, device=a.device)
+        with torch.no_grad():
+            out = model(hidden_states=px, grid_thw=thw, output_hidden_states=True)
+        hs = list(out.hidden_states)
+        if len(hs) == layers + 1:  # the patch embedding first, where a version records it
+            hs = hs[1:]
+        if len(hs) != layers:
+            res["errors"].append(f"HF returned {len(hs)} hidden states for {layers} blocks")
+            return res
+        runs[name] = ([h.reshape(-1, h.shape[-1]).float().cpu() for h in hs], out.last_hidden_state.float().cpu(),
+                      out.pooler_output.float().cpu())
+        del out
+        free(model)
+        res[f"hf_{name}_s"] = round(time.time() - t0, 2)
+    del W
+    (h16_layers, h16_last, h16_merged), (f32_layers, f32_last, f32_merged) = runs[tag], runs["fp32"]
+    for i in range(layers):
+        res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
+    res["checks"].append(rel_entry(a, tag, "last_hidden_state", D["last_hidden_state"], h16_last, f32_last))
+    res["checks"].append(rel_entry(a, tag, "merged", D["merged"], h16_merged, f32_merged))
+    res["pass"] = not res["errors"] and all(c["pass"] for c in res["checks"])
+    res["total_s"] = round(time.time() - t_start, 2)
+    free(runs, D)
+    return res
+
+
 def check_encoder(a, arch, workdir, res):
     """Fills `res` (hf_parity's result dict) for an encoder and returns it."""
     import torch
@@ -258,6 +376,8 @@ def check_encoder(a, arch, workdir, res):
     from hf_parity import ContractError, free, rel_entry, run_fk_model
 
     mdt = hfmodel.model_dtype(arch, a.config_root)
+    if encoder_model_type(arch, a.config_root) in TOWER_MODEL_TYPES:
+        return check_tower(a, arch, workdir, res, mdt, hfmodel.dtype_tag(mdt))
     tag = hfmodel.dtype_tag(mdt)
     res["runner"] = "embedding"
     vision = False

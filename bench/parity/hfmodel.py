@@ -103,6 +103,11 @@ def config_component(d, arch, root=None):
     if not isinstance(d.get(comp), dict):
         raise SetupError(f"{arch}: the sidecar names component {comp!r}, which the config does not hold as an object")
     part = dict(d[comp])
+    # The component's model type as the generator derives it (Note [Config components]): its own, or,
+    # where it is missing or repeats the composite's (Qwen2-VL's vision_config: "qwen2_vl"), the
+    # composite's joined to the key without "_config" (qwen2_vl_vision).
+    if isinstance(d.get("model_type"), str) and part.get("model_type", d["model_type"]) == d["model_type"]:
+        part["model_type"] = d["model_type"] + "_" + (comp[:-7] if comp.endswith("_config") and len(comp) > 7 else comp)
     for k in ("torch_dtype", "dtype"):
         if k in d and "torch_dtype" not in part and "dtype" not in part:
             part["torch_dtype"] = d[k]

@@ -24,7 +24,8 @@ struct Config {
 
 /// Mirrors transformers DINOv3ViTRopePositionEmbedding + apply_rotary_pos_emb:
 ///   __init__(head_dim, base) / forward(query [T, H*D], key [T, H*D]) -> (query, key), rotated in place,
-///   T a whole number of images of prefix_tokens + grid_h * grid_w tokens.
+///   T a whole number of images of prefix_tokens + grid_h * grid_w tokens; or forward(query, key, positions)
+///   with every token's patch (row, column) given (Qwen2-VL's towers: images of any size).
 class VisionRope2D {
  public:
   VisionRope2D(int64_t head_dim, double base) {
@@ -33,6 +34,10 @@ class VisionRope2D {
   }
   std::tuple<fk::Tensor, fk::Tensor> forward(const fk::Tensor& query, const fk::Tensor& key) {
     return fk::tasks::vision_rope_2d_forward<Config>(query, key);
+  }
+  /// positions: i32 [T, 2], every token's (row, column) (images of any size; no prefix tokens).
+  std::tuple<fk::Tensor, fk::Tensor> forward(const fk::Tensor& query, const fk::Tensor& key, const fk::Tensor& positions) {
+    return fk::tasks::vision_rope_2d_forward<Config>(query, key, positions);
   }
 };
 

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -60,6 +61,9 @@ struct Options {
   std::string jsonl, markdown;
   int64_t images = 4;                              ///< image encoders: images of the dump
   std::vector<int64_t> image_batches = {1, 8, 32};  ///< image encoders: batches timed
+  /// vision towers: the dump's grids "TxHxW" in patches (default: the served size, a smaller
+  /// non-square image and a two-frame video)
+  std::vector<std::string> grids;
 };
 
 template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
@@ -69,7 +73,7 @@ template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& na
 
 const fk::TaskInfo* find_model(const std::string& arch) {
   for (const fk::TaskInfo* t : fk::all_tasks())
-    if (t->level == 4 && (t->make_model || t->make_encoder || t->make_image_encoder) &&
+    if (t->level == 4 && (t->make_model || t->make_encoder || t->make_image_encoder || t->make_vision_tower) &&
         std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end())
       return t;
   return nullptr;
@@ -758,6 +762,93 @@ int run_image_bench(fk::ImageEncoderModel& m, const Options& o) {
   return fk::kExitOk;
 }
 
+// --------------------------------------------------------------------------------------------
+// Vision towers (dynamic resolution, fk::VisionTowerModel): the parity dump and throughput.
+
+/// "TxHxW" -> (t, h, w); the option and value named in errors.
+std::array<int64_t, 3> parse_grid(const std::string& spec) {
+  std::array<int64_t, 3> g{};
+  size_t pos = 0;
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? spec.find('x', pos) : spec.size();
+    try {
+      if (end == std::string::npos || end == pos) throw std::invalid_argument("");
+      size_t used = 0;
+      g[i] = std::stoll(spec.substr(pos, end - pos), &used);
+      if (used != end - pos || g[i] < 1) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      throw std::runtime_error("--grids: expected TxHxW with positive integers (frames, patch rows, patch columns), got \"" + spec + "\"");
+    }
+    pos = end + 1;
+  }
+  return g;
+}
+
+/// The processor's patch rows ~ N(0, 1) (normalised pixels) of a batch of grids, in the model dtype.
+Tensor random_patch_rows(const fk::VisionTowerModel& m, const std::vector<std::array<int64_t, 3>>& grids, uint64_t seed) {
+  int64_t rows = 0;
+  for (const auto& g : grids) rows += g[0] * g[1] * g[2];
+  Tensor px = fk::empty({rows, m.patch_dim()}, m.dtype());
+  fk::fill_normal(px, seed);
+  return px;
+}
+
+int run_tower_dump(fk::VisionTowerModel& m, const Options& o) {
+  std::vector<std::array<int64_t, 3>> grids;
+  for (const std::string& s : o.grids) grids.push_back(parse_grid(s));
+  if (grids.empty()) {
+    const int64_t g = m.bench_grid(), k = m.merge_size();
+    grids = {{1, g, g}, {1, std::max<int64_t>(k, g / 2 / k * k), std::max<int64_t>(k, (3 * g / 4) / k * k)}, {2, 2 * k, 2 * k}};
+  }
+  Tensor px = random_patch_rows(m, grids, fk::mix_seed(o.seed, 79));
+  std::vector<Tensor> layers;
+  Tensor last = m.forward(px, grids, &layers);
+  Tensor merged = fk::tasks::to_f32(m.merge(last));
+  std::vector<int64_t> flat;
+  for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
+  fk::SafetensorsWriter w;
+  fk::add_device_tensor(w, "pixel_values", fk::tasks::to_f32(px));
+  add_host(w, "grid_thw", "I64", {static_cast<int64_t>(grids.size()), 3}, flat);
+  for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
+  fk::add_device_tensor(w, "last_hidden_state", fk::tasks::to_f32(last));
+  fk::add_device_tensor(w, "merged", merged);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("runner", "vision-tower");
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.write(o.dump);
+  std::cerr << "fk_model: wrote " << o.dump << " (" << grids.size() << " images, " << px.size(0) << " patches, vision-tower)\n";
+  return fk::kExitOk;
+}
+
+/// Throughput of batches of images of the served size: the patch rows -> the merged tokens, eager.
+int run_tower_bench(fk::VisionTowerModel& m, const Options& o) {
+  std::vector<nlohmann::json> rows;
+  const int64_t g = m.bench_grid();
+  for (int64_t b : o.image_batches) {
+    fk::release_cached_memory();
+    const std::vector<std::array<int64_t, 3>> grids(static_cast<size_t>(b), std::array<int64_t, 3>{1, g, g});
+    Tensor px = random_patch_rows(m, grids, fk::mix_seed(o.seed, 2000 + b));
+    nlohmann::json j = timed_batch_row(m, o, "images", b, [&] { return m.merge(m.forward(px, grids)); });
+    j["image_size"] = g * m.patch_size();
+    j["tokens_per_image"] = g * g;
+    j["images_per_s"] = 1000.0 * b / j["ms"].get<double>();
+    std::cerr << "images " << b << ": " << j["ms"].get<double>() << " ms, " << j["images_per_s"].get<double>() << " images/s\n";
+    rows.push_back(j);
+  }
+  write_bench_jsonl(rows, o.jsonl);
+  if (!o.markdown.empty()) {
+    std::ofstream f(o.markdown);
+    f << "| arch | layers | mode | batch | patches/image | ms | images/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& j : rows)
+      f << "| " << o.arch << " | " << j["layers"] << " | images | " << j["batch"] << " | " << j["tokens_per_image"] << " | "
+        << std::fixed << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1)
+        << j["images_per_s"].get<double>() << " | " << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
+  }
+  return fk::kExitOk;
+}
+
 /// Every runner's model set-up: the weights loaded from --load-weights (HF names) or seeded
 /// (Note [Seeded weights]), the model reported, and the weights saved when --save-weights asks.
 template <class M> void prepare_model(M& model, const fk::TaskInfo& task, const Options& o) {
@@ -803,6 +894,8 @@ int main(int argc, char** argv) {
   app.add_option("--image-batches", o.image_batches, "bench (image encoders): image batch sizes (default 1,8,32)")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096));
+  app.add_option("--grids", o.grids, "dump (vision towers): image grids TxHxW in patches (default: the served size and two others)")
+      ->delimiter(',');
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
   app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
@@ -816,8 +909,11 @@ int main(int argc, char** argv) {
   if (list) {
     // arch, runner (causal-lm: generation; embedding: pooled vectors), task
     for (const fk::TaskInfo* t : fk::all_tasks()) {
-      if (t->level != 4 || !(t->make_model || t->make_encoder || t->make_image_encoder)) continue;
-      const char* runner = t->make_model ? "causal-lm" : t->make_encoder ? "embedding" : "image-encoder";
+      if (t->level != 4 || !(t->make_model || t->make_encoder || t->make_image_encoder || t->make_vision_tower)) continue;
+      const char* runner = t->make_model             ? "causal-lm"
+                           : t->make_encoder         ? "embedding"
+                           : t->make_image_encoder   ? "image-encoder"
+                                                     : "vision-tower";
       for (const auto& a : t->archs) std::cout << a << "  " << runner << "  " << t->name << "\n";
     }
     return fk::kExitOk;
@@ -847,7 +943,7 @@ int main(int argc, char** argv) {
     std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
     return fk::kExitUsage;
   }
-  if ((task->make_encoder || task->make_image_encoder) && (!o.greedy.empty() || !o.teacher_forced.empty())) {
+  if ((task->make_encoder || task->make_image_encoder || task->make_vision_tower) && (!o.greedy.empty() || !o.teacher_forced.empty())) {
     std::cerr << "fk_model: " << o.arch << " is an encoder (" << task->name
               << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
     return fk::kExitUsage;
@@ -856,6 +952,19 @@ int main(int argc, char** argv) {
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "fk_model: no CUDA device\n";
     return fk::kExitNoGpu;
+  }
+  if (task->make_vision_tower) {  // a dynamic-resolution vision tower: the dump, throughput, weights
+    try {
+      std::unique_ptr<fk::VisionTowerModel> model = task->make_vision_tower(o.layers);
+      prepare_model(*model, *task, o);
+      int rc = fk::kExitOk;
+      if (!o.dump.empty()) rc = run_tower_dump(*model, o);
+      if (rc == fk::kExitOk && o.bench) rc = run_tower_bench(*model, o);
+      return rc;
+    } catch (const std::exception& e) {
+      std::cerr << "fk_model: " << e.what() << "\n";
+      return fk::kExitFailed;
+    }
   }
   if (task->make_image_encoder) {  // a vision encoder: the dump, throughput, weights
     try {

@@ -69,6 +69,10 @@ void save_weights(EncoderModel& m, const std::string& path, const std::map<std::
 void save_weights(ImageEncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
   save_params(m.named_parameters(), m.task_name(), m.num_layers(), path, metadata);
 }
+void save_weights(VisionTowerModel& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+  save_params(m.named_parameters(), m.task_name(), m.num_layers(), path, metadata);
+}
+void load_weights(VisionTowerModel& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }
 void load_weights(ImageEncoderModel& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }
 void load_weights(CausalLM& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }
 void load_weights(EncoderModel& m, const std::string& path) { load_params(m.named_parameters(), m.task_name(), path); }

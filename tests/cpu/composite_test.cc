@@ -160,7 +160,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"vit_attention", 2},       {"vit_mlp", 2},              {"vit_layer", 3},
                                        {"vit_model", 4},           {"bert_cross_attention", 2}, {"dinov3_attention", 2},
                                        {"dinov3_mlp", 2},          {"dinov3_layer", 3},         {"dinov3_model", 4},
-                                       {"siglip_map_head", 2},     {"siglip_vision_model", 4}};
+                                       {"siglip_map_head", 2},     {"siglip_vision_model", 4},
+                                       {"qwen2_vl_vision_attention", 2}, {"qwen2_vl_vision_mlp", 2}, {"qwen2_vl_vision_block", 3},
+                                       {"qwen2_vl_patch_merger", 2}, {"qwen2_vl_vision_model", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -187,7 +189,7 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each). SigLIP-2 base/512's
   // tower: the ViT attention, MLP and layer under SigLIP's names, the head's MLP (another vit_mlp: the same task as the
   // layers' MLP), the pooling head and the model (5); SigLIP so400m/14 at 384 px: the same five at its width.
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5);
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_vl_vision, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_vl_vision, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -521,6 +521,42 @@ TEST(UserConfigs, ComponentOfACompositeConfig) {
   Diagnostics diag;
   parse_user_choices("f.json", R"({"component": "vision"})", diag);
   EXPECT_NE(diag.text().find("$.component: expected the key of a nested component config"), std::string::npos) << diag.text();
+}
+
+TEST(UserConfigs, Qwen2VlVisionTowerComponent) {
+  // Qwen2-VL's vision_config repeats the composite's model type ("qwen2_vl", as transformers 4.4x wrote it) and
+  // Qwen2.5-VL's leaves it out: the component's type is then the composite's + "_vision" (transformers' sub-config
+  // class name). The tower's width is embed_dim, hidden_size the merger's output; depth and num_heads are aliases;
+  // the legacy keys in_chans / spatial_patch_size must agree with what transformers reads; the benchmark grid is
+  // whole merge windows of the served size.
+  const std::string vl = R"({"model_type": "qwen2_vl", "torch_dtype": "bfloat16", "hidden_size": 3584,
+    "vision_config": {"model_type": "qwen2_vl", "depth": 2, "embed_dim": 64, "hidden_size": 96, "num_heads": 4, "in_chans": 3,
+                      "spatial_patch_size": 14}})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.component = "vision_config";
+  Generation g;
+  ASSERT_EQ(run_with(vl, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"qwen2_vl_vision_model_l2_c3_t2_p14_h64_i256_hq4_d16_quick_gelu_eps1e-06_m2_g32_theta10000_o96_bf16",
+                           "patch_embedding_3d_c3_t2_p14_h64_nobias_bf16", "qwen2_vl_patch_merger_h64_m2_o96_eps1e-06_bf16",
+                           "vision_rope_2d_hq4_d16_g32x32_p0_m2_grid_theta10000_bf16", "flash_attn_prefill_hq4_hkv4_d16_bidir_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  std::string untyped = vl;  // Qwen2.5-VL style: no model_type in the component
+  untyped.erase(untyped.find(R"("model_type": "qwen2_vl", "depth")"), std::string(R"("model_type": "qwen2_vl", )").size());
+  Generation g2;
+  ASSERT_EQ(run_with(untyped, c, &g2), "");
+  EXPECT_EQ(g2.tasks.tasks.size(), g.tasks.tasks.size());
+  std::string bad = vl;
+  bad.replace(bad.find(R"("in_chans": 3)"), 13, R"("in_chans": 1)");
+  EXPECT_NE(run_with(bad, c).find("$.vision_config.in_chans: expected the value of in_channels"), std::string::npos) << run_with(bad, c);
+  c.image_size = 20;  // less than one 28-pixel merge window
+  EXPECT_NE(run_with(vl, c).find("serve_image_size: expected at least one merge window"), std::string::npos) << run_with(vl, c);
+  c.image_size = 300;  // 10 whole windows of 28 pixels: a 20 x 20 grid
+  Generation g3;
+  ASSERT_EQ(run_with(vl, c, &g3), "");
+  EXPECT_TRUE(g3.tasks.tasks.count("vision_rope_2d_hq4_d16_g20x20_p0_m2_grid_theta10000_bf16"));
 }
 
 TEST(UserConfigs, EmbeddingModelTokenHeads) {
@@ -924,7 +960,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"layer_scale", "LayerScale"}, {"patch_embedding", "PatchEmbedding"},
-      {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
+      {"patch_embedding_3d", "PatchEmbedding3D"}, {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
@@ -966,6 +1002,11 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"dinov3_model", {"patch_embeddings", "layers", "norm"}},
       {"siglip_map_head", {"q_proj", "kv_proj", "attn", "out_proj", "layernorm", "mlp"}},
       {"siglip_vision_model", {"patch_embeddings", "layers", "post_layernorm", "head"}},
+      {"qwen2_vl_vision_attention", {"qkv", "rotary_emb", "attn", "proj"}},
+      {"qwen2_vl_vision_mlp", {"fc1", "act", "fc2"}},
+      {"qwen2_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},
+      {"qwen2_vl_patch_merger", {"ln_q", "fc1", "act", "fc2"}},
+      {"qwen2_vl_vision_model", {"patch_embed", "blocks", "merger"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

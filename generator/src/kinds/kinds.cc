@@ -269,6 +269,30 @@ std::vector<ShapeCase> image_cases(int64_t tokens_per_image) {
   return out;
 }
 
+// Dynamic-resolution towers (Qwen2-VL): images of grid x grid patches (the served size) in
+// batches of 1, 8 and 32 (dims batch, grid_h, grid_w; seq_len = the patches of one image), and 8
+// images of mixed sizes (dims batch, grid_h, grid_w, mixed = a seed: image i's sides are
+// multiples of the merge window up to grid, the first image the full grid).
+std::vector<ShapeCase> vision_grid_cases(int64_t grid, int64_t merge) {
+  if (grid < merge || merge < 1 || grid % merge != 0)
+    throw GenError{"grid must be a positive multiple of spatial_merge_size " + i2s(merge) + ", got " + i2s(grid)};
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32})
+    out.push_back({"b" + i2s(b) + "_g" + i2s(grid) + "x" + i2s(grid), "prefill",
+                   {{"batch", b}, {"grid_h", grid}, {"grid_w", grid}, {"seq_len", grid * grid}, {"uniform", 1}}, {k++}});
+  out.push_back({"b8_mixed", "prefill", {{"batch", 8}, {"grid_h", grid}, {"grid_w", grid}, {"seq_len", grid * grid}, {"mixed", 29}}, {k++}});
+  return out;
+}
+// The patch merger's rows: windows of spatial_merge_size^2 patches (dims num_tokens = patches).
+std::vector<ShapeCase> merge_window_cases(int64_t merge) {
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t windows : {64, 256, 1024, 8192})
+    out.push_back({"w" + i2s(windows), "prefill", {{"num_tokens", windows * merge * merge}}, {k++}});
+  return out;
+}
+
 // A layer pattern: one letter per layer: 'S' for
 // "sliding_attention", 'F' for "full_attention" (HF layer_types, held comma-joined).
 std::string layer_pattern(const std::string& layer_types) {
@@ -519,6 +543,19 @@ const KindHooks& kind_hooks() {
         throw GenError{"naming must be \"vit\" (HF ViTModel's parameter names) or \"siglip\" (SiglipVisionModel's), got " +
                        json_quote(S(p, "naming"))};
     };
+    // h_i_hq_d_{activation}_eps_m{merge}_g{grid}_theta: a Qwen2-VL vision block's constants.
+    h.spell["qwen2_vl_vision_block"] = [](const Params& p) {
+      return "h" + i2s(I(p, "hidden_size")) + "_i" + i2s(I(p, "intermediate_size")) + "_hq" + i2s(I(p, "num_heads")) + "_d" +
+             i2s(I(p, "head_dim")) + scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")) + "_" + S(p, "activation") + "_eps" +
+             nf(F(p, "layer_norm_eps")) + "_m" + i2s(I(p, "spatial_merge_size")) + "_g" + i2s(I(p, "grid")) + "_theta" + nf(F(p, "rope_theta"));
+    };
+    h.checks["qwen2_vl_vision"] = [](const Params& p) {
+      if (I(p, "head_dim") % 4 != 0) throw GenError{"head_dim must be a multiple of 4 (2-D rope: a quarter per axis and half), got " + i2s(I(p, "head_dim"))};
+      const int64_t m = I(p, "spatial_merge_size"), g = I(p, "grid");
+      if (m < 1 || m > 8) throw GenError{"spatial_merge_size must be in [1, 8], got " + i2s(m)};
+      if (g < m || g % m != 0) throw GenError{"grid (the benchmark images' patches per side) must be a positive multiple of spatial_merge_size " + i2s(m) + ", got " + i2s(g)};
+      if (I(p, "max_position") != g * g) throw GenError{"max_position must be grid^2 (" + i2s(g * g) + "), got " + i2s(I(p, "max_position"))};
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;
@@ -580,6 +617,12 @@ const KindHooks& kind_hooks() {
       if (img < patch || img > 8192)  // a remainder is dropped, as Conv2d(padding="valid") drops it
         throw GenError{"image_size must be in [patch_size " + i2s(patch) + ", 8192], got " + i2s(img)};
     };
+    h.checks["patch_embedding_3d"] = [](const Params& p) {
+      const int64_t c = I(p, "num_channels"), t = I(p, "temporal_patch_size"), patch = I(p, "patch_size");
+      if (c < 1 || c > 64) throw GenError{"num_channels must be in [1, 64], got " + i2s(c)};
+      if (t < 1 || t > 16) throw GenError{"temporal_patch_size must be in [1, 16], got " + i2s(t)};
+      if (patch < 1 || patch > 64) throw GenError{"patch_size must be in [1, 64], got " + i2s(patch)};
+    };
     // _pos{g}: position embeddings of a g x g grid interpolated to the served one; nothing when they match.
     h.spell["vit_pos_grid"] = [](const Params& p) {
       return I(p, "pos_grid") * I(p, "patch_size") == I(p, "image_size") ? std::string() : "_pos" + i2s(I(p, "pos_grid"));
@@ -640,6 +683,8 @@ const KindHooks& kind_hooks() {
     h.cases["encoder"] = [](const Params& p) { return encoder_cases(I(p, "max_position")); };
     h.cases["image_batches"] = [](const Params&) { return image_batch_cases(); };
     h.cases["images"] = [](const Params& p) { return image_cases(I(p, "max_position")); };
+    h.cases["vision_grids"] = [](const Params& p) { return vision_grid_cases(I(p, "grid"), I(p, "spatial_merge_size")); };
+    h.cases["merge_windows"] = [](const Params& p) { return merge_window_cases(I(p, "spatial_merge_size")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position"), !p.count("causal") || B(p, "causal")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };

@@ -506,6 +506,13 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
     // transformers builds SiglipVisionModel from SiglipConfig.vision_config. The component's keys
     // are the config's; the top level's other keys describe other components and are not read,
     // except the dtype, which a composite names once for all its parts.
+    //
+    // The component's model type is its own `model_type`, as transformers' sub-config classes
+    // name themselves: where a component leaves it out (Qwen2.5-VL's vision_config) or repeats
+    // the composite's (Qwen2-VL's and Qwen3-VL's vision_config say "qwen2_vl" / "qwen3_vl", which
+    // transformers ignores in favour of the sub-config class), it is the composite's type joined
+    // to the key without "_config", the name transformers gives those classes (qwen2_vl +
+    // vision_config -> qwen2_vl_vision).
     if (!root.contains(component) || !root[component].is_object()) {
       diag.error(file + ": $." + component + ": expected an object (the component that `add --component " + component +
                  "` lowers), got " + (root.contains(component) ? got(root[component]) : "nothing"));
@@ -514,8 +521,15 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
     json part = root[component];
     for (const char* k : {"torch_dtype", "dtype"})
       if (root.contains(k) && !part.contains("torch_dtype") && !part.contains("dtype")) part["torch_dtype"] = root[k];
+    const bool root_typed = root.contains("model_type") && root["model_type"].is_string();
+    if (root_typed && (!part.contains("model_type") || part["model_type"] == root["model_type"])) {
+      std::string key = component;
+      if (key.size() > 7 && key.compare(key.size() - 7, 7, "_config") == 0) key.resize(key.size() - 7);
+      part["model_type"] = root["model_type"].get<std::string>() + "_" + key;
+    }
     if (!names_family(part)) {
-      diag.error(file + ": $." + component + ".model_type: expected the component's model type, got nothing");
+      diag.error(file + ": $." + component + ".model_type: expected the component's model type, got nothing (and no top-level " +
+                 "model_type to derive it from)");
       return std::nullopt;
     }
     ConfigParser(out, diag).object(part, "$." + component, false);

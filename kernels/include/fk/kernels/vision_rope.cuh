@@ -7,6 +7,9 @@
 // j = i mod D/4. The coordinate is
 //   centered (DINOv3): 2 pi (2 (py + 0.5) / grid_h - 1), the patch centre in [-1, 1] times 2 pi;
 //   grid (Qwen2-VL / Qwen2.5-VL vision rope): py itself.
+// With a position table (Qwen2-VL's towers over images of different sizes: vLLM's rot_pos_emb,
+// HF get_vision_position_ids), token t's (py, px) are positions[2 t], positions[2 t + 1] (grid
+// coordinates; no prefix tokens) and the geometry's grid and merge are not read.
 // Angles and the rotation are computed in fp32, the result rounded once to T.
 #pragma once
 
@@ -24,6 +27,7 @@ struct VisionRopeGeometry {
   int merge;             ///< window side of the patch order (1: row-major)
   float theta;           ///< rope base
   bool centered;         ///< DINOv3's normalised patch centres (else integer grid positions)
+  const int32_t* positions = nullptr;  ///< optional i32 [tokens, 2] (row, column) per token, device
 };
 
 /// (row, column) of patch p under the geometry's patch order.
@@ -38,10 +42,15 @@ __global__ void vision_rope_2d_kernel(T* __restrict__ q, int64_t q_stride, int q
                                       int k_heads, VisionRopeGeometry g) {
   constexpr int kHalf = kD / 2, kQuarter = kD / 4;
   const int64_t t = blockIdx.x;
-  const int p = static_cast<int>(t % g.tokens_per_image) - g.prefix;
-  if (p < 0) return;  // class / register tokens keep their values
   int py, px;
-  vision_patch_position(g, p, py, px);
+  if (g.positions) {
+    py = g.positions[2 * t];
+    px = g.positions[2 * t + 1];
+  } else {
+    const int p = static_cast<int>(t % g.tokens_per_image) - g.prefix;
+    if (p < 0) return;  // class / register tokens keep their values
+    vision_patch_position(g, p, py, px);
+  }
   constexpr float kTwoPi = 6.283185307179586f;
   const float cy = g.centered ? kTwoPi * (2.f * (static_cast<float>(py) + 0.5f) / static_cast<float>(g.grid_h) - 1.f)
                               : static_cast<float>(py);

@@ -2,6 +2,7 @@
 // generation, parity dumps, end-to-end benchmarks) work with every generated L4 task.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -111,6 +112,30 @@ class ImageEncoderModel {
   virtual Tensor pool(const Tensor& hidden_states) = 0;
 };
 
+/// A dynamic-resolution vision tower (Qwen2-VL's) as a VLM calls it: forward over the image
+/// processor's patch rows [L, patch_dim] (the model dtype) of images with grids (t, h, w) in
+/// patches (Note [Vision grids] in fk/tasks/qwen2_vl.h) -> the blocks' output [L, hidden_size];
+/// merge(hidden) -> the tokens the language model reads [L / merge_size^2, out_hidden_size].
+class VisionTowerModel {
+ public:
+  virtual ~VisionTowerModel() = default;
+  virtual std::string task_name() const = 0;
+  virtual int64_t num_layers() const = 0;
+  virtual int64_t hidden_size() const = 0;      ///< the tower's width
+  virtual int64_t out_hidden_size() const = 0;  ///< the merged tokens' width
+  virtual int64_t patch_dim() const = 0;        ///< C * temporal_patch_size * patch_size^2
+  virtual int64_t patch_size() const = 0;
+  virtual int64_t merge_size() const = 0;
+  virtual int64_t bench_grid() const = 0;  ///< patches per side of the served image size (the benchmark images)
+  virtual DType dtype() const = 0;
+  /// Every parameter once, HF names, in a fixed order.
+  virtual ParamList named_parameters() = 0;
+  /// grid_thw: one (t, h, w) per image; layer_outputs (optional) gets each block's output.
+  virtual Tensor forward(const Tensor& pixel_values, const std::vector<std::array<int64_t, 3>>& grid_thw,
+                         std::vector<Tensor>* layer_outputs = nullptr) = 0;
+  virtual Tensor merge(const Tensor& hidden_states) = 0;
+};
+
 class SafetensorsWriter;
 
 /// The safetensors dtype string of a runtime dtype ("BF16", "F32", ...).
@@ -122,10 +147,12 @@ void add_device_tensor(SafetensorsWriter& w, const std::string& name, const Tens
 void save_weights(CausalLM& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 void save_weights(EncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 void save_weights(ImageEncoderModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
+void save_weights(VisionTowerModel& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
 /// Loads every parameter of `m` from a safetensors file: each name must be there with the
 /// parameter's dtype and shape, and the file may hold nothing else; errors name the file and tensor.
 void load_weights(CausalLM& m, const std::string& path);
 void load_weights(EncoderModel& m, const std::string& path);
 void load_weights(ImageEncoderModel& m, const std::string& path);
+void load_weights(VisionTowerModel& m, const std::string& path);
 
 }  // namespace fk

@@ -116,6 +116,8 @@ struct TaskInfo {
   std::function<std::unique_ptr<EncoderModel>(int64_t num_layers)> make_encoder = nullptr;
   /// L4 image-encoder tasks only: the whole vision encoder with `num_layers` layers (fk_model, parity).
   std::function<std::unique_ptr<ImageEncoderModel>(int64_t num_layers)> make_image_encoder = nullptr;
+  /// L4 vision-tower tasks only (dynamic resolution): the whole tower with `num_layers` blocks (fk_model, parity).
+  std::function<std::unique_ptr<VisionTowerModel>(int64_t num_layers)> make_vision_tower = nullptr;
 };
 
 /// Adds a task; a second task with the same name is a hard error (names are identities).

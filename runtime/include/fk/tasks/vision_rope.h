@@ -26,20 +26,33 @@ template <class Cfg> fk::kernels::VisionRopeGeometry vision_rope_geometry() {
           static_cast<int>(Cfg::grid_w), static_cast<int>(Cfg::merge_size), static_cast<float>(Cfg::rope_theta), Cfg::centered};
 }
 
-/// VisionRope2D.forward(query, key): both rotated in place, returned.
-template <class Cfg> std::tuple<Tensor, Tensor> vision_rope_2d_forward(const Tensor& query, const Tensor& key) {
+/// VisionRope2D.forward(query, key[, positions]): both rotated in place, returned. positions (i32
+/// [T, 2] on the device: each token's patch row and column, Qwen2-VL's towers over images of any
+/// size) replaces the constants' uniform grid.
+template <class Cfg>
+std::tuple<Tensor, Tensor> vision_rope_2d_forward(const Tensor& query, const Tensor& key, const Tensor& positions = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t W = Cfg::num_heads * Cfg::head_dim;
   for (const Tensor* x : {&query, &key})
     FK_CHECK(x->dim() == 2 && x->size(1) == W && x->stride(1) == 1 && x->dtype() == dtype_of<T>,
              "VisionRope2D input " + x->str() + ": expected [T, " + std::to_string(W) + "] rows of " + dtype_name(dtype_of<T>));
-  FK_CHECK(query.size(0) == key.size(0) && query.size(0) % vision_rope_tokens_per_image<Cfg>() == 0,
-           "VisionRope2D: " + std::to_string(query.size(0)) + " tokens are not whole images of " +
-               std::to_string(vision_rope_tokens_per_image<Cfg>()));
+  fk::kernels::VisionRopeGeometry g = vision_rope_geometry<Cfg>();
+  if (positions.defined()) {
+    FK_CHECK(Cfg::prefix_tokens == 0, "VisionRope2D: a position table serves towers without class or register tokens");
+    FK_CHECK(positions.dtype() == DType::kI32 && positions.dim() == 2 && positions.size(0) == query.size(0) && positions.size(1) == 2 &&
+                 positions.is_contiguous(),
+             "VisionRope2D positions " + positions.str() + ": expected contiguous i32 [" + std::to_string(query.size(0)) + ", 2] (row, column)");
+    FK_CHECK(query.size(0) == key.size(0), "VisionRope2D: query and key have different token counts");
+    g.positions = positions.data<int32_t>();
+  } else {
+    FK_CHECK(query.size(0) == key.size(0) && query.size(0) % vision_rope_tokens_per_image<Cfg>() == 0,
+             "VisionRope2D: " + std::to_string(query.size(0)) + " tokens are not whole images of " +
+                 std::to_string(vision_rope_tokens_per_image<Cfg>()));
+  }
   Tensor q = query, k = key;  // in place
   fk::kernels::vision_rope_2d<T, static_cast<int>(Cfg::head_dim)>(q.data<T>(), q.stride(0), static_cast<int>(Cfg::num_heads), k.data<T>(),
-                                                                  k.stride(0), static_cast<int>(Cfg::num_heads), q.size(0),
-                                                                  vision_rope_geometry<Cfg>(), current_stream());
+                                                                  k.stride(0), static_cast<int>(Cfg::num_heads), q.size(0), g,
+                                                                  current_stream());
   FK_CHECK_LAUNCH();
   return {query, key};
 }

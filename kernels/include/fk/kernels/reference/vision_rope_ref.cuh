@@ -18,18 +18,25 @@ __global__ void vision_rope_2d_ref_kernel(float* out, int64_t out_stride, const 
   const int h = static_cast<int>((idx / half) % heads), i = static_cast<int>(idx % half);
   const T* row = x + t * x_stride + static_cast<int64_t>(h) * d;
   float* o = out + t * out_stride + static_cast<int64_t>(h) * d;
-  const int p = static_cast<int>(t % g.tokens_per_image) - g.prefix;
+  int py, px;
+  const int p = g.positions ? 0 : static_cast<int>(t % g.tokens_per_image) - g.prefix;
   if (p < 0) {
     o[i] = to_float(row[i]);
     o[i + half] = to_float(row[i + half]);
     return;
   }
-  // Window w of the grid (windows in row-major order), patch q inside it (row-major).
-  const int per_window = g.merge * g.merge;
-  const int window = p / per_window, inside = p - window * per_window;
-  const int windows_per_row = g.grid_w / g.merge;
-  const int window_row = window / windows_per_row, window_col = window - window_row * windows_per_row;
-  const int py = window_row * g.merge + inside / g.merge, px = window_col * g.merge + inside % g.merge;
+  if (g.positions) {  // the caller's table
+    py = g.positions[2 * t];
+    px = g.positions[2 * t + 1];
+  } else {
+    // Window w of the grid (windows in row-major order), patch q inside it (row-major).
+    const int per_window = g.merge * g.merge;
+    const int window = p / per_window, inside = p - window * per_window;
+    const int windows_per_row = g.grid_w / g.merge;
+    const int window_row = window / windows_per_row, window_col = window - window_row * windows_per_row;
+    py = window_row * g.merge + inside / g.merge;
+    px = window_col * g.merge + inside % g.merge;
+  }
   const double pi = 3.141592653589793238;
   const double coord_y = g.centered ? 2 * pi * ((py + 0.5) * 2.0 / g.grid_h - 1.0) : double(py);
   const double coord_x = g.centered ? 2 * pi * ((px + 0.5) * 2.0 / g.grid_w - 1.0) : double(px);

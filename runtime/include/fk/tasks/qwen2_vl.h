@@ -1,0 +1,465 @@
+// Forward glue, references and harnesses of Qwen2-VL's vision tower (issue 22), mirroring vLLM's
+// vllm/model_executor/models/qwen2_vl.py (the production module signatures) and HF's
+// Qwen2VisionTransformerPretrainedModel (the parameter names and the parity check):
+//   qwen2_vl_vision_attention (L2)  Qwen2VisionAttention: proj(attn(rope(q), rope(k), v)), q/k/v one
+//                                   fused projection, the 2-D rope of every patch's (row, column),
+//                                   bidirectional attention inside each frame
+//   qwen2_vl_vision_mlp (L2)        Qwen2VisionMLP: fc2(act(fc1(x)))
+//   qwen2_vl_vision_block (L3)      Qwen2VisionBlock: h = x + attn(norm1(x)); out = h + mlp(norm2(h)),
+//                                   the first add fused into norm2
+//   qwen2_vl_patch_merger (L2)      Qwen2VisionPatchMerger: fc2(gelu(fc1(ln_q(x) viewed as rows of
+//                                   spatial_merge_size^2 patches)))
+//   qwen2_vl_vision_model (L4)      Qwen2VisionTransformer: patch embedding (Conv3d as one GEMM), the
+//                                   blocks, the merger
+// Note [Vision grids]
+// The tower serves images of any size (dynamic resolution): its input is the processor's patch rows
+// and every image's grid (t, h, w) in patches. The rows of one image come frame by frame; inside a
+// frame, window by window (spatial_merge_size^2 patches, windows row-major), row-major inside a
+// window, so that the merger's rows are whole windows. Attention runs inside each frame (cu_seqlens
+// of h * w per frame); the rope turns by each patch's row and column in its frame. Production
+// (vLLM rot_pos_emb, HF get_vision_position_ids) computes both from grid_thw per forward; here
+// VisionBatch does it once on the host and uploads it, and the modules take it as arguments, as
+// vLLM's blocks take cu_seqlens and the rope tables (no upload inside a forward: graph-capturable).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fk/kernels/reference/vision_rope_ref.cuh"
+#include "fk/tasks/patch_embed.h"
+#include "fk/tasks/vision_rope.h"
+#include "fk/tasks/vit.h"
+
+namespace fk::tasks {
+
+// ---------------------------------------------------------------------------------------------
+// Grids (Note [Vision grids]).
+
+/// One image's (or video's) patch grid: t frames of h x w patches.
+struct VisionGrid {
+  int64_t t = 1, h = 0, w = 0;
+};
+
+/// Checks a batch of grids against the merge window; names the first bad image.
+inline void check_vision_grids(const std::vector<VisionGrid>& grids, int64_t merge) {
+  FK_CHECK(!grids.empty(), "grid_thw: expected at least one image");
+  for (size_t i = 0; i < grids.size(); ++i) {
+    const VisionGrid& g = grids[i];
+    FK_CHECK(g.t >= 1 && g.h >= merge && g.w >= merge && g.h % merge == 0 && g.w % merge == 0,
+             "grid_thw[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " + std::to_string(g.w) +
+                 "): expected t >= 1 and h, w positive multiples of spatial_merge_size " + std::to_string(merge));
+  }
+}
+
+/// The patches of a batch of grids.
+inline int64_t vision_grid_tokens(const std::vector<VisionGrid>& grids) {
+  int64_t n = 0;
+  for (const VisionGrid& g : grids) n += g.t * g.h * g.w;
+  return n;
+}
+
+/// Every patch's (row, column) in the processor's order, flattened [T * 2] (vLLM rot_pos_emb's
+/// hpos/wpos): per frame, windows row-major, row-major inside a window.
+inline std::vector<int32_t> vision_patch_positions(const std::vector<VisionGrid>& grids, int64_t merge) {
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(2 * vision_grid_tokens(grids)));
+  for (const VisionGrid& g : grids)
+    for (int64_t f = 0; f < g.t; ++f)
+      for (int64_t p = 0; p < g.h * g.w; ++p) {
+        const int64_t mm = merge * merge, window = p / mm, inside = p % mm, per_row = g.w / merge;
+        out.push_back(static_cast<int32_t>((window / per_row) * merge + inside / merge));
+        out.push_back(static_cast<int32_t>((window % per_row) * merge + inside % merge));
+      }
+  return out;
+}
+
+/// The case's grids (dims batch, grid_h, grid_w; `mixed`: image 0 the full grid, the others' sides
+/// multiples of the merge window drawn from the seed, up to the full grid). One frame each.
+inline std::vector<VisionGrid> case_vision_grids(const ShapeCase& c, int64_t merge) {
+  const int64_t batch = c.get("batch"), gh = c.get("grid_h"), gw = c.get("grid_w");
+  std::vector<VisionGrid> grids(static_cast<size_t>(batch), VisionGrid{1, gh, gw});
+  if (c.has("mixed")) {
+    uint64_t h = static_cast<uint64_t>(c.get("mixed"));
+    for (size_t i = 1; i < grids.size(); ++i) {
+      grids[i].h = merge * (1 + static_cast<int64_t>((h = mix_seed(h, 2 * i)) % uint64_t(gh / merge)));
+      grids[i].w = merge * (1 + static_cast<int64_t>((h = mix_seed(h, 2 * i + 1)) % uint64_t(gw / merge)));
+    }
+  }
+  return grids;
+}
+
+/// The per-forward metadata of a batch of grids on the device: one sequence per frame
+/// (cu_seqlens i32 [frames + 1], the longest), every patch's (row, column) (i32 [T, 2]).
+struct VisionBatch {
+  std::vector<VisionGrid> grids;
+  std::vector<int32_t> host_cu;
+  Tensor cu_seqlens, positions;
+  int64_t max_seqlen = 0, tokens = 0;
+
+  VisionBatch() = default;
+  VisionBatch(std::vector<VisionGrid> g, int64_t merge) : grids(std::move(g)) {
+    check_vision_grids(grids, merge);
+    host_cu = {0};
+    for (const VisionGrid& x : grids)
+      for (int64_t f = 0; f < x.t; ++f) {
+        host_cu.push_back(static_cast<int32_t>(host_cu.back() + x.h * x.w));
+        max_seqlen = std::max(max_seqlen, x.h * x.w);
+      }
+    tokens = host_cu.back();
+    cu_seqlens = to_device(host_cu, {static_cast<int64_t>(host_cu.size())});
+    positions = to_device(vision_patch_positions(grids, merge), {tokens, 2});
+  }
+  /// Key-query pairs of the bidirectional attention (cost models).
+  double pairs() const {
+    double p = 0;
+    for (size_t i = 1; i < host_cu.size(); ++i) p += double(host_cu[i] - host_cu[i - 1]) * double(host_cu[i] - host_cu[i - 1]);
+    return p;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Forward glue.
+
+/// Qwen2VisionAttention.forward(x [T, E], cu_seqlens, positions [T, 2], max_seqlen) -> [T, E].
+template <class Cfg, class M>
+Tensor qwen2_vl_vision_attention_forward(M& m, const Tensor& x, const Tensor& cu_seqlens, const Tensor& positions, int64_t max_seqlen) {
+  constexpr int64_t Hq = Cfg::num_heads, D = Cfg::head_dim, q_size = Hq * D;
+  const int64_t tokens = x.size(0);
+  Tensor qkv = std::get<0>(m.qkv.forward(x));
+  m.rotary_emb.forward(qkv.narrow_last(0, q_size), qkv.narrow_last(q_size, q_size), positions);  // in place
+  Tensor q = contiguous_rows(qkv.narrow_last(0, q_size)).view({tokens, Hq, D});
+  Tensor k = contiguous_rows(qkv.narrow_last(q_size, q_size)).view({tokens, Hq, D});
+  Tensor v = contiguous_rows(qkv.narrow_last(2 * q_size, q_size)).view({tokens, Hq, D});
+  Tensor attn = m.attn.forward(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen);
+  return std::get<0>(m.proj.forward(attn.view({tokens, q_size})));
+}
+
+/// Qwen2VisionMLP.forward(x) -> fc2(act(fc1(x))).
+template <class M> Tensor qwen2_vl_vision_mlp_forward(M& m, const Tensor& x) {
+  return std::get<0>(m.fc2.forward(m.act.forward(std::get<0>(m.fc1.forward(x)))));
+}
+
+/// Qwen2VisionBlock.forward(x [T, E], cu_seqlens, positions, max_seqlen) -> [T, E].
+template <class B>
+Tensor qwen2_vl_vision_block_forward(B& b, const Tensor& x, const Tensor& cu_seqlens, const Tensor& positions, int64_t max_seqlen) {
+  Tensor a = b.attn.forward(b.norm1.forward(x), cu_seqlens, positions, max_seqlen);
+  auto [normed, h] = b.norm2.forward(a, x);  // (LN(a + x), a + x)
+  Tensor out = b.mlp.forward(normed);
+  add_(out, h);  // one rounding of the residual add
+  return out;
+}
+
+/// Qwen2VisionPatchMerger.forward(x [T, E]) -> [T / m^2, out_hidden_size].
+template <class Cfg, class M> Tensor qwen2_vl_patch_merger_forward(M& m, const Tensor& x) {
+  constexpr int64_t E = Cfg::hidden_size, mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size;
+  FK_CHECK(x.dim() == 2 && x.size(1) == E && x.size(0) % mm == 0,
+           "Qwen2VisionPatchMerger input " + x.str() + ": expected [T, " + std::to_string(E) + "], T a multiple of " + std::to_string(mm) +
+               " (whole merge windows)");
+  Tensor normed = m.ln_q.forward(x).view({x.size(0) / mm, E * mm});
+  return std::get<0>(m.fc2.forward(m.act.forward(std::get<0>(m.fc1.forward(normed)))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters (HF Qwen2VisionTransformerPretrainedModel names: blocks.N.attn.qkv, ...).
+
+/// `prefix`: e.g. "blocks.0.attn."
+template <class Cfg, class M> void add_qwen2_vl_attention_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.qkv, {Part(prefix + "qkv", 3 * Cfg::num_heads * Cfg::head_dim)});
+  add_linear(out, m.proj, {Part(prefix + "proj", Cfg::hidden_size)});
+}
+/// `prefix`: e.g. "blocks.0.mlp."
+template <class Cfg, class M> void add_qwen2_vl_mlp_params(ParamList& out, M& m, const std::string& prefix) {
+  add_linear(out, m.fc1, {Part(prefix + "fc1", Cfg::intermediate_size)});
+  add_linear(out, m.fc2, {Part(prefix + "fc2", Cfg::hidden_size)});
+}
+/// `prefix`: e.g. "blocks.0."
+template <class B> void add_qwen2_vl_block_params(ParamList& out, B& b, const std::string& prefix) {
+  add_layer_norm_params(out, b.norm1, prefix + "norm1");
+  b.attn.named_parameters(prefix + "attn.", out);
+  add_layer_norm_params(out, b.norm2, prefix + "norm2");
+  b.mlp.named_parameters(prefix + "mlp.", out);
+}
+/// `prefix`: e.g. "merger." (ln_q, mlp.0, mlp.2: the nn.Sequential's indices).
+template <class Cfg, class M> void add_qwen2_vl_merger_params(ParamList& out, M& m, const std::string& prefix) {
+  add_layer_norm_params(out, m.ln_q, prefix + "ln_q");
+  add_linear(out, m.fc1, {Part(prefix + "mlp.0", Cfg::hidden_size * Cfg::spatial_merge_size * Cfg::spatial_merge_size)});
+  add_linear(out, m.fc2, {Part(prefix + "mlp.2", Cfg::out_hidden_size)});
+}
+
+// ---------------------------------------------------------------------------------------------
+// References (Note [Composite references]): op by op from the model dtype, rounded where a bf16
+// network rounds.
+
+/// Every patch's (row, column) the way HF builds it (get_vision_position_ids: the h x w index grids
+/// cut into (h/m, m, w/m, m) blocks, permuted to (h/m, w/m, m, m), flattened), independently of
+/// vision_patch_positions; on the device, i32 [T, 2].
+inline Tensor ref_vision_positions(const std::vector<VisionGrid>& grids, int64_t merge) {
+  std::vector<int32_t> pos;
+  for (const VisionGrid& g : grids)
+    for (int64_t f = 0; f < g.t; ++f)
+      for (int64_t bh = 0; bh < g.h / merge; ++bh)
+        for (int64_t bw = 0; bw < g.w / merge; ++bw)
+          for (int64_t ih = 0; ih < merge; ++ih)
+            for (int64_t iw = 0; iw < merge; ++iw) {
+              pos.push_back(static_cast<int32_t>(bh * merge + ih));
+              pos.push_back(static_cast<int32_t>(bw * merge + iw));
+            }
+  return to_device(pos, {static_cast<int64_t>(pos.size() / 2), 2});
+}
+
+/// The rope of x [T, Hq*D] (model dtype) at the given positions, fp64 reference, rounded to the model dtype.
+template <class Cfg> Tensor ref_qwen2_vl_rope(const Tensor& x, const Tensor& positions) {
+  using T = typename Cfg::scalar_t;
+  fk::kernels::VisionRopeGeometry g{0, 0, 1, 1, 1, static_cast<float>(Cfg::rope_theta), false, positions.data<int32_t>()};
+  Tensor out = empty({x.size(0), Cfg::num_heads * Cfg::head_dim}, DType::kF32);
+  fk::kernels::reference::vision_rope_2d_ref<T>(out.data<float>(), out.stride(0), x.data<T>(), x.stride(0), x.size(0),
+                                                static_cast<int>(Cfg::num_heads), static_cast<int>(Cfg::head_dim), g, current_stream());
+  FK_CHECK_LAUNCH();
+  return ref::round_to(out, dtype_of<T>);
+}
+template <class Cfg, class M>
+Tensor ref_qwen2_vl_attention(M& m, const std::vector<int32_t>& cu, const Tensor& positions, const Tensor& x) {
+  constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
+  Tensor qkv = ref::linear(x, m.qkv.weight, m.qkv.bias);
+  Tensor q = ref_qwen2_vl_rope<Cfg>(qkv.narrow_last(0, Hq * D), positions);
+  Tensor k = ref_qwen2_vl_rope<Cfg>(qkv.narrow_last(Hq * D, Hq * D), positions);
+  Tensor attn = ref::attention_prefill(q, k, qkv.narrow_last(2 * Hq * D, Hq * D), cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), false);
+  return ref::linear(attn, m.proj.weight, m.proj.bias);
+}
+template <class Cfg, class M> Tensor ref_qwen2_vl_mlp(M& m, const Tensor& x) {
+  return ref::linear(ref::activation(ref::linear(x, m.fc1.weight, m.fc1.bias), Cfg::activation), m.fc2.weight, m.fc2.bias);
+}
+template <class Cfg, class B>
+Tensor ref_qwen2_vl_block(B& b, const std::vector<int32_t>& cu, const Tensor& positions, const Tensor& x) {
+  Tensor a = ref_qwen2_vl_attention<Cfg>(b.attn, cu, positions, ref::layer_norm(x, b.norm1.weight, b.norm1.bias, b.norm1.eps));
+  auto [normed, h] = ref::add_layer_norm(a, x, b.norm2.weight, b.norm2.bias, b.norm2.eps);
+  return ref::round_to(ref::add_f32(ref_qwen2_vl_mlp<Cfg>(b.mlp, normed), h), x.dtype());
+}
+/// The merger by reference (MergerCfg: hidden_size = E, spatial_merge_size).
+template <class MergerCfg, class M> Tensor ref_qwen2_vl_merger(M& m, const Tensor& x) {
+  constexpr int64_t E = MergerCfg::hidden_size, mm = MergerCfg::spatial_merge_size * MergerCfg::spatial_merge_size;
+  Tensor normed = ref::layer_norm(x, m.ln_q.weight, m.ln_q.bias, m.ln_q.eps).view({x.size(0) / mm, E * mm});
+  Tensor h = ref::activation(ref::linear(normed, m.fc1.weight, m.fc1.bias), fk::kernels::Act::kGelu);
+  return ref::linear(h, m.fc2.weight, m.fc2.bias);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harnesses.
+
+/// qwen2_vl_vision_attention (L2) and qwen2_vl_vision_block (L3) over a batch of images (case dims
+/// batch, grid_h, grid_w, mixed: Note [Vision grids]); x ~ N(0, 1). Parameters under "blocks.0.".
+template <class Module, class Cfg, bool kBlock> class Qwen2VisionStepInstance final : public TaskInstance {
+ public:
+  explicit Qwen2VisionStepInstance(const ShapeCase& c) : module_(from_config) {
+    batch_ = VisionBatch(case_vision_grids(c, Cfg::spatial_merge_size), Cfg::spatial_merge_size);
+    constexpr int64_t E = Cfg::hidden_size;
+    const double act = double(batch_.tokens) * (6 * E + (kBlock ? 2 * IntermediateOf<Cfg>::value : 0)) * sizeof(T);
+    require_device_memory(3 * act, "vision tower activations");
+    if constexpr (kBlock) module_.named_parameters("blocks.0.", params_);
+    else module_.named_parameters("blocks.0.attn.", params_);
+    x_ = empty({batch_.tokens, E}, dtype_of<T>);
+    ref_positions_ = ref_vision_positions(batch_.grids, Cfg::spatial_merge_size);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 4101));
+  }
+  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
+  void prepare(int) override { out_ = Tensor(); }
+  void run(int) override { out_ = module_.forward(x_, batch_.cu_seqlens, batch_.positions, batch_.max_seqlen); }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    Tensor ref;
+    if constexpr (kBlock) ref = ref_qwen2_vl_block<Cfg>(module_, batch_.host_cu, ref_positions_, x_);
+    else ref = ref_qwen2_vl_attention<Cfg>(module_, batch_.host_cu, ref_positions_, x_);
+    return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double E = Cfg::hidden_size;
+    const double t = double(batch_.tokens);
+    double flops = 2 * t * E * 3 * E + 4 * batch_.pairs() * E + 2 * t * E * E;
+    if (kBlock) flops += 4 * t * E * IntermediateOf<Cfg>::value;
+    return {flops, param_bytes(params_) + 2 * t * E * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  Module module_;
+  VisionBatch batch_;
+  ParamList params_;
+  Tensor x_, out_, ref_positions_;
+};
+
+/// qwen2_vl_vision_mlp (L2). Case dims: num_tokens.
+template <class Cfg> struct Qwen2VisionMlpRefs {
+  template <class M> static Tensor mlp(M& m, const Tensor& x) { return ref_qwen2_vl_mlp<Cfg>(m, x); }
+};
+template <class Module, class Cfg> using Qwen2VisionMlpInstance = EncoderMlpStepInstance<Module, Cfg, Qwen2VisionMlpRefs<Cfg>>;
+
+/// qwen2_vl_patch_merger (L2). Case dims: num_tokens (patches, whole windows); x ~ N(0, 1).
+template <class Module, class Cfg> class Qwen2PatchMergerInstance final : public TaskInstance {
+ public:
+  explicit Qwen2PatchMergerInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
+    constexpr int64_t mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size;
+    FK_CHECK(tokens_ % mm == 0, "patch merger cases are whole windows of " + std::to_string(mm) + " patches");
+    module_.named_parameters("merger.", params_);
+    const double set_bytes = double(tokens_) * Cfg::hidden_size * sizeof(T);
+    const int n = rotating_sets(set_bytes);
+    require_device_memory(n * set_bytes + 4.0 * set_bytes + double(tokens_ / mm) * Cfg::out_hidden_size * 6, "patch merger activations");
+    for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));
+    out_.resize(n);
+  }
+  int num_sets() const override { return static_cast<int>(x_.size()); }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1000 + s));
+  }
+  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
+  void prepare(int s) override { out_[s] = Tensor(); }
+  void run(int s) override { out_[s] = module_.forward(x_[s]); }
+  std::vector<Tensor> inputs(int s) override {
+    auto v = param_tensors(params_);
+    v.push_back(x_[s]);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int s) override {
+    return {{"out", out_[s], to_f32(ref_qwen2_vl_merger<Cfg>(module_, x_[s])), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
+  }
+  Cost cost() const override {
+    constexpr double M = double(Cfg::hidden_size) * Cfg::spatial_merge_size * Cfg::spatial_merge_size, O = Cfg::out_hidden_size;
+    const double w = double(tokens_) / (Cfg::spatial_merge_size * Cfg::spatial_merge_size);
+    return {2 * w * M * (M + O), param_bytes(params_) + (double(tokens_) * Cfg::hidden_size + w * O) * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  int64_t tokens_;
+  Module module_;
+  ParamList params_;
+  std::vector<Tensor> x_, out_;
+};
+
+/// The merger constants of a whole tower's config.
+template <class Cfg> struct Qwen2MergerConstants {
+  static constexpr int64_t hidden_size = Cfg::hidden_size, spatial_merge_size = Cfg::spatial_merge_size;
+};
+
+/// (last hidden state [T, E], merged [T / m^2, out]) of a Qwen2VisionTransformer by reference:
+/// the patch embedding as the fp32 GEMM of the rows, rounded; the blocks; the merger.
+template <class Cfg, class M>
+std::pair<Tensor, Tensor> ref_qwen2_vl_model(M& m, const VisionBatch& batch, const Tensor& ref_positions, const Tensor& pixels) {
+  constexpr int64_t K = Cfg::num_channels * Cfg::temporal_patch_size * Cfg::patch_size * Cfg::patch_size;
+  Tensor h = ref::linear(pixels, m.patch_embed.weight.view({Cfg::hidden_size, K}), m.patch_embed.bias);
+  for (auto& block : m.blocks) h = ref_qwen2_vl_block<Cfg>(block, batch.host_cu, ref_positions, h);
+  return {h, ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h)};
+}
+
+/// qwen2_vl_vision_model (L4) over a batch of images (Note [Vision grids]): the processor's rows
+/// [T, C*T*P*P] ~ N(0, 1) (normalised pixels) -> the blocks' output and the merged tokens, both
+/// checked against the composite reference; HF transformers is the external check (bench/parity/).
+template <class Model, class Cfg> class Qwen2VisionModelInstance final : public TaskInstance {
+ public:
+  explicit Qwen2VisionModelInstance(const ShapeCase& c) {
+    batch_ = VisionBatch(case_vision_grids(c, Cfg::spatial_merge_size), Cfg::spatial_merge_size);
+    constexpr double E = Cfg::hidden_size, I = Cfg::intermediate_size;
+    const double t = double(batch_.tokens);
+    const double weights = Cfg::num_hidden_layers * (4 * E * E + 2 * E * I) + kRow * E;
+    require_device_memory((weights + 3 * t * (8 * E + 2 * I + kRow)) * sizeof(T), "the whole vision tower (weights, activations)");
+    model_ = std::make_unique<Model>();
+    model_->named_parameters(params_);
+    pixels_ = empty({batch_.tokens, kRow}, dtype_of<T>);
+    ref_positions_ = ref_vision_positions(batch_.grids, Cfg::spatial_merge_size);
+  }
+  int num_sets() const override { return 1; }
+  void randomize(uint64_t seed) override {
+    init_params(params_, seed);
+    refresh(0, mix_seed(seed, 5201));
+  }
+  void refresh(int, uint64_t seed) override { fill_normal(pixels_, seed); }
+  void prepare(int) override { hidden_ = merged_ = Tensor(); }
+  void run(int) override {
+    hidden_ = model_->forward_hidden(pixels_, batch_);
+    merged_ = model_->merger.forward(hidden_);
+  }
+  std::vector<Tensor> inputs(int) override {
+    auto v = param_tensors(params_);
+    v.push_back(pixels_);
+    return v;
+  }
+  std::vector<CheckedOutput> reference(int) override {
+    std::pair<Tensor, Tensor> r = ref_qwen2_vl_model<Cfg>(*model_, batch_, ref_positions_, pixels_);
+    const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
+    return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"merged", merged_, to_f32(r.second), tol}};
+  }
+  Cost cost() const override {
+    constexpr double E = Cfg::hidden_size, I = Cfg::intermediate_size, mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size;
+    const double t = double(batch_.tokens), L = double(model_->num_layers());
+    const double flops = 2 * t * kRow * E + L * (8 * t * E * E + 4 * batch_.pairs() * E + 4 * t * E * I) +
+                         2 * (t / mm) * E * mm * (E * mm + Cfg::out_hidden_size);
+    return {flops, param_bytes(params_) + t * (kRow + E) * sizeof(T)};
+  }
+
+ private:
+  using T = typename Cfg::scalar_t;
+  static constexpr int64_t kRow = Cfg::num_channels * Cfg::temporal_patch_size * Cfg::patch_size * Cfg::patch_size;
+  VisionBatch batch_;
+  std::unique_ptr<Model> model_;
+  ParamList params_;
+  Tensor pixels_, ref_positions_, hidden_, merged_;
+};
+
+/// The generated Qwen2VisionTransformer behind the VisionTowerModel interface (fk_model, parity).
+template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public VisionTowerModel {
+ public:
+  /// num_layers 0: the config's depth.
+  Qwen2VisionTowerAdapter(std::string task_name, int64_t num_layers)
+      : name_(std::move(task_name)), m_(num_layers > 0 ? num_layers : Cfg::num_hidden_layers) {}
+  std::string task_name() const override { return name_; }
+  int64_t num_layers() const override { return m_.num_layers(); }
+  int64_t hidden_size() const override { return Cfg::hidden_size; }
+  int64_t out_hidden_size() const override { return Cfg::out_hidden_size; }
+  int64_t patch_dim() const override { return Cfg::num_channels * Cfg::temporal_patch_size * Cfg::patch_size * Cfg::patch_size; }
+  int64_t patch_size() const override { return Cfg::patch_size; }
+  int64_t merge_size() const override { return Cfg::spatial_merge_size; }
+  int64_t bench_grid() const override { return Cfg::grid; }
+  DType dtype() const override { return dtype_of<typename Cfg::scalar_t>; }
+  ParamList named_parameters() override {
+    ParamList p;
+    m_.named_parameters(p);
+    return p;
+  }
+  Tensor forward(const Tensor& pixel_values, const std::vector<std::array<int64_t, 3>>& grid_thw,
+                 std::vector<Tensor>* layer_outputs) override {
+    std::vector<VisionGrid> grids;
+    for (const auto& g : grid_thw) grids.push_back({g[0], g[1], g[2]});
+    const VisionBatch& batch = batch_for(grids);
+    return m_.forward_hidden(pixel_values, batch, layer_outputs);
+  }
+  Tensor merge(const Tensor& hidden_states) override { return m_.merger.forward(hidden_states); }
+
+ private:
+  /// The device metadata of a batch of grids, built once per distinct batch (no upload per call).
+  const VisionBatch& batch_for(const std::vector<VisionGrid>& grids) {
+    std::vector<int64_t> key;
+    for (const VisionGrid& g : grids) key.insert(key.end(), {g.t, g.h, g.w});
+    std::unique_ptr<VisionBatch>& p = batches_[key];
+    if (!p) p = std::make_unique<VisionBatch>(grids, Cfg::spatial_merge_size);
+    return *p;
+  }
+  std::string name_;
+  Model m_;
+  std::map<std::vector<int64_t>, std::unique_ptr<VisionBatch>> batches_;
+};
+
+}  // namespace fk::tasks
