@@ -49,6 +49,8 @@ def load_encoder_config(arch, layers, root):
     """transformers config (AutoConfig.for_model, nothing from the hub) with num_hidden_layers set."""
     import hfmodel
 
+    if encoder_model_type(arch, root) in TOWER_MODEL_TYPES:
+        return load_tower_config(arch, layers, root)
     return hfmodel.load_config(arch, layers, root, supported=ENCODER_MODEL_TYPES)
 
 

@@ -158,7 +158,8 @@ def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
     if mt not in supported and sidecar(arch, root).get("served_as") not in supported:
         raise SetupError(f"{arch}: model_type {mt!r} not supported (supported: {', '.join(supported)}, "
                          f"or a config added with `fastkernels add --as` one of them)")
-    full = int(d["num_hidden_layers"])
+    # A component config may leave the depth to its class default (SigLIP-2's vision_config).
+    full = int(d["num_hidden_layers"]) if "num_hidden_layers" in d else int(AutoConfig.for_model(mt).num_hidden_layers)
     n = full if layers is None else int(layers)
     if not 1 <= n <= full:
         raise SetupError(f"{arch}: --layers {n} out of range 1..{full}")

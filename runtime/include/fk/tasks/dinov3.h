@@ -141,7 +141,8 @@ template <class Cfg, class M> Tensor ref_dinov3_attention(M& m, const std::vecto
   constexpr int Hq = Cfg::num_heads, D = Cfg::head_dim;
   Tensor qkv = ref::linear(x, m.qkv_proj.weight, m.qkv_proj.bias);
   Tensor q = ref_vision_rope<Cfg>(qkv.narrow_last(0, Hq * D)), k = ref_vision_rope<Cfg>(qkv.narrow_last(Hq * D, Hq * D));
-  Tensor attn = ref::attention_prefill(q, k, qkv.narrow_last(2 * Hq * D, Hq * D), cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), false);
+  // q and k are the rope's contiguous outputs: v as contiguous rows too (the reference takes one row stride for k and v).
+  Tensor attn = ref::attention_prefill(q, k, contiguous_rows(qkv.narrow_last(2 * Hq * D, Hq * D)), cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), false);
   return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
 }
 template <class Cfg, class M> Tensor ref_dinov3_mlp(M& m, const Tensor& x) {

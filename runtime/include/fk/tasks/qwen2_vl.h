@@ -229,7 +229,8 @@ Tensor ref_qwen2_vl_attention(M& m, const std::vector<int32_t>& cu, const Tensor
   Tensor qkv = ref::linear(x, m.qkv.weight, m.qkv.bias);
   Tensor q = ref_qwen2_vl_rope<Cfg>(qkv.narrow_last(0, Hq * D), positions);
   Tensor k = ref_qwen2_vl_rope<Cfg>(qkv.narrow_last(Hq * D, Hq * D), positions);
-  Tensor attn = ref::attention_prefill(q, k, qkv.narrow_last(2 * Hq * D, Hq * D), cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), false);
+  // q and k are the rope's contiguous outputs: v as contiguous rows too (the reference takes one row stride for k and v).
+  Tensor attn = ref::attention_prefill(q, k, contiguous_rows(qkv.narrow_last(2 * Hq * D, Hq * D)), cu, Hq, Hq, D, Cfg::softmax_scale, 0, 0, Tensor(), false);
   return ref::linear(attn, m.proj.weight, m.proj.bias);
 }
 template <class Cfg, class M> Tensor ref_qwen2_vl_mlp(M& m, const Tensor& x) {
