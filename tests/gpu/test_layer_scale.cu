@@ -31,8 +31,9 @@ TEST(Kernels, LayerScale_bf16_h1024_strided) { FK_REQUIRE_GPU(); check_layer_sca
 TEST(Kernels, LayerScale_f16_h384_t1) { FK_REQUIRE_GPU(); check_layer_scale<f16, 384>(1); }
 TEST(Kernels, LayerScale_f32_h192_t33) { FK_REQUIRE_GPU(); check_layer_scale<float, 192>(33); }
 
-// bf16: x * gamma = 1.00390625 * 1.00390625 = 1.0078277... rounds to 1.0078125 (the eager module's rounding of the
-// product); 256 + 2 * 0.5 = 257 stays 257 because the reference adds in double (a bf16 sum could not hold it).
+// bf16: x * gamma = 1.0078125 * 1.0078125 = 1.01568603... (1 + 2^-7 squared) rounds to 1.015625 (the eager module's
+// rounding of the product); 256 + 2 * 0.5 = 257 stays 257 because the reference adds in double (a bf16 sum could not
+// hold it). (1 + 2^-8 is not a bf16 value: the inputs must be.)
 TEST(Kernels, LayerScaleReferenceKnownValues) {
   FK_REQUIRE_GPU();
   auto b16 = [](std::vector<float> v, Shape shape) {
@@ -40,12 +41,12 @@ TEST(Kernels, LayerScaleReferenceKnownValues) {
     for (float f : v) h.push_back(__float2bfloat16(f));
     return to_device(h, shape);
   };
-  Tensor x = b16({1.00390625f, 2.f}, {1, 2}), g = b16({1.00390625f, 0.5f}, {2}), r = b16({0.f, 256.f}, {1, 2});
+  Tensor x = b16({1.0078125f, 2.f}, {1, 2}), g = b16({1.0078125f, 0.5f}, {2}), r = b16({0.f, 256.f}, {1, 2});
   Tensor out = empty({1, 2}, DType::kF32);
   fk::kernels::reference::layer_scale_ref<bf16>(out.data<float>(), x.data<bf16>(), 2, r.data<bf16>(), 2, g.data<bf16>(), 1, 2,
                                                 current_stream());
   FK_CHECK_LAUNCH();
-  EXPECT_EQ(to_host<float>(out), (std::vector<float>{1.0078125f, 257.f}));
+  EXPECT_EQ(to_host<float>(out), (std::vector<float>{1.015625f, 257.f}));
 }
 
 // prepend_tokens: per image the prefix rows (class, registers), then that image's patches, bit-exact.
