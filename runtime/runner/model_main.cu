@@ -709,6 +709,18 @@ int run_encoder_bench(fk::EncoderModel& m, const Options& o, const std::vector<s
 // --------------------------------------------------------------------------------------------
 // Image encoders (vision transformers behind fk::ImageEncoderModel): the parity dump and throughput.
 
+/// The image benches' rows as JSON lines and a markdown table (`per_image`: the tokens column's name).
+void write_image_rows(std::vector<nlohmann::json>& rows, const Options& o, const char* per_image) {
+  write_bench_jsonl(rows, o.jsonl);
+  if (o.markdown.empty()) return;
+  std::ofstream f(o.markdown);
+  f << "| arch | layers | mode | batch | " << per_image << " | ms | images/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& j : rows)
+    f << "| " << o.arch << " | " << j["layers"] << " | images | " << j["batch"] << " | " << j["tokens_per_image"] << " | " << std::fixed
+      << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1) << j["images_per_s"].get<double>() << " | "
+      << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
+}
+
 /// B images ~ N(0, 1) (normalised pixels) in the model dtype, NCHW.
 Tensor random_images(const fk::ImageEncoderModel& m, int64_t b, uint64_t seed) {
   Tensor px = fk::empty({b, m.num_channels(), m.image_size(), m.image_size()}, m.dtype());
@@ -750,15 +762,7 @@ int run_image_bench(fk::ImageEncoderModel& m, const Options& o) {
     std::cerr << "images " << b << ": " << j["ms"].get<double>() << " ms, " << j["images_per_s"].get<double>() << " images/s\n";
     rows.push_back(j);
   }
-  write_bench_jsonl(rows, o.jsonl);
-  if (!o.markdown.empty()) {
-    std::ofstream f(o.markdown);
-    f << "| arch | layers | mode | batch | tokens/image | ms | images/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
-    for (const auto& j : rows)
-      f << "| " << o.arch << " | " << j["layers"] << " | images | " << j["batch"] << " | " << j["tokens_per_image"] << " | "
-        << std::fixed << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1)
-        << j["images_per_s"].get<double>() << " | " << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
-  }
+  write_image_rows(rows, o, "tokens/image");
   return fk::kExitOk;
 }
 
@@ -837,15 +841,7 @@ int run_tower_bench(fk::VisionTowerModel& m, const Options& o) {
     std::cerr << "images " << b << ": " << j["ms"].get<double>() << " ms, " << j["images_per_s"].get<double>() << " images/s\n";
     rows.push_back(j);
   }
-  write_bench_jsonl(rows, o.jsonl);
-  if (!o.markdown.empty()) {
-    std::ofstream f(o.markdown);
-    f << "| arch | layers | mode | batch | patches/image | ms | images/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
-    for (const auto& j : rows)
-      f << "| " << o.arch << " | " << j["layers"] << " | images | " << j["batch"] << " | " << j["tokens_per_image"] << " | "
-        << std::fixed << std::setprecision(2) << j["ms"].get<double>() << " | " << std::setprecision(1)
-        << j["images_per_s"].get<double>() << " | " << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
-  }
+  write_image_rows(rows, o, "patches/image");
   return fk::kExitOk;
 }
 
