@@ -41,6 +41,8 @@
 #                           2 layers; the others: 4 layers), every bidirectional attention task (BERT, ViT, DINOv3, SigLIP head
 #                           dims 64/72/128) beside the torch SDPA backends with the report (encoder-attention target), and
 #                           fk_model --bench of the towers beside HF eager/compile with the same weights
+#     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
+#                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl@G             Qwen2-VL's vision tower (issue 22) on GPU G (background): the vision-rope / grid / 3-D patch
 #                           embedding GPU tests, fk_bench over every task of the tower (mixed image sizes included), HF
 #                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench
@@ -182,6 +184,16 @@ for step in "${steps[@]}"; do
             --markdown '$P/towers_model_'\$t.md >'$P/towers_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_vision_perf.py --arch \$a --weights '$P/tw.safetensors' --modes hf_eager,hf_compile \
             --jsonl '$P/towers_peers_'\$t.jsonl >'$P/towers_peers_'\$t.log 2>&1; rm -f '$P/tw.safetensors'; done"
+      ;;
+    towers-recheck@*)
+      g="${step#*@}"
+      bg towers-recheck "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'LayerScale|PrependTokens|dinov3_|layer_scale_|siglip' --output-on-failure -j 1 --timeout 900) \
+          >'$P/towers_recheck_tests.log' 2>&1; \
+        '$b/fk_bench' --arch 'tiny-random-dinov-3|dinov3-vit7b16' --seed $seed --case-timeout 300 \
+          --jsonl '$P/towers_recheck_bench.jsonl' --markdown '$P/towers_recheck_bench.md' >'$P/towers_recheck_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch google/siglip2-base-patch16-512,google/siglip-so400m-patch14-384,facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 \
+          --fk-model '$b/fk_model' --out '$P/towers_recheck_parity' >'$P/towers_recheck_parity.log' 2>&1"
       ;;
     qwen2vl@*)
       g="${step#*@}"
