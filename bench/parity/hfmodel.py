@@ -19,8 +19,15 @@ import torch  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_CONFIG_ROOT = os.path.join(REPO, "hf_configs")
+# The text models of vision-language checkpoints (`add --component text_config`): transformers has
+# their decoder (Qwen2VLTextModel, ...) but no causal-LM class of its own; TextCausalLM adds the
+# composite's lm_head to it.
+VLM_TEXT_MODEL_TYPES = ("qwen2_vl_text", "qwen2_5_vl_text", "qwen3_vl_text")
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "mixtral", "qwen3_moe", "gemma2", "gemma3_text",
-                         "gpt_oss", "deepseek_v3", "granite", "olmo2")
+                         "gpt_oss", "deepseek_v3", "granite", "olmo2") + VLM_TEXT_MODEL_TYPES
+# Keys only a VLM's composite config reads (where image tokens go), left out of a legacy text component.
+COMPOSITE_ONLY_KEYS = ("architectures", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+                       "vision_token_id", "model_type")
 DEFAULT_ARCHS = (
     "meta-llama/Llama-3.1-8B-Instruct",
     "mistralai/Mistral-7B-Instruct-v0.3",
@@ -100,9 +107,20 @@ def config_component(d, arch, root=None):
     comp = sidecar(arch, root).get("component")
     if not comp:
         return d
-    if not isinstance(d.get(comp), dict):
+    # Legacy layout (Qwen2-VL, Qwen2.5-VL): no text_config, the text model's keys at the top level; the
+    # component is those keys but the other components and the composite's own (as the generator takes it).
+    legacy_text = (comp == "text_config" and comp not in d and "hidden_size" in d and "num_hidden_layers" in d
+                   and isinstance(d.get("model_type"), str))
+    if not legacy_text and not isinstance(d.get(comp), dict):
         raise SetupError(f"{arch}: the sidecar names component {comp!r}, which the config does not hold as an object")
-    part = dict(d[comp])
+    if legacy_text:
+        part = {k: v for k, v in d.items()
+                if k not in COMPOSITE_ONLY_KEYS and not (k.endswith("_config") and isinstance(v, dict))}
+    else:
+        part = dict(d[comp])
+    # The composite's tie_word_embeddings is the text model's (Qwen3-VL's small checkpoints say it there only).
+    if comp == "text_config" and "tie_word_embeddings" in d and "tie_word_embeddings" not in part:
+        part["tie_word_embeddings"] = d["tie_word_embeddings"]
     # The component's model type as the generator derives it (Note [Config components]): its own, or,
     # where it is missing or repeats the composite's (Qwen2-VL's vision_config: "qwen2_vl"), the
     # composite's joined to the key without "_config" (qwen2_vl_vision).
@@ -184,12 +202,52 @@ def load_config(arch, layers=None, root=None, supported=SUPPORTED_MODEL_TYPES):
     return cfg
 
 
+class TextCausalLM(torch.nn.Module):
+    """A VLM's text model as a causal LM: transformers' decoder for the text config (AutoModel:
+    Qwen2VLTextModel, Qwen3VLTextModel, ...) under `model`, and the composite's lm_head, applied as
+    Qwen2VLForConditionalGeneration applies it (to the last logits_to_keep positions). The state-dict
+    names are a causal LM's (model.layers.*, lm_head.weight). Positions default to the text model's own
+    (three equal rows: a text-only prompt)."""
+
+    def __init__(self, cfg, dtype, attn):
+        from transformers import AutoModel
+
+        super().__init__()
+        self.config = cfg
+        self.model = AutoModel.from_config(cfg, dtype=dtype, attn_implementation=attn)
+        self.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype)
+        if getattr(cfg, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids=None, use_cache=False, logits_to_keep=0, position_ids=None, past_key_values=None,
+                cache_position=None, **kw):
+        from types import SimpleNamespace
+
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters
+        if past_key_values is not None:  # the cache keyword of this transformers version
+            kw["past_key_values" if "past_key_values" in params else "cache"] = past_key_values
+        if cache_position is not None and "cache_position" in params:
+            kw["cache_position"] = cache_position
+        out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=use_cache, **kw)
+        h = out.last_hidden_state
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        cache = getattr(out, "past_key_values", None)
+        return SimpleNamespace(logits=self.lm_head(h), last_hidden_state=out.last_hidden_state,
+                               past_key_values=cache if cache is not None else getattr(out, "cache", None))
+
+
 def build_model(cfg, dtype, device, attn="sdpa"):
     """Model with random init, built directly on `device` (fast on GPU, no CPU copy)."""
     from transformers import AutoModelForCausalLM
 
     with torch.device(device):
-        m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
+        if getattr(cfg, "model_type", None) in VLM_TEXT_MODEL_TYPES:
+            m = TextCausalLM(cfg, dtype, attn)
+        else:
+            m = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
     m.eval()
     m.requires_grad_(False)
     return m

@@ -35,6 +35,9 @@ struct Config {
   static constexpr int64_t original_max_position = 0;
   static constexpr double beta_fast = 0;
   static constexpr double beta_slow = 0;
+  // Multimodal rope sections (Note [mrope sections]; "" without), applied by the rotary child.
+  static constexpr const char* mrope_section = "";
+  static constexpr bool mrope_interleaved = false;
   using scalar_t = fk::bf16;
 };
 

@@ -37,6 +37,9 @@ struct Config {
   static constexpr int64_t original_max_position = 4096;
   static constexpr double beta_fast = 32;
   static constexpr double beta_slow = 1;
+  // Multimodal rope sections (Note [mrope sections]; "" without), applied by the rotary child.
+  static constexpr const char* mrope_section = "";
+  static constexpr bool mrope_interleaved = false;
   static constexpr bool o_proj_bias = true;
   static constexpr int64_t sliding_window = 128;  // attention window in keys (0: none)
   static constexpr double softmax_scale = 0.125;  // the attention children's scale

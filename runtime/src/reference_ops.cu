@@ -211,6 +211,24 @@ Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cach
   return finish(out, x.dtype());
 }
 
+Tensor mrope_table(const Tensor& positions, const Tensor& cos_sin_cache, int rotary_dim, int s0, int s1, int s2, bool interleaved) {
+  FK_CHECK(positions.dtype() == DType::kI64 && positions.dim() == 2 && positions.size(0) == 3 && positions.stride(1) == 1,
+           "reference mrope positions: expected i64 [3, T] with contiguous rows, got " + positions.str());
+  FK_CHECK(cos_sin_cache.dtype() == DType::kF32 && cos_sin_cache.size(-1) == rotary_dim, "reference mrope cache " + cos_sin_cache.str());
+  const int64_t t = positions.size(1);
+  Tensor out = empty({t, rotary_dim}, DType::kF32);
+  kr::mrope_table_ref(out.data<float>(), positions.data<int64_t>(), positions.stride(0), cos_sin_cache.data<float>(), t, rotary_dim,
+                      s0, s1, s2, interleaved, current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+Tensor arange_i64(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+  return to_device(v, {n});
+}
+
 Tensor silu_and_mul(const Tensor& x, bool gelu_tanh) {
   check_model_dtype(x, "silu_and_mul input");
   const int64_t d = x.size(1) / 2;

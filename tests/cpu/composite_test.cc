@@ -189,7 +189,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // DINOv3 (the tiny random test model and ViT-7B/16): attention, MLP, layer, model (4 each). SigLIP-2 base/512's
   // tower: the ViT attention, MLP and layer under SigLIP's names, the head's MLP (another vit_mlp: the same task as the
   // layers' MLP), the pooling head and the model (5); SigLIP so400m/14 at 384 px: the same five at its width.
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5);
+  // Qwen2-VL's tower: attention, MLP, block, merger, model (5). The mrope text models of Qwen2-VL-7B and
+  // Qwen2.5-VL-7B: qkv_rope_cache, attention, layer, model (4 each: the rest is Qwen2.5-7B's); Qwen3-VL-32B's:
+  // those four plus its MLP, gate_up_silu and attention_o_proj (7).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_vl_vision, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_vl_vision, qwen3, qwen3_moe, siglip_vision_model, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -559,6 +559,73 @@ TEST(UserConfigs, Qwen2VlVisionTowerComponent) {
   EXPECT_TRUE(g3.tasks.tasks.count("vision_rope_2d_hq4_d16_g20x20_p0_m2_grid_theta10000_bf16"));
 }
 
+TEST(UserConfigs, MropeTextDecoderComponent) {
+  // The text model of a VLM (Note [mrope sections], Note [Config components]): `--component text_config` of a
+  // legacy layout (Qwen2-VL / Qwen2.5-VL: the text keys at the top level) takes the top-level keys but the other
+  // components, the architectures and the image-token ids, as the type qwen2_vl_text; rope_scaling's
+  // mrope_section ("type": "mrope" is transformers' legacy name of default rope with sections) makes the
+  // rotary child an mrope task, spelled in every name above it; interleaved sections (Qwen3-VL) spell "i".
+  const std::string vl = R"({"model_type": "qwen2_vl", "architectures": ["Qwen2VLForConditionalGeneration"], "torch_dtype": "bfloat16",
+    "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "max_position_embeddings": 256, "vocab_size": 100, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "image_token_id": 7,
+    "vision_start_token_id": 5, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "vision_config": {"depth": 2, "embed_dim": 64, "hidden_size": 96, "num_heads": 4}})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.component = "text_config";
+  Generation g;
+  ASSERT_EQ(run_with(vl, c, &g), "");
+  ASSERT_EQ(g.resolved.size(), 1u);
+  EXPECT_EQ(g.resolved[0].model_type, "qwen2_vl_text");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"mrope_d16_rot16_pos256_base1000000_none_neox_mrope2x3x3_hq4_hkv2_bf16",
+                           "qkv_rope_cache_h64_hq4_hkv2_d16_rot16_pos256_base1000000_none_neox_mrope2x3x3_bias_bf16",
+                           "qkv_parallel_linear_h64_d16_hq4_hkv2_bias_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  for (const auto& n : names) EXPECT_EQ(n.find("rotary_embedding"), std::string::npos) << n;
+  // The sections must cover rotary_dim / 2 = 8 frequencies.
+  std::string bad = vl;
+  bad.replace(bad.find("[2, 3, 3]"), 9, "[2, 3, 4]");
+  EXPECT_NE(run_with(bad, c).find("sums to 9, expected rotary_dim / 2 = 8"), std::string::npos) << run_with(bad, c);
+  // Without the component, the composite is not a text model: its vision_config says how to lower it.
+  UserChoices whole;
+  whole.file = "t/fastkernels.json";
+  EXPECT_NE(run_with(vl, whole).find("unknown model_type \"qwen2_vl\""), std::string::npos) << run_with(vl, whole);
+  // Qwen3-VL: text_config nested, interleaved sections, q/k norm; the composite's tie_word_embeddings is inherited.
+  const std::string v3 = R"({"model_type": "qwen3_vl", "tie_word_embeddings": true, "text_config": {"model_type": "qwen3_vl_text",
+    "dtype": "bfloat16", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 100, "rope_theta": 5000000,
+    "rope_scaling": {"rope_type": "default", "mrope_section": [3, 3, 2], "mrope_interleaved": true}},
+    "vision_config": {"depth": 2}})";
+  Generation g3;
+  ASSERT_EQ(run_with(v3, c, &g3), "");
+  names.clear();
+  for (const auto& [name, t] : g3.tasks.tasks) names.insert(name);
+  EXPECT_TRUE(names.count("mrope_d16_rot16_pos256_base5000000_none_neox_mropei3x3x2_hq4_hkv2_bf16"));
+  bool tied = false;
+  for (const auto& n : names) tied |= n.find("_tied_") != std::string::npos;
+  EXPECT_TRUE(tied);
+  // A family that does not lower mrope refuses the sections instead of rotating by the temporal position alone.
+  const std::string gemma = R"({"model_type": "gemma2", "torch_dtype": "bfloat16", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "max_position_embeddings": 256,
+    "vocab_size": 100, "rope_scaling": {"rope_type": "default", "mrope_section": [2, 3, 3]}})";
+  UserChoices plain;
+  plain.file = "t/fastkernels.json";
+  EXPECT_NE(run_with(gemma, plain).find("$.rope_scaling.mrope_section: family gemma does not lower multimodal rope"), std::string::npos)
+      << run_with(gemma, plain);
+  // Malformed sections and interleaving without sections are named.
+  std::string three = vl;
+  three.replace(three.find("[2, 3, 3]"), 9, "[2, 6]");
+  EXPECT_NE(run_with(three, c).find("$.rope_scaling.mrope_section: expected a list of three non-negative integers"), std::string::npos)
+      << run_with(three, c);
+  std::string il = vl;
+  const std::string sections = R"({"type": "mrope", "mrope_section": [2, 3, 3]})";
+  il.replace(il.find(sections), sections.size(), R"({"rope_type": "default", "mrope_interleaved": true})");
+  EXPECT_NE(run_with(il, c).find("$.rope_scaling.mrope_interleaved: expected false or nothing without mrope_section"), std::string::npos)
+      << run_with(il, c);
+}
+
 TEST(UserConfigs, EmbeddingModelTokenHeads) {
   // `add --multi-vector N --sparse --head-bias --drop-special-tokens` (Note [Embedding heads]): the model gets
   // the projection + normalisation and the sparse classifier as children, spelled in its name; the sidecar
@@ -737,6 +804,21 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
     EXPECT_EQ(n.substr(0, 70), "rotary_embedding_d128_rot4_pos131072_base1e16_longrope_a1.25_omp4096_x");
     lr["long_factor"] = std::string("1,3");
     EXPECT_NE(name_of("rotary_embedding", lr), n);  // other lists, other name
+  }
+  // Multimodal rope (Note [mrope sections]): the sections after the style, "i" when interleaved; the
+  // sections must cover rotary_dim / 2 frequencies.
+  {
+    Params m = {{"head_size", int64_t{128}}, {"rotary_dim", int64_t{128}}, {"max_position", int64_t{32768}},
+                {"base", 1000000.0}, {"is_neox_style", true}, {"num_heads", int64_t{28}}, {"num_kv_heads", int64_t{4}},
+                {"mrope_section", std::string("16,24,24")}, {"mrope_interleaved", false}};
+    EXPECT_EQ(name_of("mrope", m), "mrope_d128_rot128_pos32768_base1000000_none_neox_mrope16x24x24_hq28_hkv4_bf16");
+    m["mrope_section"] = std::string("24,20,20");
+    m["mrope_interleaved"] = true;
+    EXPECT_EQ(name_of("mrope", m), "mrope_d128_rot128_pos32768_base1000000_none_neox_mropei24x20x20_hq28_hkv4_bf16");
+    m["mrope_section"] = std::string("24,20,24");
+    EXPECT_THROW(name_of("mrope", m), GenError);  // sums to 68, not 64
+    m["mrope_section"] = std::string("32,32");
+    EXPECT_THROW(name_of("mrope", m), GenError);  // two sections
   }
   rope["scaling_type"] = std::string("deepseek_yarn");
   EXPECT_EQ(name_of("rotary_embedding", rope),
@@ -960,7 +1042,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"grouped_topk", "GroupedTopK"}, {"concat_and_cache_mla", "ConcatAndCacheMLA"}, {"mla_prefill", "MLAPrefill"},
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"layer_scale", "LayerScale"}, {"patch_embedding", "PatchEmbedding"},
-      {"patch_embedding_3d", "PatchEmbedding3D"}, {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"}};
+      {"patch_embedding_3d", "PatchEmbedding3D"}, {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"},
+      {"mrope", "MRotaryEmbedding"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

@@ -19,7 +19,8 @@ const std::vector<std::string>& rope_scaling_names() {
       "rope_scaling.beta_fast",        "rope_scaling.beta_slow", "rope_scaling.factor",
       "rope_scaling.high_freq_factor", "rope_scaling.low_freq_factor", "rope_scaling.mscale_all_dim",
       "rope_scaling.original_max_position", "rope_scaling.type", "rope_scaling.long_factor",
-      "rope_scaling.short_factor", "rope_scaling.attention_factor"};
+      "rope_scaling.short_factor", "rope_scaling.attention_factor", "rope_scaling.mrope_section",
+      "rope_scaling.mrope_interleaved"};
   return names;
 }
 
@@ -453,10 +454,12 @@ class Loader {
     if (d_.fields.count("rope_scaling"))
       for (const auto& n : rope_scaling_names()) known.insert(n);
     for (const auto& e : exprs_)
-      for (const auto& id : e.expr.identifiers())
+      for (const auto& id : e.expr.identifiers()) {
+        d_.identifiers.insert(id);
         if (!known.count(id) && !(e.in_layer && id == "layer"))
           err(e.path, "unknown name '" + id + "' in expression \"" + e.expr.text() + "\" (names: the family's fields and constants" +
                           std::string(d_.fields.count("rope_scaling") ? ", rope_scaling.*" : "") + (e.in_layer ? ", layer" : "") + ")");
+      }
   }
 
   struct SeenExpr {

@@ -134,9 +134,11 @@ std::string expected_text(FieldType t) {
 
 const std::map<std::string, std::vector<std::string>>& rope_scaling_keys() {
   static const std::map<std::string, std::vector<std::string>> keys = {
-      {"default", {}},
+      {"default", {"mrope_interleaved", "mrope_section"}},
       {"linear", {"factor"}},
       {"llama3", {"factor", "high_freq_factor", "low_freq_factor", "original_max_position_embeddings"}},
+      // transformers' legacy name of default rope with mrope sections (Qwen2-VL, Qwen2.5-VL configs)
+      {"mrope", {"mrope_interleaved", "mrope_section"}},
       {"longrope", {"attention_factor", "factor", "long_factor", "original_max_position_embeddings", "short_factor"}},
       {"yarn", {"beta_fast", "beta_slow", "factor", "mscale", "mscale_all_dim", "original_max_position_embeddings", "truncate"}},
   };

@@ -151,7 +151,7 @@ std::string short_digest(const std::string& s) {
 }
 
 std::string rope_spelling(const Params& p, const char* base_key) {
-  const std::string& st = S(p, "scaling_type");
+  const std::string st = p.count("scaling_type") ? S(p, "scaling_type") : std::string("none");
   std::string scaling;
   if (st == "none") scaling = "none";
   else if (st == "llama3")
@@ -169,8 +169,15 @@ std::string rope_spelling(const Params& p, const char* base_key) {
     scaling = "longrope_a" + nf(F(p, "scaling_factor")) + "_omp" + i2s(I(p, "original_max_position")) +
               (p.count("long_factor") ? "_x" + short_digest(S(p, "long_factor") + "|" + S(p, "short_factor")) : "");
   else throw GenError{"unknown rope scaling type " + json_quote(st) + " (known: deepseek_yarn, llama3, linear, longrope, none, yarn, yarn_notrunc)"};
+  // Multimodal rope (Note [mrope sections] in generator/src/passes/parse.cc): _mrope{t}x{h}x{w}, _mropei... interleaved.
+  std::string mrope;
+  if (p.count("mrope_section") && !S(p, "mrope_section").empty()) {
+    mrope = std::string("_mrope") + (B(p, "mrope_interleaved") ? "i" : "");
+    const std::vector<std::string> parts = split_list(S(p, "mrope_section"));
+    for (size_t i = 0; i < parts.size(); ++i) mrope += (i ? "x" : "") + parts[i];
+  }
   return "rot" + i2s(I(p, "rotary_dim")) + "_pos" + i2s(I(p, "max_position")) + "_base" + nf(F(p, base_key)) + "_" +
-         scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj");
+         scaling + "_" + (B(p, "is_neox_style") ? "neox" : "gptj") + mrope;
 }
 
 // `_sw{W}` when a sliding window of W keys applies (0: none; Note [Sliding window] in
@@ -642,6 +649,20 @@ const KindHooks& kind_hooks() {
       for (const char* k : {"channels", "in_h", "in_w", "out_h", "out_w"})
         if (I(p, k) < 1 || I(p, k) > 65536) throw GenError{std::string(k) + " must be in [1, 65536], got " + i2s(I(p, k))};
     };
+    // Multimodal rope: three sections (temporal, height, width) of rotary_dim / 2 frequencies, neither
+    // scaled nor partial beyond what vLLM's MRotaryEmbedding serves (Note [mrope sections]).
+    h.checks["mrope"] = [](const Params& p) {
+      const std::vector<std::string> parts = split_list(S(p, "mrope_section"));
+      if (parts.size() != 3) throw GenError{"mrope_section must list 3 sections, got " + json_quote(S(p, "mrope_section"))};
+      int64_t sum = 0;
+      for (const auto& s : parts) sum += std::stoll(s);
+      const int64_t half = I(p, "rotary_dim") / 2;
+      if (sum != half)
+        throw GenError{"rope_scaling.mrope_section " + json_quote(S(p, "mrope_section")) + " sums to " + i2s(sum) +
+                       ", expected rotary_dim / 2 = " + i2s(half)};
+    };
+    for (int a = 0; a < 3; ++a)
+      h.spell["mrope_s" + std::to_string(a)] = [a](const Params& p) { return split_list(S(p, "mrope_section")).at(a); };
     h.checks["vision_rope_2d"] = [](const Params& p) {
       const int64_t d = I(p, "head_dim"), gh = I(p, "grid_h"), gw = I(p, "grid_w"), m = I(p, "merge_size"), pre = I(p, "prefix_tokens");
       if (d < 4 || d % 4 != 0) throw GenError{"head_dim must be a positive multiple of 4 (row and column quarters), got " + i2s(d)};

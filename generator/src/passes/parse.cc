@@ -274,7 +274,7 @@ class ConfigParser {
     auto it = known.find(type);
     if (it == known.end()) return err(type_path, "expected one of " + known_list + ", got " + json_quote(type));
     RopeScaling r;
-    r.type = type == "default" ? "none" : type;
+    r.type = type == "default" || type == "mrope" ? "none" : type;
     const auto& keys = it->second;
     for (const auto& [k, val] : v.items()) {
       if (k == "rope_type" || k == "type") continue;
@@ -319,6 +319,36 @@ class ConfigParser {
       }
       *dst = joined;
     };
+    // Note [mrope sections]
+    // Qwen2-VL's multimodal rope (vLLM MRotaryEmbedding, HF apply_multimodal_rotary_pos_emb): each token
+    // has a temporal, a height and a width position (text tokens: three equal ones); rotary frequency j
+    // takes its angle from the temporal position for j < s0, the height one for j < s0 + s1, the width
+    // one after, with mrope_section = [s0, s1, s2] summing to rotary_dim / 2. mrope_interleaved (Qwen3-VL,
+    // HF apply_interleaved_mrope): frequency j takes the height position when j % 3 == 1 and j < 3 s1,
+    // the width one when j % 3 == 2 and j < 3 s2, else the temporal one. The sum is checked where
+    // rotary_dim is known (kind check "mrope").
+    if (v.contains("mrope_section")) {
+      const std::string p = path + ".mrope_section";
+      const json& x = v["mrope_section"];
+      if (!x.is_array() || x.size() != 3)
+        return err(p, "expected a list of three non-negative integers (the temporal, height and width sections), got " + got(x));
+      std::string joined;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!x[i].is_number_integer() || x[i].get<int64_t>() < 0)
+          return err(p + "[" + std::to_string(i) + "]", "expected non-negative integer, got " + got(x[i]));
+        joined += (i ? "," : "") + std::to_string(x[i].get<int64_t>());
+      }
+      r.mrope_section = joined;
+    } else if (type == "mrope") {
+      return err(path + ".mrope_section", "expected a list of three non-negative integers (rope type \"mrope\"), got nothing");
+    }
+    if (v.contains("mrope_interleaved")) {
+      const json& x = v["mrope_interleaved"];
+      if (!x.is_boolean()) return err(path + ".mrope_interleaved", "expected boolean, got " + got(x));
+      if (x.get<bool>() && r.mrope_section.empty())
+        return err(path + ".mrope_interleaved", "expected false or nothing without mrope_section, got true");
+      r.mrope_interleaved = x.get<bool>();
+    }
     if (type == "longrope") {
       // Phi-3/Phi-4 LongRoPE (vLLM Phi3LongRoPEScaledRotaryEmbedding, HF _compute_longrope_parameters):
       // original_max_position_embeddings sits at the top level in Phi-3 configs, so here it is
@@ -513,14 +543,34 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
     // transformers ignores in favour of the sub-config class), it is the composite's type joined
     // to the key without "_config", the name transformers gives those classes (qwen2_vl +
     // vision_config -> qwen2_vl_vision).
-    if (!root.contains(component) || !root[component].is_object()) {
+    //
+    // Legacy layout (Qwen2-VL's and Qwen2.5-VL's configs as transformers 4.4x wrote them): no
+    // text_config, the text model's keys at the top level. transformers builds the text sub-config
+    // from those keys; so does `--component text_config` here: every top-level key except the other
+    // components (objects under *_config keys), `architectures` (which names the composite) and the
+    // token ids only the composite reads (image_token_id, video_token_id, vision_start_token_id,
+    // vision_end_token_id, vision_token_id: where image tokens go, not how text is computed).
+    const bool legacy_text = component == "text_config" && !root.contains(component) && root.contains("hidden_size") &&
+                             root.contains("num_hidden_layers") && root.contains("model_type") && root["model_type"].is_string();
+    if (!legacy_text && (!root.contains(component) || !root[component].is_object())) {
       diag.error(file + ": $." + component + ": expected an object (the component that `add --component " + component +
                  "` lowers), got " + (root.contains(component) ? got(root[component]) : "nothing"));
       return std::nullopt;
     }
-    json part = root[component];
+    json part = legacy_text ? json::object() : root[component];
+    if (legacy_text) {
+      static const std::set<std::string> composite_only = {"architectures", "image_token_id", "video_token_id",
+                                                           "vision_start_token_id", "vision_end_token_id", "vision_token_id",
+                                                           "model_type"};
+      for (const auto& [k, v] : root.items())
+        if (!composite_only.count(k) && !(is_component_key(k) && v.is_object())) part[k] = v;
+    }
     for (const char* k : {"torch_dtype", "dtype"})
       if (root.contains(k) && !part.contains("torch_dtype") && !part.contains("dtype")) part["torch_dtype"] = root[k];
+    // The composite's tie_word_embeddings says whether the text model's LM head is its embedding
+    // (Qwen3-VL's small checkpoints set it at the top level only): the text component inherits it.
+    if (component == "text_config" && root.contains("tie_word_embeddings") && !part.contains("tie_word_embeddings"))
+      part["tie_word_embeddings"] = root["tie_word_embeddings"];
     const bool root_typed = root.contains("model_type") && root["model_type"].is_string();
     if (root_typed && (!part.contains("model_type") || part["model_type"] == root["model_type"])) {
       std::string key = component;
@@ -532,7 +582,7 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
                  "model_type to derive it from)");
       return std::nullopt;
     }
-    ConfigParser(out, diag).object(part, "$." + component, false);
+    ConfigParser(out, diag).object(part, legacy_text ? "$" : "$." + component, false);  // paths as in the file
     return out;
   }
   ConfigParser(out, diag).object(root, "$", false);

@@ -114,6 +114,12 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     return false;
   };
   auto unknown_key = [&](const std::string& path, const std::string& key) {
+    // A nested component (a VLM's vision_config) is a model of its own: say how to lower each part.
+    if (is_component_key(key) && path.find('.', 2) == std::string::npos) {
+      err(path, "unknown key " + json_quote(key) + " (a component of a composite config, not used by family " + d->family +
+                    "; `add --component " + key + "` lowers that component, `add --component text_config` the text model alone)");
+      return;
+    }
     err(path, "unknown key " + json_quote(key) + " (not used by family " + d->family +
                   "; if it does not change the forward pass, add it to the descriptor's ignored_keys, or pass "
                   "`add --allow-unknown " + key + "` to accept it for this config knowingly)");
@@ -156,6 +162,12 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
   }
   if (!cfg.rope_scaling_path.empty() && !d->fields.count("rope_scaling") && !d->ignored_keys.count("rope_scaling"))
     unknown_key(cfg.rope_scaling_path, "rope_scaling");
+  // Multimodal rope sections change every rotary angle: a family whose descriptor does not read them
+  // (Note [mrope sections] in parse.cc) must refuse them, not rotate by the temporal position alone.
+  if (!cfg.rope_scaling.mrope_section.empty() && d->fields.count("rope_scaling") &&
+      !d->identifiers.count("rope_scaling.mrope_section"))
+    err(cfg.rope_scaling_path + ".mrope_section", "family " + d->family + " does not lower multimodal rope (its descriptor " + d->file + " never reads rope_scaling.mrope_section); " +
+               "expected no mrope sections");
 
   // --- fields, defaults, constants (evaluated on demand, each once) ---------------------------------
   std::set<std::string> in_progress;
@@ -239,6 +251,8 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       else if (k == "long_factor") v = rs.long_factor;
       else if (k == "short_factor") v = rs.short_factor;
       else if (k == "attention_factor") v = rs.attention_factor;
+      else if (k == "mrope_section") v = rs.mrope_section;
+      else if (k == "mrope_interleaved") v = rs.mrope_interleaved;
       else return std::nullopt;
       r.values[name] = v;
       r.origin[name] = cfg.rope_scaling_path.empty() ? "default" : cfg.rope_scaling_path;

@@ -65,6 +65,11 @@ struct RopeScaling {
   /// numbers (lists are held joined, as layer_types), and attention_factor (0: derived).
   std::string long_factor, short_factor;
   double attention_factor = 0;
+  /// Multimodal rope (Qwen2-VL and successors; vLLM MRotaryEmbedding): the rotary frequencies split
+  /// into sections taken from the temporal, height and width positions, comma-joined ("" without
+  /// mrope), and whether the sections interleave (Qwen3-VL) instead of following each other.
+  std::string mrope_section;
+  bool mrope_interleaved = false;
 };
 
 /// The rope scaling types and the keys each one reads (besides rope_type/type).

@@ -87,6 +87,7 @@ struct Descriptor {
   std::vector<Check> checks;
   std::vector<ForwardItem> forward;
   std::vector<ModuleStep> modules;  ///< declaration order: children before parents
+  std::set<std::string> identifiers;  ///< every name an expression of the descriptor reads
 };
 
 /// Names that `rope_scaling` exposes to expressions when a family consumes it:

@@ -58,11 +58,29 @@ template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, in
   static_assert(kThreads <= 1024, "too many heads for one block per token");
 };
 
-template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPTForce>
+/// Multimodal rope: which position (0 temporal, 1 height, 2 width) rotary frequency f takes its angle
+/// from, for sections (kS0, kS1, kS2): consecutive, or interleaved (f % 3 picks the axis while the
+/// height / width sections last).
+template <int kS0, int kS1, int kS2, bool kInterleaved> __device__ __forceinline__ int mrope_axis(int f) {
+  if constexpr (kInterleaved) {
+    const int m = f % 3;
+    return (m == 1 && f < 3 * kS1) ? 1 : (m == 2 && f < 3 * kS2) ? 2 : 0;
+  } else {
+    return f < kS0 ? 0 : (f < kS0 + kS1 ? 1 : 2);
+  }
+}
+
+/// kMrope (kS0 + kS1 + kS2 > 0): positions are [3, num_tokens] rows pos_axis_stride apart (0: one
+/// row read three times, a text-only step), frequency f rotating by the row mrope_axis(f).
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kHPTForce, int kS0 = 0, int kS1 = 0,
+          int kS2 = 0, bool kInterleaved = false>
 __global__ void __launch_bounds__(RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>::kThreads)
 rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ query, int64_t q_stride,
                         T* __restrict__ key, int64_t k_stride, const float* __restrict__ cos_sin_cache,
-                        int64_t q_head_stride, int64_t k_head_stride, const int* __restrict__ pos_offset) {
+                        int64_t q_head_stride, int64_t k_head_stride, const int* __restrict__ pos_offset,
+                        int64_t pos_axis_stride = 0) {
+  constexpr bool kMrope = kS0 + kS1 + kS2 > 0;
+  static_assert(!kMrope || kS0 + kS1 + kS2 == kRotDim / 2, "mrope sections must cover rotary_dim / 2 frequencies");
   using S = RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, kHPTForce>;
   constexpr int kN = S::kN, kC = S::kC, kHPT = S::kHeadsPerThread;
   constexpr int kVecs = kNeox ? 2 : 1;  // vectors per (lane, head)
@@ -71,6 +89,12 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
   const int group = threadIdx.x / S::kLanes;
 
   const int64_t pos = __ldg(positions + tok) + (pos_offset ? __ldg(pos_offset) : 0);
+  int64_t pos_h = pos, pos_w = pos;  // mrope: the height and width positions (selects, no local array)
+  if constexpr (kMrope) {
+    pos_h = __ldg(positions + pos_axis_stride + tok);
+    pos_w = __ldg(positions + 2 * pos_axis_stride + tok);
+  }
+  auto axis_pos = [&](int a) { return a == 0 ? pos : (a == 1 ? pos_h : pos_w); };
 
   T* ptr[kHPT];
   Vec16<T> v[kHPT][kVecs];
@@ -86,9 +110,24 @@ rotary_embedding_kernel(const int64_t* __restrict__ positions, T* __restrict__ q
     }
   }
   float cs[kC], sn[kC];
-  const float* crow = cos_sin_cache + pos * kRotDim;
-  load_f32s<kC>(crow + lane * kC, cs);
-  load_f32s<kC>(crow + kRotDim / 2 + lane * kC, sn);
+  if constexpr (!kMrope) {
+    const float* crow = cos_sin_cache + pos * kRotDim;
+    load_f32s<kC>(crow + lane * kC, cs);
+    load_f32s<kC>(crow + kRotDim / 2 + lane * kC, sn);
+  } else if constexpr (!kInterleaved && kS0 % kC == 0 && kS1 % kC == 0) {
+    // Every lane's frequencies lie in one section (Qwen2-VL's 16/24/24 with 8 per lane): one row, vector loads.
+    const float* crow = cos_sin_cache + axis_pos(mrope_axis<kS0, kS1, kS2, false>(lane * kC)) * kRotDim;
+    load_f32s<kC>(crow + lane * kC, cs);
+    load_f32s<kC>(crow + kRotDim / 2 + lane * kC, sn);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kC; ++e) {
+      const int f = lane * kC + e;
+      const float* crow = cos_sin_cache + axis_pos(mrope_axis<kS0, kS1, kS2, kInterleaved>(f)) * kRotDim;
+      cs[e] = __ldg(crow + f);
+      sn[e] = __ldg(crow + kRotDim / 2 + f);
+    }
+  }
 
 #pragma unroll
   for (int j = 0; j < kHPT; ++j) {
@@ -149,6 +188,21 @@ void rotary_embedding(const int64_t* positions, T* query, int64_t q_stride, T* k
       <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
                                                                       cos_sin_cache, q_head_stride, k_head_stride,
                                                                       pos_offset);
+}
+
+/// Multimodal rope (vLLM MRotaryEmbedding) in place: as rotary_embedding, with positions [3, T]
+/// (temporal, height, width rows pos_axis_stride elements apart; 0: [T], text only) and frequency f
+/// rotated by the position its section names (mrope_axis).
+template <class T, int kHeadSize, int kRotDim, bool kNeox, int kHq, int kHkv, int kS0, int kS1, int kS2, bool kInterleaved>
+void mrope(const int64_t* positions, int64_t pos_axis_stride, T* query, int64_t q_stride, T* key, int64_t k_stride,
+           const float* cos_sin_cache, int64_t num_tokens, cudaStream_t stream, int64_t q_head_stride = kHeadSize,
+           int64_t k_head_stride = kHeadSize) {
+  if (num_tokens == 0) return;
+  using S = detail::RopeShape<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, 0>;
+  detail::rotary_embedding_kernel<T, kHeadSize, kRotDim, kNeox, kHq, kHkv, 0, kS0, kS1, kS2, kInterleaved>
+      <<<static_cast<unsigned>(num_tokens), S::kThreads, 0, stream>>>(positions, query, q_stride, key, k_stride,
+                                                                      cos_sin_cache, q_head_stride, k_head_stride, nullptr,
+                                                                      pos_axis_stride);
 }
 
 }  // namespace fk::kernels

@@ -25,6 +25,7 @@
 #include "fk/tasks/linear.h"
 #include "fk/tasks/qk_norm.h"  // FullWidthQKNorm
 #include "fk/tasks/reference_ops.h"
+#include "fk/tasks/mrope.h"
 #include "fk/tasks/rotary_embedding.h"
 
 namespace fk::tasks {
@@ -276,9 +277,10 @@ std::tuple<Tensor, Tensor, Tensor> ref_qkv_rope_cache(M& m, const Tensor& positi
     }
   }
   const int rot = static_cast<int>(m.rotary_emb.rotary_dim);
-  const Tensor cache = m.rotary_emb.cache_for(positions);  // longrope: this step's table (Note [LongRoPE])
-  q = ref::rope(q, positions, cache, Hq, D, rot, m.rotary_emb.is_neox_style);
-  k = ref::rope(k, positions, cache, Hkv, D, rot, m.rotary_emb.is_neox_style);
+  // longrope: this step's table (Note [LongRoPE]); mrope: per-token rows (Note [mrope positions])
+  const std::pair<Tensor, Tensor> rows = rope_reference_rows(m.rotary_emb, positions);
+  q = ref::rope(q, rows.first, rows.second, Hq, D, rot, m.rotary_emb.is_neox_style);
+  k = ref::rope(k, rows.first, rows.second, Hkv, D, rot, m.rotary_emb.is_neox_style);
   v = contiguous_rows(v);
   return {q, k, v};
 }

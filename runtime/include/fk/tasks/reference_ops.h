@@ -34,6 +34,12 @@ Tensor head_rms_norm(const Tensor& x, int heads, int head_dim, const Tensor& w, 
 /// RoPE of x [T, heads * head_size] with the fp32 cos/sin cache [rows, rotary_dim].
 Tensor rope(const Tensor& x, const Tensor& positions, const Tensor& cos_sin_cache, int heads, int head_size,
             int rotary_dim, bool neox);
+/// Multimodal rope's per-token cos/sin rows [T, rotary_dim] (fp32, the cache's cos | sin layout) for
+/// positions [3, T], built HF's way (kernels/reference/rotary_embedding_ref.cuh); index them with
+/// arange(T) (mrope_ref_positions) in rope().
+Tensor mrope_table(const Tensor& positions, const Tensor& cos_sin_cache, int rotary_dim, int s0, int s1, int s2, bool interleaved);
+/// i64 [n] = 0, 1, ..., n - 1.
+Tensor arange_i64(int64_t n);
 /// LayerNorm: (x - mean) * rstd * w (+ b when defined), over the last dim.
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps);
 /// (layer_norm(x + residual), x + residual), the sum rounded to the model dtype first.

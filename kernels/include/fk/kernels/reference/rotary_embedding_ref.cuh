@@ -46,6 +46,48 @@ void rotary_embedding_ref(float* out, int64_t out_stride, const T* x, int64_t x_
       out, out_stride, x, x_stride, positions, cos_sin_cache, num_tokens, heads, head_size, rotary_dim, neox);
 }
 
+/// Multimodal rope's per-token cos/sin rows (checking only), built HF's way rather than by section
+/// bounds: the rows of the three positions are gathered, then column c of token t is taken from
+/// position row a(c). Consecutive sections (apply_multimodal_rotary_pos_emb): the full cos/sin width
+/// is split into chunks [s0, s1, s2, s0, s1, s2] and chunk i reads row i % 3. Interleaved
+/// (apply_interleaved_mrope): start from the temporal row, overwrite frequencies 1, 4, ... < 3 s1 from
+/// the height row and 2, 5, ... < 3 s2 from the width row. out [T, rotary_dim] fp32 in the cache's
+/// layout (cos | sin), to be indexed by arange(T). positions: [3, T] rows axis_stride apart.
+template <class P>  // a template, so that every translation unit may hold it
+__global__ void mrope_table_ref_kernel(float* out, const P* positions, int64_t axis_stride, const float* cos_sin_cache,
+                                       int64_t num_tokens, int rotary_dim, int s0, int s1, int s2, bool interleaved) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= num_tokens * rotary_dim) return;
+  const int64_t t = i / rotary_dim;
+  const int c = static_cast<int>(i % rotary_dim);
+  const int half = rotary_dim / 2;
+  const int f = c % half;  // the frequency of column c (cos and sin halves alike)
+  int axis = 0;
+  if (interleaved) {
+    for (int a = 1; a < 3; ++a) {
+      const int len = 3 * (a == 1 ? s1 : s2);
+      for (int j = a; j < len && j < half; j += 3)
+        if (j == f) axis = a;
+    }
+  } else {
+    const int sec[6] = {s0, s1, s2, s0, s1, s2};
+    int start = 0;
+    for (int chunk = 0; chunk < 6; ++chunk) {
+      if (c >= start && c < start + sec[chunk]) axis = chunk % 3;
+      start += sec[chunk];
+    }
+  }
+  const int64_t pos = static_cast<int64_t>(positions[axis * axis_stride + t]);
+  out[t * rotary_dim + c] = cos_sin_cache[pos * rotary_dim + c];
+}
+
+inline void mrope_table_ref(float* out, const int64_t* positions, int64_t axis_stride, const float* cos_sin_cache,
+                            int64_t num_tokens, int rotary_dim, int s0, int s1, int s2, bool interleaved, cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  mrope_table_ref_kernel<int64_t><<<ceil_div(num_tokens * rotary_dim, 256), 256, 0, stream>>>(out, positions, axis_stride, cos_sin_cache,
+                                                                                     num_tokens, rotary_dim, s0, s1, s2, interleaved);
+}
+
 /// Copies x (any float dtype, row stride x_stride) to fp32 out (row stride out_stride), `cols` columns.
 template <class T>
 __global__ void copy_to_f32_kernel(float* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t rows, int cols) {
