@@ -172,6 +172,37 @@ def rope_native(positions, q, k, cos_sin, d, rot):
     return apply(q), apply(k)
 
 
+def mrope_native(positions, q, k, cos_sin, d, rot, sections, interleaved):
+    """vLLM MRotaryEmbedding.forward_native (NeoX style): positions [3, T]; each rotary frequency's
+    cos/sin from the temporal, height or width row its section names (interleaved: Qwen3-VL's strided
+    sections)."""
+    cs = cos_sin[positions]  # [3, T, rot]
+    cos, sin = cs.chunk(2, dim=-1)
+    if interleaved:
+        c, s = cos[0].clone(), sin[0].clone()
+        for a in (1, 2):
+            idx = slice(a, sections[a] * 3, 3)
+            c[..., idx] = cos[a][..., idx]
+            s[..., idx] = sin[a][..., idx]
+    else:
+        c = torch.cat([m[i] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1)
+        s = torch.cat([m[i] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1)
+
+    def apply(x):
+        t = x.shape[0]
+        x = x.view(t, -1, d)
+        xr = x[..., :rot]
+        x1, x2 = xr.chunk(2, dim=-1)
+        cc = c.unsqueeze(-2).to(x.dtype)
+        ss = s.unsqueeze(-2).to(x.dtype)
+        o = torch.cat((x1 * cc - x2 * ss, x2 * cc + x1 * ss), dim=-1)
+        if rot < d:
+            o = torch.cat((o, x[..., rot:]), dim=-1)
+        return o.reshape(t, -1)
+
+    return apply(q), apply(k)
+
+
 def silu_and_mul_native(x):
     d = x.shape[-1] // 2
     return F.silu(x[..., :d]) * x[..., d:]
@@ -502,6 +533,21 @@ def build(kind, name, dims, use_compile):
         sets = [(torch.randint(0, pos, (T,), device=dev), torch.randn(T, hq * d, device=dev, dtype=dtype),
                  torch.randn(T, hkv * d, device=dev, dtype=dtype), cos_sin, d, rot) for _ in range(n)]
         add(rope_native, sets)
+        return peers, n
+    if kind == "mrope":
+        d, rot, pos, base, style, il, s0, s1, s2, hq, hkv = g(
+            r"mrope_d(\d+)_rot(\d+)_pos(\d+)_base([^_]+)_none_(neox|gptj)_mrope(i?)(\d+)x(\d+)x(\d+)_hq(\d+)_hkv(\d+)_", name)
+        if style != "neox":
+            return {}, 1  # the peer is NeoX-style only (every mrope checkpoint is)
+        d, rot, pos, hq, hkv = int(d), int(rot), int(pos), int(hq), int(hkv)
+        sections = [int(s0), int(s1), int(s2)]
+        inv = 1.0 / (float(base) ** (torch.arange(0, rot, 2, device=dev, dtype=torch.float32) / rot))
+        freqs = torch.outer(torch.arange(pos, device=dev, dtype=torch.float32), inv)
+        cos_sin = torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+        n = nsets_for(T * (hq + hkv) * d * 2 * 2)
+        sets = [(torch.randint(0, pos, (3, T), device=dev), torch.randn(T, hq * d, device=dev, dtype=dtype),
+                 torch.randn(T, hkv * d, device=dev, dtype=dtype), cos_sin, d, rot, sections, il == "i") for _ in range(n)]
+        add(mrope_native, sets)
         return peers, n
     if kind == "silu_and_mul":
         (i_,) = g(r"silu_and_mul_i(\d+)_", name)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "fk/tasks/llama.h"
 #include "fk/tasks/mrope.h"
 #include "fk/tasks/reference_ops.h"
 #include "mem_test_util.h"
@@ -188,6 +189,26 @@ TEST(Kernels, MropeRefusesOtherPositionShapes) {
   EXPECT_EQ(fk::tasks::mrope_axis_stride(empty({5}, DType::kI64), 5), 0);
 }
 
+// The [3, T] positions of the composite harnesses' prefill steps (Note [mrope step positions]): one
+// sequence of 32 tokens holds a 4 x 4 image grid from token 8 on; text after it resumes at 8 + 4; a
+// sequence shorter than 8 tokens is text only. Host only (kept with the GPU tests).
+TEST(Kernels, MropeStepPositionsFollowGetRopeIndex) {
+  const std::vector<int64_t> p = fk::tasks::mrope_prefill_positions({0, 32, 37});
+  ASSERT_EQ(p.size(), 3u * 37u);
+  auto at = [&](int a, int t) { return p[static_cast<size_t>(a * 37 + t)]; };
+  for (int t = 0; t < 8; ++t)
+    for (int a = 0; a < 3; ++a) EXPECT_EQ(at(a, t), t);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(at(0, 8 + i), 8);
+    EXPECT_EQ(at(1, 8 + i), 8 + i / 4);
+    EXPECT_EQ(at(2, 8 + i), 8 + i % 4);
+  }
+  for (int t = 24; t < 32; ++t)
+    for (int a = 0; a < 3; ++a) EXPECT_EQ(at(a, t), 12 + (t - 24));
+  for (int t = 0; t < 5; ++t)
+    for (int a = 0; a < 3; ++a) EXPECT_EQ(at(a, 32 + t), t);
+}
+
 // The harness (the generated tasks' instance) under the runner's protocol.
 struct MropeCfg {
   static constexpr int head_size = 128, rotary_dim = 128;
@@ -195,7 +216,6 @@ struct MropeCfg {
   static constexpr double base = 1000000;
   static constexpr bool is_neox_style = true;
   static constexpr int num_heads = 28, num_kv_heads = 4;
-  static constexpr const char* mrope_section = "16,24,24";
   static constexpr int mrope_s0 = 16, mrope_s1 = 24, mrope_s2 = 24;
   static constexpr bool mrope_interleaved = false;
   using scalar_t = bf16;

@@ -401,10 +401,54 @@ std::pair<Tensor, Tensor> ref_pre_norm_layer(L& l, const RefMeta& rm, const Tens
 
 /// One step over `batch` sequences: prefill of prefill_seq_lens(batch, seq_len) tokens, or one
 /// decode token per sequence with KV lengths decode_seq_lens(batch, kv_len).
+// Note [mrope step positions]
+// A prefill step of an mrope model (Note [mrope positions] in fk/tasks/mrope.h) gets [3, T]
+// positions laid out as HF's get_rope_index lays out a prompt with one image: each sequence of L
+// tokens (L >= 8) holds a g x g grid of image tokens (g = floor(sqrt(L / 2))) from token L / 4 on,
+// at (temporal, height, width) = (s, s + row, s + column) with s = L / 4; the text before it at (p, p,
+// p); the text after it continuing from s + g. Every section of the rotary frequencies then reads a
+// different position than the others, through every level above the L1 task. Decode steps keep [T]
+// (vLLM's decode positions: the three rows are equal).
+
+/// The [3, T] positions of a prefill step (Note [mrope step positions]), host side.
+inline std::vector<int64_t> mrope_prefill_positions(const std::vector<int32_t>& cu) {
+  const int64_t t = cu.empty() ? 0 : cu.back();
+  std::vector<int64_t> out(static_cast<size_t>(3 * t));
+  for (size_t b = 0; b + 1 < cu.size(); ++b) {
+    const int64_t first = cu[b], len = cu[b + 1] - cu[b];
+    const int64_t g = len >= 8 ? static_cast<int64_t>(std::floor(std::sqrt(double(len / 2)))) : 0;
+    const int64_t s = len / 4, image_end = s + g * g;
+    for (int64_t p = 0; p < len; ++p) {
+      int64_t th[3];
+      if (g < 2 || p < s) {
+        th[0] = th[1] = th[2] = p;
+      } else if (p < image_end) {
+        th[0] = s, th[1] = s + (p - s) / g, th[2] = s + (p - s) % g;
+      } else {
+        th[0] = th[1] = th[2] = s + g + (p - image_end);
+      }
+      for (int a = 0; a < 3; ++a) out[static_cast<size_t>(a * t + first + p)] = th[a];
+    }
+  }
+  return out;
+}
+
+template <class Cfg, class = void> struct HasMropeSection : std::false_type {};
+template <class Cfg> struct HasMropeSection<Cfg, std::void_t<decltype(Cfg::mrope_section)>> : std::true_type {};
+
+/// Whether the composite config's rotary child is mrope (its sections are listed, non-empty).
+template <class Cfg> bool uses_mrope() {
+  if constexpr (HasMropeSection<Cfg>::value) return Cfg::mrope_section[0] != '\0';
+  return false;
+}
+
 struct StepInputs {
   RefMeta host;
   AttnMetadata meta;
-  Tensor positions;  ///< i64 [T]
+  Tensor positions;        ///< i64 [T]
+  Tensor mrope_positions;  ///< prefill: i64 [3, T] (Note [mrope step positions]); decode: the [T] positions
+  /// The positions a model of config Cfg takes this step.
+  template <class Cfg> const Tensor& positions_for() const { return uses_mrope<Cfg>() ? mrope_positions : positions; }
   int64_t max_len = 0;
   std::vector<int32_t> last_rows;  ///< the row of each sequence's last token
 
@@ -441,6 +485,7 @@ struct StepInputs {
     }
     meta.num_tokens = static_cast<int64_t>(pos.size());
     positions = to_device(pos, {meta.num_tokens});
+    mrope_positions = meta.is_prefill ? to_device(mrope_prefill_positions(host.cu), {3, meta.num_tokens}) : positions;
     meta.slot_mapping = to_device(slots, {meta.num_tokens});
   }
   int64_t tokens() const { return meta.num_tokens; }
@@ -676,14 +721,14 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
     ForwardContextGuard ctx(&step_.meta);
     RoutingCaptureGuard cap(&routing_);  // Note [Routing capture]
     if constexpr (kKind == AttnKind::kQKVRopeCache) {
-      std::tuple<Tensor, Tensor, Tensor> qkv = module_.forward(step_.positions, x_);
+      std::tuple<Tensor, Tensor, Tensor> qkv = module_.forward(step_.positions_for<Cfg>(), x_);
       out_ = {std::get<0>(qkv), std::get<1>(qkv), std::get<2>(qkv)};
     } else if constexpr (kKind == AttnKind::kAttentionOProj) {
       out_ = {module_.forward(q_, k_, v_)};
     } else if constexpr (kKind == AttnKind::kLlamaAttention) {
-      out_ = {module_.forward(step_.positions, x_)};
+      out_ = {module_.forward(step_.positions_for<Cfg>(), x_)};
     } else {
-      std::tuple<Tensor, Tensor> hr = module_.forward(step_.positions, x_, res_);
+      std::tuple<Tensor, Tensor> hr = module_.forward(step_.positions_for<Cfg>(), x_, res_);
       out_ = {std::get<0>(hr), std::get<1>(hr)};
     }
   }
@@ -699,16 +744,16 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
     const Tolerance tol = composite_tolerance(dtype_of<T>, 1.0, MoeOf<Cfg>::value ? kMoeLayerRelL2 : 0.01);
     const RefMeta& rm = step_.host;
     if constexpr (kKind == AttnKind::kQKVRopeCache) {
-      std::tuple<Tensor, Tensor, Tensor> qkv = ref_qkv_rope_cache<Cfg>(module_, step_.positions, x_);
+      std::tuple<Tensor, Tensor, Tensor> qkv = ref_qkv_rope_cache<Cfg>(module_, step_.positions_for<Cfg>(), x_);
       return {{"q", contiguous_rows(out_[0]), to_f32(std::get<0>(qkv)), tol},
               {"k", contiguous_rows(out_[1]), to_f32(std::get<1>(qkv)), tol},
               {"v", contiguous_rows(out_[2]), to_f32(std::get<2>(qkv)), tol}};
     } else if constexpr (kKind == AttnKind::kAttentionOProj) {
       return {{"out", out_[0], to_f32(ref_attention_o_proj<Cfg>(module_, rm, q_, k_, v_)), tol}};
     } else if constexpr (kKind == AttnKind::kLlamaAttention) {
-      return {{"out", out_[0], to_f32(ref_llama_attention<Cfg>(module_, rm, step_.positions, x_)), tol}};
+      return {{"out", out_[0], to_f32(ref_llama_attention<Cfg>(module_, rm, step_.positions_for<Cfg>(), x_)), tol}};
     } else {
-      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(module_, rm, step_.positions, x0_, res0_);
+      std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(module_, rm, step_.positions_for<Cfg>(), x0_, res0_);
       return {{"hidden_states", out_[0], to_f32(hr.first), tol}, {"residual", out_[1], to_f32(hr.second), tol}};
     }
   }
@@ -816,7 +861,7 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);
     RoutingCaptureGuard cap(&routing_);  // Note [Routing capture]
-    Tensor hidden = model_->forward(ids_, step_.positions);
+    Tensor hidden = model_->forward(ids_, step_.positions_for<Cfg>());
     logits_ = model_->compute_logits(gather_last(hidden));
   }
   std::vector<Tensor> inputs(int) override {
@@ -827,7 +872,7 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   std::vector<CheckedOutput> reference(int) override {
     ForwardContextGuard ctx(&step_.meta);
     TaskRoutingGuard routing(&routing_);
-    Tensor logits = ref_causal_lm_logits<Cfg>(*model_, step_.host, ids_, step_.positions, last_rows_);
+    Tensor logits = ref_causal_lm_logits<Cfg>(*model_, step_.host, ids_, step_.positions_for<Cfg>(), last_rows_);
     return {{"logits", logits_, logits, depth_tolerance(static_cast<size_t>(model_->model.num_layers()))}};
   }
   Cost cost() const override {
