@@ -42,9 +42,9 @@
 #                           dims 64/72/128) beside the torch SDPA backends with the report (encoder-attention target), and
 #                           fk_model --bench of the towers beside HF eager/compile with the same weights
 #     mrope@G               the mrope kind and the VLM text models (issue 22) on GPU G (background): the mrope GPU tests,
-#                           fk_bench over every task of the three text models (Qwen2-VL-7B's, Qwen2.5-VL-7B's,
-#                           Qwen3-VL-32B's; composites on [3, T] prefill positions), HF parity at 4 layers (text-only
-#                           prompts, transformers' *TextModel + lm_head), and the mrope L1 tasks beside their torch peers
+#                           HF parity at 4 layers of the three text models (Qwen2-VL-7B's, Qwen2.5-VL-7B's, Qwen3-VL-32B's;
+#                           text-only prompts, transformers' *TextModel + lm_head), the mrope L1 tasks beside their torch
+#                           peers, then fk_bench over their L2, L3 and L4 tasks (composites on [3, T] prefill positions)
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl@G             Qwen2-VL's vision tower (issue 22) on GPU G (background): the vision-rope / grid / 3-D patch
@@ -193,13 +193,19 @@ for step in "${steps[@]}"; do
       g="${step#*@}"
       bg mrope "export CUDA_VISIBLE_DEVICES=$g; \
         (cd '$b' && ctest -L gpu -R 'Mrope|mrope' --output-on-failure -j 1 --timeout 900) >'$P/mrope_tests.log' 2>&1; \
-        '$b/fk_bench' --arch 'VL.*-text' --seed $seed --case-timeout 300 \
-          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' >'$P/mrope_bench.log' 2>&1; \
         python3 bench/parity/hf_parity.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text,Qwen/Qwen2.5-VL-7B-Instruct-text,Qwen/Qwen3-VL-32B-Instruct-text \
           --layers 4 --fk-model '$b/fk_model' --out '$P/mrope_parity' >'$P/mrope_parity.log' 2>&1; \
+        '$b/fk_bench' --task '^mrope_' --seed $seed --case-timeout 300 \
+          --jsonl '$P/mrope_l1.jsonl' --markdown '$P/mrope_l1.md' >'$P/mrope_l1.log' 2>&1; \
         '$b/fk_bench' --task '^mrope_' --off-registry 0 --export-cases '$P/mrope_cases.json' >/dev/null 2>&1; \
         python3 bench/peers/torch_peers.py '$P/mrope_cases.json' --out '$P/mrope_peers.jsonl' >'$P/mrope_peers.log' 2>&1; \
-        python3 bench/report.py '$P/mrope_bench.jsonl' '$P/mrope_peers.jsonl' --out '$P/mrope_l1_report.md' >>'$P/mrope_peers.log' 2>&1"
+        python3 bench/report.py '$P/mrope_l1.jsonl' '$P/mrope_peers.jsonl' --out '$P/mrope_l1_report.md' >>'$P/mrope_peers.log' 2>&1; \
+        '$b/fk_bench' --arch 'VL.*-text' --level 2 --seed $seed --case-timeout 300 \
+          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' >'$P/mrope_bench.log' 2>&1; \
+        '$b/fk_bench' --arch 'VL.*-text' --level 3 --seed $seed --case-timeout 300 \
+          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' --resume >>'$P/mrope_bench.log' 2>&1; \
+        '$b/fk_bench' --arch 'VL.*-text' --level 4 --seed $seed --case-timeout 300 \
+          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' --resume >>'$P/mrope_bench.log' 2>&1"
       ;;
     towers-recheck@*)
       g="${step#*@}"
