@@ -11,7 +11,7 @@ namespace fk::generated::qwen2_vl_patch_merger_h1280_m2_o3584_eps1e_06_bf16 {
 FK_REGISTER_TASK((fk::TaskInfo{
     "qwen2_vl_patch_merger_h1280_m2_o3584_eps1e-06_bf16", 2, "qwen2_vl_patch_merger", "vllm.model_executor.models.qwen2_vl.Qwen2VisionPatchMerger (HF Qwen2-VL PatchMerger)", "generated/L2/qwen2_vl_patch_merger_h1280_m2_o3584_eps1e-06_bf16.cu",
     { "pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep" },
-    { {"w64", "prefill", {{"num_tokens", 256}}}, {"w256", "prefill", {{"num_tokens", 1024}}}, {"w1024", "prefill", {{"num_tokens", 4096}}}, {"w8192", "prefill", {{"num_tokens", 32768}}} },
+    { {"w64", "prefill", {{"num_windows", 64}}}, {"w256", "prefill", {{"num_windows", 256}}}, {"w1024", "prefill", {{"num_windows", 1024}}}, {"w8192", "prefill", {{"num_windows", 8192}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       return std::make_unique<fk::tasks::Qwen2PatchMergerInstance<Qwen2VisionPatchMerger, Config>>(c);

@@ -18,10 +18,12 @@ __device__ __forceinline__ uint64_t hash64(uint64_t seed, uint64_t i) {
 
 __device__ __forceinline__ float u01(uint64_t h) { return ((h >> 40) + 0.5f) * (1.0f / 16777216.0f); }
 
-// Element i of a tensor with up to 4 dims and arbitrary strides -> offset in elements.
-struct Index4 {
-  int64_t size[4];
-  int64_t stride[4];
+// Element i of a tensor with up to kMaxFillDims dims and arbitrary strides -> offset in elements
+// (5-D: a Conv3d weight [out, C, T, P, P]).
+constexpr int kMaxFillDims = 8;
+struct IndexND {
+  int64_t size[kMaxFillDims];
+  int64_t stride[kMaxFillDims];
   int nd;
   __device__ int64_t offset(int64_t i) const {
     int64_t off = 0;
@@ -33,9 +35,9 @@ struct Index4 {
   }
 };
 
-Index4 make_index(const Tensor& t) {
-  FK_CHECK(t.dim() <= 4, "random fills support up to 4 dims, got " + t.str());
-  Index4 ix{};
+IndexND make_index(const Tensor& t) {
+  FK_CHECK(t.dim() <= kMaxFillDims, "random fills support up to " + std::to_string(kMaxFillDims) + " dims, got " + t.str());
+  IndexND ix{};
   ix.nd = t.dim();
   for (int d = 0; d < t.dim(); ++d) {
     ix.size[d] = t.size(d);
@@ -47,7 +49,7 @@ Index4 make_index(const Tensor& t) {
 enum class Dist { kNormal, kUniform };
 
 template <class T>
-__global__ void fill_kernel(T* p, Index4 ix, int64_t n, uint64_t seed, Dist dist, float a, float b) {
+__global__ void fill_kernel(T* p, IndexND ix, int64_t n, uint64_t seed, Dist dist, float a, float b) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const uint64_t h = hash64(seed, i);
     float v;
@@ -62,7 +64,7 @@ __global__ void fill_kernel(T* p, Index4 ix, int64_t n, uint64_t seed, Dist dist
 }
 
 template <class T>
-__global__ void randint_kernel(T* p, Index4 ix, int64_t n, uint64_t seed, int64_t lo, uint64_t span) {
+__global__ void randint_kernel(T* p, IndexND ix, int64_t n, uint64_t seed, int64_t lo, uint64_t span) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     p[ix.offset(i)] = static_cast<T>(lo + static_cast<int64_t>(hash64(seed, i) % span));
 }
@@ -107,7 +109,7 @@ template <class F> void dispatch_float(const Tensor& t, F&& f) {
 void fill(Tensor& t, uint64_t seed, Dist dist, float a, float b) {
   const int64_t n = t.numel();
   if (n == 0) return;
-  Index4 ix = make_index(t);
+  IndexND ix = make_index(t);
   dispatch_float(t, [&](auto* p) {
     using T = std::remove_pointer_t<decltype(p)>;
     fill_kernel<T><<<grid_for(n), 256, 0, current_stream()>>>(p, ix, n, seed, dist, a, b);
@@ -124,7 +126,7 @@ void fill_randint(Tensor& t, uint64_t seed, int64_t lo, int64_t hi) {
   FK_CHECK(hi > lo, "fill_randint: empty range");
   const int64_t n = t.numel();
   if (n == 0) return;
-  Index4 ix = make_index(t);
+  IndexND ix = make_index(t);
   const uint64_t span = static_cast<uint64_t>(hi - lo);
   if (t.dtype() == DType::kI32) {
     randint_kernel<int32_t><<<grid_for(n), 256, 0, current_stream()>>>(t.data<int32_t>(), ix, n, seed, lo, span);

@@ -865,7 +865,8 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
 // registry shapes ran (every level draws its counts from the same few values). So every run adds,
 // for every selected task and each regime of its selected cases, `off_registry` cases that no
 // registry lists, drawn from the run's seed: token counts are primes, batch sizes and sequence /
-// KV lengths odd and off the power-of-two grid, and a batch of several sequences is ragged (each
+// KV lengths odd and off the power-of-two grid (a patch merger's window counts are drawn as token
+// counts: primes), and a batch of several sequences is ragged (each
 // length drawn from [1, max], dim `ragged` holding the draw's seed: case_seq_lens in
 // fk/tasks/attention.h). Each dimension is drawn between the smallest and largest value of the
 // task's selected cases of that regime, so what fits in memory there fits here, widened where that
@@ -905,7 +906,7 @@ template <class Ok> int64_t draw_value(std::mt19937_64& rng, int64_t lo, int64_t
   return -1;
 }
 
-const std::set<std::string> kOffRegistryDims = {"num_tokens", "batch", "seq_len", "kv_len"};
+const std::set<std::string> kOffRegistryDims = {"num_tokens", "num_windows", "batch", "seq_len", "kv_len"};
 
 }  // namespace
 
@@ -942,12 +943,13 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
       ShapeCase x;
       x.regime = regime;
       std::string name = "x";
-      if (range.count("num_tokens")) {
-        const auto [lo, hi] = range["num_tokens"];
-        const int64_t t = draw_value(rng, lo, hi, seen["num_tokens"], is_prime);
+      for (const char* dim : {"num_tokens", "num_windows"}) {
+        if (!range.count(dim)) continue;
+        const auto [lo, hi] = range[dim];
+        const int64_t t = draw_value(rng, lo, hi, seen[dim], is_prime);
         if (t < 0) continue;
-        x.dims.push_back({"num_tokens", t});
-        name += "t" + std::to_string(t);
+        x.dims.push_back({dim, t});
+        name += (std::string(dim) == "num_tokens" ? "t" : "w") + std::to_string(t);
       }
       if (range.count("batch")) {
         const std::string len_key = range.count("seq_len") ? "seq_len" : "kv_len";

@@ -296,7 +296,7 @@ std::vector<ShapeCase> merge_window_cases(int64_t merge) {
   std::vector<ShapeCase> out;
   int64_t k = 0;
   for (int64_t windows : {64, 256, 1024, 8192})
-    out.push_back({"w" + i2s(windows), "prefill", {{"num_tokens", windows * merge * merge}}, {k++}});
+    out.push_back({"w" + i2s(windows), "prefill", {{"num_windows", windows}}, {k++}});
   return out;
 }
 
