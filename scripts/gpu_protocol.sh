@@ -44,9 +44,10 @@
 #     mrope@G               the mrope kind and the VLM text models (issue 22) on GPU G (background): the mrope GPU tests,
 #                           HF parity at 4 layers of the three text models (Qwen2-VL-7B's, Qwen2.5-VL-7B's, Qwen3-VL-32B's;
 #                           text-only prompts, transformers' *TextModel + lm_head), the mrope L1 tasks beside their torch
-#                           peers, then fk_bench over their L2, L3 and L4 tasks (composites on [3, T] prefill positions)
+#                           peers, then fk_bench over their rope-carrying composites, L2 to L4 (on [3, T] prefill positions)
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
+#     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
 #     qwen2vl@G             Qwen2-VL's vision tower (issue 22) on GPU G (background): the vision-rope / grid / 3-D patch
 #                           embedding GPU tests, fk_bench over every task of the tower (mixed image sizes included), HF
 #                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench
@@ -200,12 +201,8 @@ for step in "${steps[@]}"; do
         '$b/fk_bench' --task '^mrope_' --off-registry 0 --export-cases '$P/mrope_cases.json' >/dev/null 2>&1; \
         python3 bench/peers/torch_peers.py '$P/mrope_cases.json' --out '$P/mrope_peers.jsonl' >'$P/mrope_peers.log' 2>&1; \
         python3 bench/report.py '$P/mrope_l1.jsonl' '$P/mrope_peers.jsonl' --out '$P/mrope_l1_report.md' >>'$P/mrope_peers.log' 2>&1; \
-        '$b/fk_bench' --arch 'VL.*-text' --level 2 --seed $seed --case-timeout 300 \
-          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' >'$P/mrope_bench.log' 2>&1; \
-        '$b/fk_bench' --arch 'VL.*-text' --level 3 --seed $seed --case-timeout 300 \
-          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' --resume >>'$P/mrope_bench.log' 2>&1; \
-        '$b/fk_bench' --arch 'VL.*-text' --level 4 --seed $seed --case-timeout 300 \
-          --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' --resume >>'$P/mrope_bench.log' 2>&1"
+        '$b/fk_bench' --arch 'VL.*-text' --task '^(qkv_rope_cache|llama_attention|llama_decoder_layer|llama_for_causal_lm)_' \
+          --seed $seed --case-timeout 300 --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' >'$P/mrope_bench.log' 2>&1"
       ;;
     towers-recheck@*)
       g="${step#*@}"
@@ -216,6 +213,12 @@ for step in "${steps[@]}"; do
           --jsonl '$P/towers_recheck_bench.jsonl' --markdown '$P/towers_recheck_bench.md' >'$P/towers_recheck_bench.log' 2>&1; \
         python3 bench/parity/hf_parity.py --arch google/siglip2-base-patch16-512,google/siglip-so400m-patch14-384,facebook/dinov3-vit7b16-pretrain-lvd1689m --layers 4 \
           --fk-model '$b/fk_model' --out '$P/towers_recheck_parity' >'$P/towers_recheck_parity.log' 2>&1"
+      ;;
+    qwen2vl-model@*)
+      g="${step#*@}"
+      bg qwen2vl-model "export CUDA_VISIBLE_DEVICES=$g; \
+        '$b/fk_bench' --task '^qwen2_vl_(vision_model|patch_merger)_' --seed $seed --case-timeout 300 \
+          --jsonl '$P/qwen2vl_model_bench.jsonl' --markdown '$P/qwen2vl_model_bench.md' >'$P/qwen2vl_model_bench.log' 2>&1"
       ;;
     qwen2vl@*)
       g="${step#*@}"

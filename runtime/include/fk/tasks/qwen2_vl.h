@@ -400,9 +400,21 @@ template <class Model, class Cfg> class Qwen2VisionModelInstance final : public 
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
+    // Note [Residual-stream tolerance]
+    // last_hidden_state is the blocks' raw residual stream (HF's; no final norm before the merger's
+    // ln_q), whose scale grows with depth, unlike the normalised outputs depth_tolerance was set for.
+    // Its elementwise atol scales with the reference's rms (at least 1), so that bf16 rounding through
+    // 32 blocks is not a mismatch where the stream is large (the H100 run of 19941c1: 1 to 183 of up
+    // to 42M elements off by 0.6-0.9 at rel L2 0.012, HF parity passing); the relative L2 bound is unchanged.
     std::pair<Tensor, Tensor> r = ref_qwen2_vl_model<Cfg>(*model_, batch_, ref_positions_, pixels_);
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
-    return {{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"merged", merged_, to_f32(r.second), tol}};
+    Tensor stream = to_f32(r.first);
+    const std::vector<float> host = to_host<float>(stream);
+    double ss = 0;
+    for (float v : host) ss += double(v) * double(v);
+    Tolerance stream_tol = tol;
+    stream_tol.atol = tol.atol * std::max(1.0, std::sqrt(ss / double(std::max<size_t>(host.size(), 1))));
+    return {{"last_hidden_state", hidden_, stream, stream_tol}, {"merged", merged_, to_f32(r.second), tol}};
   }
   Cost cost() const override {
     constexpr double E = Cfg::hidden_size, I = Cfg::intermediate_size, mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size;
