@@ -218,25 +218,28 @@ class TextCausalLM(torch.nn.Module):
         self.lm_head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype)
         if getattr(cfg, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters  # once: forward stays traceable
+        self._cache_kw = "past_key_values" if "past_key_values" in params else "cache"
+        self._takes_cache_position = "cache_position" in params
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        self._output = CausalLMOutputWithPast  # a ModelOutput, which torch.compile traces (fullgraph)
 
     def forward(self, input_ids=None, use_cache=False, logits_to_keep=0, position_ids=None, past_key_values=None,
                 cache_position=None, **kw):
-        from types import SimpleNamespace
-
-        import inspect
-
-        params = inspect.signature(self.model.forward).parameters
         if past_key_values is not None:  # the cache keyword of this transformers version
-            kw["past_key_values" if "past_key_values" in params else "cache"] = past_key_values
-        if cache_position is not None and "cache_position" in params:
+            kw[self._cache_kw] = past_key_values
+        if cache_position is not None and self._takes_cache_position:
             kw["cache_position"] = cache_position
         out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=use_cache, **kw)
         h = out.last_hidden_state
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
         cache = getattr(out, "past_key_values", None)
-        return SimpleNamespace(logits=self.lm_head(h), last_hidden_state=out.last_hidden_state,
-                               past_key_values=cache if cache is not None else getattr(out, "cache", None))
+        return self._output(logits=self.lm_head(h),
+                                      past_key_values=cache if cache is not None else getattr(out, "cache", None))
 
 
 def build_model(cfg, dtype, device, attn="sdpa"):
