@@ -45,6 +45,9 @@
 #                           HF parity at 4 layers of the three text models (Qwen2-VL-7B's, Qwen2.5-VL-7B's, Qwen3-VL-32B's;
 #                           text-only prompts, transformers' *TextModel + lm_head), the mrope L1 tasks beside their torch
 #                           peers, then fk_bench over their rope-carrying composites, L2 to L4 (on [3, T] prefill positions)
+#     vlm@G                 Qwen2-VL as a whole vision-language model (issue 22) on GPU G (background): HF parity of fk_model's
+#                           tower + text model against transformers' Qwen2VLForConditionalGeneration (4 blocks, 4 layers, one
+#                           image per prompt), then fk_model --bench of the whole model (images + prompt, decode tokens/s)
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
@@ -203,6 +206,16 @@ for step in "${steps[@]}"; do
         python3 bench/report.py '$P/mrope_l1.jsonl' '$P/mrope_peers.jsonl' --out '$P/mrope_l1_report.md' >>'$P/mrope_peers.log' 2>&1; \
         '$b/fk_bench' --arch 'VL.*-text' --task '^(qkv_rope_cache|llama_attention|llama_decoder_layer|llama_for_causal_lm)_' \
           --seed $seed --case-timeout 300 --jsonl '$P/mrope_bench.jsonl' --markdown '$P/mrope_bench.md' >'$P/mrope_bench.log' 2>&1"
+      ;;
+    vlm@*)
+      g="${step#*@}"
+      bg vlm "export CUDA_VISIBLE_DEVICES=$g; \
+        python3 bench/parity/hf_parity.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text \
+          --vision-arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --layers 4 --vision-layers 4 --fk-model '$b/fk_model' \
+          --out '$P/vlm_parity' >'$P/vlm_parity.log' 2>&1; \
+        '$b/fk_model' --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text \
+          --vision-arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --bench --decode-batches 1,8,32 \
+          --jsonl '$P/vlm_model.jsonl' --markdown '$P/vlm_model.md' >'$P/vlm_model.log' 2>&1"
       ;;
     towers-recheck@*)
       g="${step#*@}"

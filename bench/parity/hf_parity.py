@@ -16,6 +16,10 @@ Tolerances are relative to an fp32 "truth" (the same weights upcast): ours may b
     python3 bench/parity/hf_parity.py --arch meta-llama/Llama-3.1-8B-Instruct --layers 4 --out out/parity
     python3 bench/parity/hf_parity.py --all --out out/parity
     python3 bench/parity/hf_parity.py --arch ORG/MODEL --weights W.safetensors --dump D.safetensors --out DIR
+    python3 bench/parity/hf_parity.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text \
+        --vision-arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --layers 4 --vision-layers 4 --out DIR
+      (a vision-language model: one image per prompt through fk_model's tower + text model, and through HF's
+      Qwen2VLForConditionalGeneration with the same weights; the same checks a)-c) on the text model)
 
 Exit: 0 all pass, 1 a parity or contract failure (fk_model crashing counts), 2 usage/setup
 errors (missing fk_model, config not found, torch/transformers missing, no GPU when asked).
@@ -88,6 +92,10 @@ def fmt(x):
 
 # --- fk_model ------------------------------------------------------------------------------------
 
+def vision_weights_path(wpath):
+    return wpath[:-len(".safetensors")] + ".vision.safetensors" if wpath.endswith(".safetensors") else wpath + ".vision"
+
+
 def run_fk_model(a, arch, layers, wpath, dpath, logpath):
     cmd = [a.fk_model]
     if a.fk_model.endswith(".py"):
@@ -95,6 +103,11 @@ def run_fk_model(a, arch, layers, wpath, dpath, logpath):
     cmd += ["--arch", arch, "--layers", str(layers), "--seed", str(a.seed), "--save-weights", wpath,
             "--dump", dpath, "--prompt-lens", ",".join(map(str, a.prompt_lens)),
             "--decode-steps", str(a.decode_steps)]
+    if a.vision_arch:  # a vision-language model: the tower too (its weights beside the text model's)
+        cmd += ["--vision-arch", a.vision_arch, "--vision-layers", str(a.vision_layers),
+                "--save-vision-weights", vision_weights_path(wpath)]
+        if a.config_root:
+            cmd += ["--config-root", os.path.abspath(a.config_root)]
     log(f"$ {shlex.join(cmd)}")
     t0 = time.time()
     try:
@@ -207,14 +220,26 @@ def self_consistency(D, S, ulp):
 def hf_run(model, D, lens, S, device):
     """Per prompt (batch 1, no padding): forward prompt + our decode tokens[:S]; returns the
     residual stream after every layer on the prompt positions ([T, H] per layer, fp32 CPU) and
-    the logits at positions L-1 .. L+S-1 ([B, S+1, V] fp32 CPU; row j is what chose token j)."""
+    the logits at positions L-1 .. L+S-1 ([B, S+1, V] fp32 CPU; row j is what chose token j).
+    A vision-language dump (pixel_values, grid_thw: one image per prompt) feeds each prompt its
+    image; the layers are the text model's (model.model.language_model)."""
+    import types
+
     import torch
     import hfmodel
 
-    n = len(model.model.layers)
+    vlm = "grid_thw" in D
+    text = types.SimpleNamespace(model=model.model.language_model) if vlm else model
+    n = len(text.model.layers)
     ids, tok = D["input_ids"], D["decode.tokens"]
-    cap = hfmodel.LayerCapture(model)
-    rcap = hfmodel.RouterCapture(model)
+    cap = hfmodel.LayerCapture(text)
+    rcap = hfmodel.RouterCapture(text)
+    if vlm:
+        grids = D["grid_thw"]
+        patch_rows = (grids[:, 0] * grids[:, 1] * grids[:, 2]).tolist()
+        px_off = [0]
+        for r in patch_rows:
+            px_off.append(px_off[-1] + int(r))
     layers = [[] for _ in range(n)]
     logits = []
     routers = []  # per prompt: [layers, 2, E] router logits at the rows of (b) and decode.logits_last
@@ -226,7 +251,13 @@ def hf_run(model, D, lens, S, device):
             cap.keep = slice(0, L)
             cap.outs.clear()
             rcap.outs.clear()
-            out = model(input_ids=seq[None], use_cache=False, logits_to_keep=S + 1)
+            if vlm:
+                vdtype = next(model.model.visual.parameters()).dtype
+                px = D["pixel_values"][px_off[b]:px_off[b + 1]].to(device=device, dtype=vdtype)
+                out = model(input_ids=seq[None], pixel_values=px, image_grid_thw=grids[b:b + 1].to(device),
+                            use_cache=False, logits_to_keep=S + 1)
+            else:
+                out = model(input_ids=seq[None], use_cache=False, logits_to_keep=S + 1)
             for i in range(n):
                 layers[i].append(cap.outs[i].cpu())
             if rcap.active:
@@ -292,6 +323,9 @@ def check_arch(a, arch, workdir):
         res["fk_model_cmd"] = shlex.join(cmd)
         res["fk_model_s"] = round(dt, 2)
         W, wmeta = st.load(wpath)
+        if a.vision_arch:  # Note [Multimodal prefill]: the composite's weights are both files'
+            VW, _ = st.load(vision_weights_path(wpath))
+            W = hfmodel.vlm_weights(W, VW)
         requested_lens, requested_steps = a.prompt_lens, a.decode_steps
         for k, want in (("arch", arch), ("layers", str(layers)), ("seed", str(a.seed))):
             if wmeta.get(k) != want:
@@ -304,6 +338,7 @@ def check_arch(a, arch, workdir):
         res["errors"].append(str(e))
         return res
     cfg = hfmodel.load_config(arch, layers, a.config_root)
+    vcfg = hfmodel.load_vlm_config(arch, layers, a.vision_layers, a.config_root) if a.vision_arch else None
     V, H = cfg.vocab_size, cfg.hidden_size
     try:
         D, _ = st.load(dpath)
@@ -319,7 +354,8 @@ def check_arch(a, arch, workdir):
     runs = {}
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
-        model = hfmodel.build_model(cfg, dtype, a.device, a.attn)
+        model = (hfmodel.build_vlm_model(vcfg, dtype, a.device, a.attn) if a.vision_arch
+                 else hfmodel.build_model(cfg, dtype, a.device, a.attn))
         try:
             hfmodel.check_and_load(model, W, dtype=mdt)
         except hfmodel.WeightsError as e:
@@ -505,6 +541,11 @@ def parse_args(argv):
     ap.add_argument("--arch", help="org/model (comma-separated for several)")
     ap.add_argument("--all", action="store_true", help="the four Llama-family configs")
     ap.add_argument("--layers", type=int, help="decoder layers (default 4; with --weights: from its metadata)")
+    ap.add_argument("--vision-arch", default=None,
+                    help="a vision-language model: --arch is its text model (a VLM's text_config component), this its "
+                         "vision tower; fk_model runs both (one image per prompt) and HF the composite "
+                         "(Qwen2VLForConditionalGeneration) with the same weights")
+    ap.add_argument("--vision-layers", type=int, default=4, help="with --vision-arch: the tower's blocks (default 4)")
     ap.add_argument("--fk-model", default=os.path.join(REPO, "build", "gpu", "fk_model"),
                     help="fk_model binary (a .py file runs with this Python; tests use fake_fk_model.py)")
     ap.add_argument("--seed", type=int, default=1)
@@ -558,6 +599,13 @@ def main(argv=None):
     archs = list(hfmodel.DEFAULT_ARCHS) if a.all else [x.strip() for x in a.arch.split(",") if x.strip()]
     if a.weights and len(archs) != 1:
         return setup_error("--weights/--dump take exactly one --arch")
+    if a.vision_arch and (len(archs) != 1 or a.weights):
+        return setup_error("--vision-arch takes exactly one --arch (the VLM's text model) and runs fk_model (no --weights)")
+    if a.vision_arch:
+        try:
+            hfmodel.load_vlm_config(archs[0], a.layers or 4, a.vision_layers, a.config_root)
+        except hfmodel.SetupError as e:
+            return setup_error(str(e))
     for p in (a.weights, a.dump):
         if p and not os.path.isfile(p):
             return setup_error(f"no such file: {p}")
@@ -596,7 +644,7 @@ def main(argv=None):
             return setup_error(str(e))
         finally:
             if not a.weights and not a.keep_files:
-                for f in ("weights.safetensors", "dump.safetensors"):
+                for f in ("weights.safetensors", "weights.vision.safetensors", "dump.safetensors"):
                     p = os.path.join(workdir, f)
                     if os.path.exists(p):
                         os.remove(p)

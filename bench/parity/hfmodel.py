@@ -256,6 +256,60 @@ def build_model(cfg, dtype, device, attn="sdpa"):
     return m
 
 
+# The composite vision-language models whose text model (VLM_TEXT_MODEL_TYPES) and vision tower
+# fk_model runs together (--vision-arch): the composite config's model type.
+VLM_MODEL_TYPES = ("qwen2_vl",)
+
+
+def load_vlm_config(arch, layers, vision_layers, root=None):
+    """The composite config (Qwen2VLConfig) stored beside `arch` (a VLM's text component: its
+    config.json is the whole composite, verbatim), the text model cut to `layers` decoder layers and
+    the tower to `vision_layers` blocks. Built offline with AutoConfig.for_model."""
+    from transformers import AutoConfig
+
+    with open(config_path(arch, root)) as f:
+        d = json.load(f)
+    mt = d.pop("model_type", None)
+    if mt not in VLM_MODEL_TYPES:
+        raise SetupError(f"{arch}: model_type {mt!r} is not a vision-language model fk_model runs whole "
+                         f"(supported: {', '.join(VLM_MODEL_TYPES)})")
+    text = d.get("text_config") if isinstance(d.get("text_config"), dict) else d
+    text["num_hidden_layers"] = int(layers)
+    vc = dict(d.get("vision_config") or {})
+    vc["depth"] = int(vision_layers)
+    d["vision_config"] = vc
+    for k in ("torch_dtype", "dtype", "transformers_version", "architectures", "quantization_config"):
+        d.pop(k, None)
+    for k in [k for k in d if k.startswith("_")]:
+        d.pop(k)
+    cfg = AutoConfig.for_model(mt, **d)
+    cfg.architectures = None
+    return cfg
+
+
+def build_vlm_model(cfg, dtype, device, attn="sdpa"):
+    """transformers' composite VLM (Qwen2VLForConditionalGeneration) with random init, on `device`."""
+    from transformers import AutoModelForImageTextToText
+
+    with torch.device(device):
+        m = AutoModelForImageTextToText.from_config(cfg, dtype=dtype, attn_implementation=attn)
+    m.eval()
+    m.requires_grad_(False)
+    return m
+
+
+def vlm_weights(text_weights, vision_weights):
+    """fk_model's two weight files (the text model's causal-LM names, the tower's
+    Qwen2VisionTransformerPretrainedModel names) under the composite's names (transformers 5:
+    model.language_model.*, model.visual.*, lm_head.weight)."""
+    out = {}
+    for k, t in text_weights.items():
+        out["model.language_model." + k[len("model."):] if k.startswith("model.") else k] = t
+    for k, t in vision_weights.items():
+        out["model.visual." + k] = t
+    return out
+
+
 # HF checkpoints that store a fused projection (Phi-3: self_attn.qkv_proj, mlp.gate_up_proj)
 # where the fk_model contract names its Llama-style parts (Note [Seeded weights] in
 # runtime/include/fk/tasks/llama.h): the fused tensor is the parts stacked along rows, in this order.

@@ -77,7 +77,13 @@ class LlamaModel {
   }
 
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) {
-    fk::Tensor hidden_states = embed_tokens.forward(input_ids);
+    return forward_embeds(embed_tokens.forward(input_ids), positions);
+  }
+  /// The decoder over given input embeddings (vLLM's forward(inputs_embeds=...): a VLM's text with
+  /// its image features in place; positions [T], or [3, T] for multimodal rope). The first layer's
+  /// residual is inputs_embeds itself, which later layers update in place.
+  fk::Tensor forward_embeds(const fk::Tensor& inputs_embeds, const fk::Tensor& positions) {
+    fk::Tensor hidden_states = inputs_embeds;
     fk::Tensor residual;
     for (size_t i = 0; i < layers.size(); ++i) {
       std::tuple<fk::Tensor, fk::Tensor> out = layers[i].forward(positions, hidden_states, residual);

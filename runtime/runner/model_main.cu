@@ -7,6 +7,9 @@
 //   fk_model --arch meta-llama/Llama-3.1-8B-Instruct --bench --jsonl r.jsonl --markdown r.md
 //   fk_model --arch Qwen/Qwen2.5-7B-Instruct --greedy g.json --decode-steps 64   (candidate comparison)
 //   fk_model --arch Qwen/Qwen2.5-7B-Instruct --teacher-forced tf.json --force-tokens base/g.json
+//   fk_model --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text \
+//            --vision-arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --layers 4 --vision-layers 4 \
+//            --dump d.safetensors --bench   (a vision-language model: images + prompts, Note [Multimodal prefill])
 //   fk_model --arch google-bert/bert-base-uncased --layers 4 --dump d.safetensors   (an encoder: per-layer
 //            hidden states and pooled vectors; --bench times whole batches, --list says which runner)
 //
@@ -64,6 +67,10 @@ struct Options {
   /// vision towers: the dump's grids "TxHxW" in patches (default: the served size, a smaller
   /// non-square image and a two-frame video)
   std::vector<std::string> grids;
+  /// vision-language models (--vision-arch): the vision tower's config id, its depth (0: the config's),
+  /// its weights, and where the composite config (the special token ids) is read
+  std::string vision_arch, load_vision_weights, save_vision_weights, config_root = "hf_configs";
+  int64_t vision_layers = 0;
 };
 
 template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
@@ -845,15 +852,238 @@ int run_tower_bench(fk::VisionTowerModel& m, const Options& o) {
   return fk::kExitOk;
 }
 
+// --------------------------------------------------------------------------------------------
+// Vision-language models (Note [Multimodal prefill] in fk/runtime/engine.h): the vision tower
+// (--vision-arch, a fk::VisionTowerModel) and the text model with multimodal rope (--arch, a
+// fk::CausalLM) run as HF's Qwen2VLForConditionalGeneration: each prompt's image -> the tower's
+// merged tokens, written over the prompt's image tokens; prefill at get_rope_index positions
+// (Note [VLM rope index] in fk/tasks/mrope.h); greedy decode.
+
+struct VlmTokens {
+  int64_t image = -1, vision_start = -1, vision_end = -1;
+};
+
+/// The composite config's special token ids, from <config_root>/<arch>/config.json (the text
+/// component's directory holds the whole composite config, verbatim); errors name the file and field.
+VlmTokens read_vlm_tokens(const std::string& config_root, const std::string& arch) {
+  const std::string path = config_root + "/" + arch + "/config.json";
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error(path + ": cannot read (the composite config of --arch; --config-root names the folder)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(path + ": invalid JSON: " + e.what());
+  }
+  VlmTokens t;
+  for (auto [key, dst] : {std::pair<const char*, int64_t*>{"image_token_id", &t.image}, {"vision_start_token_id", &t.vision_start},
+                          {"vision_end_token_id", &t.vision_end}}) {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
+      throw std::runtime_error(path + ": $." + key + ": expected a non-negative integer (a vision-language config's token id), got " +
+                               (j.contains(key) ? j[key].dump() : std::string("nothing")));
+    *dst = j[key].get<int64_t>();
+  }
+  return t;
+}
+
+/// Prompts with one image each (text, <vision_start>, the image's tokens, <vision_end>, text), their
+/// packed [3, T] positions, the first decode positions and the packed rows of the image tokens.
+struct VlmBatch {
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::array<int64_t, 3>> grids;
+  std::vector<int64_t> positions;  ///< host [3, T]
+  std::vector<int64_t> next_positions;
+  std::vector<int32_t> image_rows;
+  int64_t tokens = 0;
+};
+
+VlmBatch make_vlm_batch(const std::vector<int64_t>& text_lens, const std::vector<std::array<int64_t, 3>>& grids, int64_t merge,
+                        const VlmTokens& tok, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  auto text_token = [&] {
+    for (;;) {
+      const int64_t x = dist(rng);
+      if (x != tok.image && x != tok.vision_start && x != tok.vision_end) return x;
+    }
+  };
+  VlmBatch out;
+  out.grids = grids;
+  std::vector<std::vector<int64_t>> rows3(3);
+  for (size_t b = 0; b < text_lens.size(); ++b) {
+    const auto& g = grids[b];
+    const int64_t image_tokens = g[0] * (g[1] / merge) * (g[2] / merge);
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < text_lens[b] / 2; ++i) p.push_back(text_token());
+    p.push_back(tok.vision_start);
+    for (int64_t i = 0; i < image_tokens; ++i) {
+      out.image_rows.push_back(static_cast<int32_t>(out.tokens + static_cast<int64_t>(p.size())));
+      p.push_back(tok.image);
+    }
+    p.push_back(tok.vision_end);
+    for (int64_t i = text_lens[b] / 2; i < text_lens[b]; ++i) p.push_back(text_token());
+    const fk::tasks::VlRopeIndex idx = fk::tasks::vl_rope_index(p, tok.image, {g}, merge);
+    for (int a = 0; a < 3; ++a) rows3[a].insert(rows3[a].end(), idx.rows[a].begin(), idx.rows[a].end());
+    out.next_positions.push_back(idx.next_position);
+    out.tokens += static_cast<int64_t>(p.size());
+    out.prompts.push_back(std::move(p));
+  }
+  for (int a = 0; a < 3; ++a) out.positions.insert(out.positions.end(), rows3[a].begin(), rows3[a].end());
+  return out;
+}
+
+/// The images' merged tokens [N, H] on `stream` (the engine's, so that the prefill is ordered after them).
+Tensor vlm_features(fk::VisionTowerModel& tower, const fk::CausalLM& lm, const Tensor& px,
+                    const std::vector<std::array<int64_t, 3>>& grids) {
+  Tensor f = tower.merge(tower.forward(px, grids));
+  FK_CHECK(f.size(1) == lm.hidden_size(), "the vision tower's merged tokens are " + std::to_string(f.size(1)) +
+                                              " wide, the text model's hidden size is " + std::to_string(lm.hidden_size()));
+  return f;
+}
+
+int run_vlm_dump(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& o, const VlmTokens& tok) {
+  const int64_t m = tower.merge_size();
+  std::vector<std::array<int64_t, 3>> grids;
+  for (size_t b = 0; b < o.prompt_lens.size(); ++b)  // images of several shapes, whole merge windows
+    grids.push_back({1, m * (2 + static_cast<int64_t>(b % 3)), m * (2 + static_cast<int64_t>((b + 1) % 3))});
+  const VlmBatch vb = make_vlm_batch(o.prompt_lens, grids, m, tok, lm.vocab_size(), fk::mix_seed(o.seed, 77));
+  int64_t longest = 0;
+  for (const auto& p : vb.prompts) longest = std::max<int64_t>(longest, p.size());
+  const int64_t B = static_cast<int64_t>(vb.prompts.size()), V = lm.vocab_size(), H = lm.hidden_size(), T = vb.tokens;
+  fk::Engine engine(lm, B, longest + o.decode_steps + 1, o.decode_steps);
+  Tensor px, logits, positions, rows;
+  std::vector<std::vector<float>> layer_out(lm.num_layers());
+  {
+    fk::StreamGuard g(engine.stream());
+    px = random_patch_rows(tower, grids, fk::mix_seed(o.seed, 79));
+    Tensor features = vlm_features(tower, lm, px, grids);
+    positions = fk::to_device(vb.positions, {3, T});
+    rows = fk::to_device(vb.image_rows, {static_cast<int64_t>(vb.image_rows.size())});
+    fk::tasks::set_layer_hook([&](int i, const Tensor& h, const Tensor& r) { layer_out[i] = fk::to_host<float>(fk::tasks::ref::add_f32(h, r)); });
+    logits = engine.prefill_multimodal(vb.prompts, rows, features, positions, vb.next_positions);
+    fk::tasks::set_layer_hook(nullptr);
+    logits = fk::tasks::to_f32(logits);
+  }
+  for (int64_t s = 0; s < o.decode_steps; ++s) engine.decode_step(!o.no_graph);
+  Tensor last;
+  {
+    fk::StreamGuard g(engine.stream());
+    last = fk::tasks::to_f32(engine.last_logits());
+  }
+  fk::SafetensorsWriter w;
+  std::vector<int64_t> ids, flat;
+  std::vector<int32_t> cu{0};
+  for (const auto& p : vb.prompts) {
+    ids.insert(ids.end(), p.begin(), p.end());
+    cu.push_back(cu.back() + static_cast<int32_t>(p.size()));
+  }
+  for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
+  add_host(w, "input_ids", "I64", {T}, ids);
+  add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
+  fk::add_device_tensor(w, "pixel_values", fk::tasks::to_f32(px));
+  add_host(w, "grid_thw", "I64", {B, 3}, flat);
+  add_host(w, "positions", "I64", {3, T}, vb.positions);
+  for (int64_t i = 0; i < lm.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {T, H}, layer_out[i]);
+  fk::add_device_tensor(w, "prefill.logits", logits);
+  add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
+  add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
+  fk::add_device_tensor(w, "decode.logits_last", last);
+  (void)V;
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", lm.task_name());
+  w.set_metadata("runner", "vlm");
+  w.set_metadata("vision_arch", o.vision_arch);
+  w.set_metadata("vision_task", tower.task_name());
+  w.set_metadata("vision_layers", std::to_string(tower.num_layers()));
+  w.set_metadata("layers", std::to_string(lm.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.set_metadata("graph", o.no_graph ? "false" : "true");
+  w.write(o.dump);
+  std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts with one image each, " << T << " tokens, " << o.decode_steps
+            << " decode steps, vlm)\n";
+  return fk::kExitOk;
+}
+
+/// Throughput of a VLM: per batch, one image of the served size per prompt plus --prompt-len text
+/// tokens; "vlm_prefill" times the tower and the prefill together (one forward of images + prompts,
+/// last-token logits), "decode" the greedy decode loop after it (CUDA graphs), as run_bench.
+int run_vlm_bench(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& o, const VlmTokens& tok) {
+  std::vector<nlohmann::json> rows;
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  const int64_t g = tower.bench_grid(), m = tower.merge_size();
+  for (int64_t b : o.decode_batches) {
+    fk::release_cached_memory();
+    const std::vector<std::array<int64_t, 3>> grids(static_cast<size_t>(b), std::array<int64_t, 3>{1, g, g});
+    const VlmBatch vb = make_vlm_batch(std::vector<int64_t>(static_cast<size_t>(b), o.prompt_len), grids, m, tok, lm.vocab_size(),
+                                       fk::mix_seed(o.seed, 3000 + b));
+    int64_t longest = 0;
+    for (const auto& p : vb.prompts) longest = std::max<int64_t>(longest, p.size());
+    const int64_t steps = std::max<int64_t>(o.decode_steps, 8);
+    fk::Engine engine(lm, b, longest + steps + 1, steps);
+    std::vector<double> prefill_ms;
+    {
+      fk::StreamGuard sg(engine.stream());
+      Tensor px = random_patch_rows(tower, grids, fk::mix_seed(o.seed, 4000 + b));
+      Tensor positions = fk::to_device(vb.positions, {3, vb.tokens});
+      Tensor image_rows = fk::to_device(vb.image_rows, {static_cast<int64_t>(vb.image_rows.size())});
+      auto step = [&] { engine.prefill_multimodal(vb.prompts, image_rows, vlm_features(tower, lm, px, grids), positions, vb.next_positions); };
+      step();  // warm-up (GEMM choices)
+      prefill_ms = timed_calls(engine.stream(), e0, e1, 3, step);
+    }
+    nlohmann::json jp;
+    jp["tool"] = "fk_model", jp["arch"] = o.arch, jp["vision_arch"] = o.vision_arch, jp["task"] = lm.task_name();
+    jp["vision_task"] = tower.task_name(), jp["layers"] = lm.num_layers(), jp["vision_layers"] = tower.num_layers();
+    nlohmann::json jd = jp;
+    jp["mode"] = "vlm_prefill", jp["batch"] = b, jp["image_tokens"] = (g / m) * (g / m), jp["text_tokens"] = o.prompt_len;
+    jp["ms"] = prefill_ms[prefill_ms.size() / 2], jp["ms_min"] = prefill_ms.front(), jp["ms_max"] = prefill_ms.back();
+    jp["images_per_s"] = 1000.0 * b / jp["ms"].get<double>();
+    jp["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    engine.decode_step(true);
+    engine.decode_step(true);  // the first replay
+    const int64_t timed = steps - 2;
+    FK_CUDA_CHECK(cudaEventRecord(e0, engine.stream()));
+    for (int64_t s = 0; s < timed; ++s) engine.decode_step(true);
+    FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
+    FK_CUDA_CHECK(cudaEventSynchronize(e1));
+    const double ms = elapsed_ms(e0, e1);
+    jd["mode"] = "decode", jd["batch"] = b, jd["prompt_len"] = longest, jd["steps"] = timed, jd["graph"] = true;
+    jd["ms_per_step"] = ms / timed, jd["tokens_per_s"] = 1000.0 * b * timed / ms;
+    jd["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
+    std::cerr << "vlm b" << b << ": images + prefill " << std::fixed << std::setprecision(2) << jp["ms"].get<double>()
+              << " ms; decode " << jd["ms_per_step"].get<double>() << " ms/step, " << jd["tokens_per_s"].get<double>() << " tokens/s\n";
+    rows.push_back(jp);
+    rows.push_back(jd);
+  }
+  write_bench_jsonl(rows, o.jsonl);
+  if (!o.markdown.empty()) {
+    std::ofstream f(o.markdown);
+    f << "| arch | layers | vision layers | mode | batch | ms | images/s or tokens/s | peak reserved GiB |\n|---|---|---|---|---|---|---|---|\n";
+    for (const auto& j : rows) {
+      const bool pre = j["mode"] == "vlm_prefill";
+      f << "| " << o.arch << " | " << j["layers"] << " | " << j["vision_layers"] << " | " << j["mode"].get<std::string>() << " | "
+        << j["batch"] << " | " << std::fixed << std::setprecision(2) << (pre ? j["ms"].get<double>() : j["ms_per_step"].get<double>())
+        << " | " << std::setprecision(1) << (pre ? j["images_per_s"].get<double>() : j["tokens_per_s"].get<double>()) << " | "
+        << std::setprecision(2) << j["peak_reserved_gib"].get<double>() << " |\n";
+    }
+  }
+  return fk::kExitOk;
+}
+
 /// Every runner's model set-up: the weights loaded from --load-weights (HF names) or seeded
 /// (Note [Seeded weights]), the model reported, and the weights saved when --save-weights asks.
-template <class M> void prepare_model(M& model, const fk::TaskInfo& task, const Options& o) {
-  if (!o.load_weights.empty()) fk::load_weights(model, o.load_weights);
-  else fk::tasks::init_params(model.named_parameters(), o.seed);
+/// A VLM's tower takes --load-vision-weights / --save-vision-weights and --vision-arch instead.
+template <class M> void prepare_model(M& model, const fk::TaskInfo& task, const Options& o, bool vision = false) {
+  const std::string& load = vision ? o.load_vision_weights : o.load_weights;
+  const std::string& save = vision ? o.save_vision_weights : o.save_weights;
+  if (!load.empty()) fk::load_weights(model, load);
+  else fk::tasks::init_params(model.named_parameters(), vision ? fk::mix_seed(o.seed, 31) : o.seed);
   FK_CUDA_CHECK(cudaDeviceSynchronize());
   std::cerr << "fk_model: " << task.name << " with " << model.num_layers() << " layers, " << std::fixed << std::setprecision(2)
             << gib(fk::tasks::param_bytes(model.named_parameters())) << " GiB of weights\n";
-  if (!o.save_weights.empty()) fk::save_weights(model, o.save_weights, {{"arch", o.arch}, {"seed", std::to_string(o.seed)}});
+  if (!save.empty())
+    fk::save_weights(model, save, {{"arch", vision ? o.vision_arch : o.arch}, {"seed", std::to_string(o.seed)}});
 }
 }  // namespace
 
@@ -890,6 +1120,14 @@ int main(int argc, char** argv) {
   app.add_option("--image-batches", o.image_batches, "bench (image encoders): image batch sizes (default 1,8,32)")
       ->delimiter(',')
       ->check(CLI::Range(1, 4096));
+  app.add_option("--vision-arch", o.vision_arch,
+                 "vision-language model: the vision tower's config id (--arch: the text model with multimodal rope); "
+                 "--dump and --bench then run images + prompts (Note [Multimodal prefill])");
+  app.add_option("--vision-layers", o.vision_layers, "vision-language model: tower blocks to build (0 = the config's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--load-vision-weights", o.load_vision_weights, "vision-language model: load the tower's weights (HF names)");
+  app.add_option("--save-vision-weights", o.save_vision_weights, "vision-language model: save the tower's weights (HF names)");
+  app.add_option("--config-root", o.config_root, "vision-language model: the folder of <arch>/config.json (the special token ids)");
   app.add_option("--grids", o.grids, "dump (vision towers): image grids TxHxW in patches (default: the served size and two others)")
       ->delimiter(',');
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
@@ -926,7 +1164,12 @@ int main(int argc, char** argv) {
       return fk::kExitUsage;
     }
   }
-  if (o.dump.empty() && !o.bench && o.save_weights.empty() && o.greedy.empty() && o.teacher_forced.empty()) {
+  if (o.vision_arch.empty() && (o.vision_layers || !o.load_vision_weights.empty() || !o.save_vision_weights.empty())) {
+    std::cerr << "fk_model: --vision-layers, --load-vision-weights and --save-vision-weights need --vision-arch\n";
+    return fk::kExitUsage;
+  }
+  if (o.dump.empty() && !o.bench && o.save_weights.empty() && o.save_vision_weights.empty() && o.greedy.empty() &&
+      o.teacher_forced.empty()) {
     std::cerr << "fk_model: nothing to do: give --dump, --greedy, --teacher-forced, --bench or --save-weights\n";
     return fk::kExitUsage;
   }
@@ -944,10 +1187,41 @@ int main(int argc, char** argv) {
               << "): --greedy and --teacher-forced are for causal LMs; use --dump, --bench or --save-weights\n";
     return fk::kExitUsage;
   }
+  if (!o.vision_arch.empty()) {  // checked before the device: usage errors need no GPU
+    const fk::TaskInfo* vtask = find_model(o.vision_arch);
+    if (!task->make_model || !vtask || !vtask->make_vision_tower) {
+      std::cerr << "fk_model: --arch " << o.arch << " must be a causal LM and --vision-arch " << o.vision_arch
+                << " a vision tower (see --list): " << (!task->make_model ? "--arch is not a causal LM" : "--vision-arch is not a vision tower")
+                << "\n";
+      return fk::kExitUsage;
+    }
+    if (!o.greedy.empty() || !o.teacher_forced.empty()) {
+      std::cerr << "fk_model: --greedy and --teacher-forced are for text-only causal LMs; with --vision-arch use --dump, --bench or the weights\n";
+      return fk::kExitUsage;
+    }
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::cerr << "fk_model: no CUDA device\n";
     return fk::kExitNoGpu;
+  }
+  if (!o.vision_arch.empty()) {  // a vision-language model: the tower + the text model (Note [Multimodal prefill])
+    const fk::TaskInfo* vtask = find_model(o.vision_arch);
+    try {
+      const VlmTokens tok = read_vlm_tokens(o.config_root, o.arch);
+      std::unique_ptr<fk::CausalLM> lm = task->make_model(o.layers);
+      std::unique_ptr<fk::VisionTowerModel> tower = vtask->make_vision_tower(o.vision_layers);
+      if (!lm->takes_input_embeddings()) throw std::runtime_error(task->name + " takes no input embeddings: it cannot be a VLM's text model");
+      prepare_model(*lm, *task, o);
+      prepare_model(*tower, *vtask, o, /*vision=*/true);
+      int rc = fk::kExitOk;
+      if (!o.dump.empty()) rc = run_vlm_dump(*lm, *tower, o, tok);
+      if (rc == fk::kExitOk && o.bench) rc = run_vlm_bench(*lm, *tower, o, tok);
+      return rc;
+    } catch (const std::exception& e) {
+      std::cerr << "fk_model: " << e.what() << "\n";
+      return fk::kExitFailed;
+    }
   }
   if (task->make_vision_tower) {  // a dynamic-resolution vision tower: the dump, throughput, weights
     try {

@@ -136,7 +136,17 @@ Engine::Packed Engine::pack(const std::vector<std::vector<int64_t>>& seqs, int64
   return out;
 }
 
-Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
+Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) { return prefill_impl(prompts, nullptr); }
+
+Tensor Engine::prefill_multimodal(const std::vector<std::vector<int64_t>>& prompts, const Tensor& image_rows,
+                                  const Tensor& features, const Tensor& positions, const std::vector<int64_t>& next_positions) {
+  FK_CHECK(model_.takes_input_embeddings(), "prefill_multimodal: " + model_.task_name() + " takes no input embeddings");
+  FK_CHECK(next_positions.size() == prompts.size(), "prefill_multimodal: one next position per prompt");
+  const Multimodal mm{&image_rows, &features, &positions, &next_positions};
+  return prefill_impl(prompts, &mm);
+}
+
+Tensor Engine::prefill_impl(const std::vector<std::vector<int64_t>>& prompts, const Multimodal* mm) {
   const int64_t batch = static_cast<int64_t>(prompts.size());
   FK_CHECK(batch > 0 && batch <= max_seqs_, "prefill of " + std::to_string(batch) + " sequences; the engine holds " +
                                                 std::to_string(max_seqs_));
@@ -150,14 +160,23 @@ Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) {
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t n = in.cu[b + 1] - in.cu[b];
     last.push_back(in.cu[b + 1] - 1);
-    next_pos.push_back(n);
+    next_pos.push_back(mm ? (*mm->next_positions)[b] : n);  // Note [Multimodal prefill]
     next_slot.push_back(b * max_len_ + n);
     next_len.push_back(static_cast<int32_t>(n + 1));
   }
   Tensor hidden;
   {
     tasks::ForwardContextGuard ctx(&in.meta);
-    hidden = model_.forward(in.ids, in.positions);
+    if (!mm) {
+      hidden = model_.forward(in.ids, in.positions);
+    } else {  // Note [Multimodal prefill]
+      const Tensor& pos = *mm->positions;
+      FK_CHECK(pos.dtype() == DType::kI64 && pos.dim() == 2 && pos.size(0) == 3 && pos.size(1) == in.meta.num_tokens,
+               "prefill_multimodal: positions must be i64 [3, " + std::to_string(in.meta.num_tokens) + "], got " + pos.str());
+      Tensor embeds = model_.embed(in.ids);
+      tasks::scatter_rows_(embeds, *mm->image_rows, *mm->features);
+      hidden = model_.forward_embeds(embeds, pos);
+    }
   }
   Tensor last_hidden = tasks::gather_rows(hidden, to_device(last, {batch}));
   Tensor logits = model_.compute_logits(last_hidden);

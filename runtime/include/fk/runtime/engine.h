@@ -37,6 +37,16 @@ class Engine {
   /// Prefill of one prompt per sequence (token ids); picks token 0 of every sequence.
   /// Returns the last-token logits [B, V] (model dtype).
   Tensor prefill(const std::vector<std::vector<int64_t>>& prompts);
+  /// Note [Multimodal prefill]
+  /// A VLM's prefill (vLLM's get_input_embeddings + forward(inputs_embeds), HF's
+  /// Qwen2VLForConditionalGeneration): the prompts' token embeddings with the image features
+  /// written over the rows of the image tokens, at multimodal-rope positions [3, T] (the prompts
+  /// packed in order; get_rope_index), then decode at next_positions[b] + s for step s (the text
+  /// position after the prompt: its largest position + 1, which the image grid makes less than the
+  /// prompt's length; the KV slots still count tokens). image_rows: the packed rows of the image
+  /// tokens (i32, device), features: [len(image_rows), H] in the model dtype, in that order.
+  Tensor prefill_multimodal(const std::vector<std::vector<int64_t>>& prompts, const Tensor& image_rows, const Tensor& features,
+                            const Tensor& positions, const std::vector<int64_t>& next_positions);
   /// One greedy decode step for the batch of the last prefill (eager, or replay of the
   /// captured step when use_graph; the first graph step runs eagerly and captures).
   void decode_step(bool use_graph);
@@ -60,6 +70,13 @@ class Engine {
 
  private:
   void run_decode_body();
+  struct Multimodal {
+    const Tensor* image_rows;
+    const Tensor* features;
+    const Tensor* positions;
+    const std::vector<int64_t>* next_positions;
+  };
+  Tensor prefill_impl(const std::vector<std::vector<int64_t>>& prompts, const Multimodal* mm);
   /// One prefill of whole sequences: token ids, positions, slots (sequence b at row b of the
   /// cache) and the forward context; each sequence holds 1..limit tokens (too_long(b, n) says why
   /// not), every id in the vocabulary (`what` names the caller in that message).

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ class CausalLM {
   /// (Re)allocates every layer's KV cache for up to max_seqs sequences of max_len tokens.
   virtual void allocate_kv_cache(int64_t max_seqs, int64_t max_len) = 0;
   virtual Tensor forward(const Tensor& input_ids, const Tensor& positions) = 0;
+  /// A VLM's text model (vLLM's get_input_embeddings / forward(inputs_embeds=...)): the token
+  /// embeddings of input_ids [T, H], and the decoder over given embeddings (positions [T], or [3, T]
+  /// for multimodal rope). Models that take no input embeddings say so.
+  virtual bool takes_input_embeddings() const { return false; }
+  virtual Tensor embed(const Tensor& input_ids) {
+    (void)input_ids;
+    throw std::runtime_error(task_name() + " takes no input embeddings");
+  }
+  virtual Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions) {
+    (void)inputs_embeds, (void)positions;
+    throw std::runtime_error(task_name() + " takes no input embeddings");
+  }
   virtual Tensor compute_logits(const Tensor& hidden_states) = 0;
   /// The composite fp32 reference of the whole model (runtime reference operators only, no task
   /// kernel; Note [Composite references] in fk/tasks/llama.h) over a prefill of whole sequences:

@@ -112,5 +112,9 @@ Tensor offset_positions(const Tensor& positions, int64_t offset);
 /// Rows `rows` (i32, device) of x [T, C] -> [len(rows), C], e.g. the last token of each
 /// sequence before compute_logits (runtime/src/llama_glue.cu).
 Tensor gather_rows(const Tensor& x, const Tensor& rows);
+/// dst[rows[i]] = src[i] for the rows `rows` (i32, device, distinct) of dst [T, C] (in place): a VLM's
+/// image features into the text embeddings at the image tokens (HF's masked_scatter, vLLM's
+/// merge_multimodal_embeddings).
+void scatter_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
 
 }  // namespace fk::tasks

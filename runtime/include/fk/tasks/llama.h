@@ -907,6 +907,12 @@ template <class Model, class Cfg> Tensor CausalLMInstance<Model, Cfg>::gather_la
   return gather_rows(hidden, last_rows_);
 }
 
+template <class M, class = void> struct HasForwardEmbeds : std::false_type {};
+template <class M>
+struct HasForwardEmbeds<M, std::void_t<decltype(std::declval<M&>().model.forward_embeds(std::declval<const Tensor&>(),
+                                                                                       std::declval<const Tensor&>()))>>
+    : std::true_type {};
+
 /// The generated LlamaForCausalLM behind the CausalLM interface (fk_model, the engine).
 template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM {
  public:
@@ -928,6 +934,15 @@ template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM 
     m_.model.for_each_layer([&](auto& layer) { fk::tasks::allocate_kv_cache<Cfg>(layer.self_attn, max_seqs, max_len); });
   }
   Tensor forward(const Tensor& input_ids, const Tensor& positions) override { return m_.forward(input_ids, positions); }
+  bool takes_input_embeddings() const override { return HasForwardEmbeds<Model>::value; }
+  Tensor embed(const Tensor& input_ids) override {
+    if constexpr (HasForwardEmbeds<Model>::value) return m_.model.embed_tokens.forward(input_ids);
+    return CausalLM::embed(input_ids);
+  }
+  Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions) override {
+    if constexpr (HasForwardEmbeds<Model>::value) return m_.model.forward_embeds(inputs_embeds, positions);
+    return CausalLM::forward_embeds(inputs_embeds, positions);
+  }
   Tensor compute_logits(const Tensor& hidden_states) override { return m_.compute_logits(hidden_states); }
   Tensor reference_logits(const Tensor& input_ids, const Tensor& positions, const std::vector<int32_t>& cu_seqlens,
                           const Tensor& rows) override {

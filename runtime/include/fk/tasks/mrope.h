@@ -15,6 +15,9 @@
 // section (Qwen2-VL's 16/24/24 at 8 frequencies a lane) loads its cos/sin row as vectors.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -88,6 +91,59 @@ template <class R> std::pair<Tensor, Tensor> rope_reference_rows(const R& r, con
   } else {
     return {positions, r.cache_for(positions)};
   }
+}
+
+// Note [VLM rope index]
+// The [3, T] positions of a prompt with images, as HF's Qwen2VLModel.get_rope_index numbers them
+// (and vLLM's MRotaryEmbedding.get_input_positions): text tokens count up on all three rows; an
+// image of grid (t, h, w) patches occupies t * (h / m) * (w / m) image tokens (m: the spatial merge
+// size) at (s + frame, s + row, s + column), s being the position after the text before it; the text
+// after an image starts at the largest position so far + 1. Decode step k then sits at
+// next_position + k on all three rows (HF's mrope_position_delta: next_position - prompt length).
+// Qwen2-VL's temporal index is the frame index (Qwen2.5-VL scales it by seconds per grid, for video;
+// not served here).
+struct VlRopeIndex {
+  std::vector<int64_t> rows[3];  ///< temporal, height, width positions of every token
+  int64_t next_position = 0;     ///< the first decode position: max + 1
+};
+
+/// HF get_rope_index for one prompt with images of grids `grids` (in order of appearance; each
+/// image's tokens are image_token_id, contiguous). Errors name what does not match.
+inline VlRopeIndex vl_rope_index(const std::vector<int64_t>& ids, int64_t image_token_id,
+                                 const std::vector<std::array<int64_t, 3>>& grids, int64_t merge) {
+  VlRopeIndex out;
+  int64_t st = 0, next = 0;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  auto push = [&](int64_t t, int64_t h, int64_t w) {
+    out.rows[0].push_back(t), out.rows[1].push_back(h), out.rows[2].push_back(w);
+    next = std::max(next, std::max(t, std::max(h, w)) + 1);
+  };
+  for (size_t k = 0; k < grids.size(); ++k) {
+    int64_t ed = st;
+    while (ed < n && ids[ed] != image_token_id) ++ed;
+    FK_CHECK(ed < n, "vl_rope_index: image " + std::to_string(k) + " has no image tokens left in the prompt");
+    const int64_t s0 = next;
+    for (int64_t p = st; p < ed; ++p) push(s0 + (p - st), s0 + (p - st), s0 + (p - st));
+    const auto& g = grids[k];
+    FK_CHECK(g[1] % merge == 0 && g[2] % merge == 0, "vl_rope_index: grid rows/columns must be whole merge windows");
+    const int64_t gh = g[1] / merge, gw = g[2] / merge, count = g[0] * gh * gw;
+    FK_CHECK(ed + count <= n, "vl_rope_index: image " + std::to_string(k) + " needs " + std::to_string(count) +
+                                  " image tokens, the prompt ends first");
+    const int64_t s = s0 + (ed - st);
+    for (int64_t i = 0; i < count; ++i) {
+      FK_CHECK(ids[ed + i] == image_token_id, "vl_rope_index: image " + std::to_string(k) + " has " + std::to_string(i) +
+                                                  " image tokens, its grid needs " + std::to_string(count));
+      push(s + i / (gh * gw), s + (i / gw) % gh, s + i % gw);
+    }
+    st = ed + count;
+  }
+  const int64_t s0 = next;
+  for (int64_t p = st; p < n; ++p) {
+    FK_CHECK(ids[p] != image_token_id, "vl_rope_index: more image tokens than the grids hold");
+    push(s0 + (p - st), s0 + (p - st), s0 + (p - st));
+  }
+  out.next_position = next;
+  return out;
 }
 
 /// One case of an mrope task. Case dims: num_tokens. query and key are column views of one qkv tensor
