@@ -326,7 +326,8 @@ def check_arch(a, arch, workdir):
         if a.vision_arch:  # Note [Multimodal prefill]: the composite's weights are both files'
             VW, _ = st.load(vision_weights_path(wpath))
             W = hfmodel.vlm_weights(W, VW)
-        requested_lens, requested_steps = a.prompt_lens, a.decode_steps
+        # A VLM's prompts hold its image tokens besides the requested text lengths.
+        requested_lens, requested_steps = (None if a.vision_arch else a.prompt_lens), a.decode_steps
         for k, want in (("arch", arch), ("layers", str(layers)), ("seed", str(a.seed))):
             if wmeta.get(k) != want:
                 res["errors"].append(f"weights metadata {k}={wmeta.get(k)!r}, want {want!r}")
