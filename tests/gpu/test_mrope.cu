@@ -209,6 +209,23 @@ TEST(Kernels, MropeStepPositionsFollowGetRopeIndex) {
     for (int a = 0; a < 3; ++a) EXPECT_EQ(at(a, 32 + t), t);
 }
 
+// HF get_rope_index for one prompt with one image (Note [VLM rope index]): two text tokens, <vision_start>,
+// a 1 x 4 x 6 grid merged 2 x 2 (2 x 3 image tokens at (3, 3 + row, 3 + column)), <vision_end> at 6 (the
+// largest position so far + 1), one text token at 7; the first decode position is 8. Host only.
+TEST(Kernels, VlRopeIndexFollowsGetRopeIndex) {
+  constexpr int64_t kImg = 99, kVs = 98, kVe = 97;
+  const std::vector<int64_t> ids = {5, 6, kVs, kImg, kImg, kImg, kImg, kImg, kImg, kVe, 7};
+  const fk::tasks::VlRopeIndex r = fk::tasks::vl_rope_index(ids, kImg, {{1, 4, 6}}, 2);
+  EXPECT_EQ(r.rows[0], (std::vector<int64_t>{0, 1, 2, 3, 3, 3, 3, 3, 3, 6, 7}));
+  EXPECT_EQ(r.rows[1], (std::vector<int64_t>{0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7}));
+  EXPECT_EQ(r.rows[2], (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(r.next_position, 8);
+  // A grid that needs more image tokens than the prompt holds, or image tokens beyond the grids, are named.
+  EXPECT_THROW(fk::tasks::vl_rope_index(ids, kImg, {{1, 4, 8}}, 2), std::exception);
+  EXPECT_THROW(fk::tasks::vl_rope_index(ids, kImg, {{1, 2, 2}}, 2), std::exception);
+  EXPECT_THROW(fk::tasks::vl_rope_index(ids, kImg, {}, 2), std::exception);
+}
+
 // The harness (the generated tasks' instance) under the runner's protocol.
 struct MropeCfg {
   static constexpr int head_size = 128, rotary_dim = 128;
