@@ -53,7 +53,8 @@
 #     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
 #     qwen2vl@G             Qwen2-VL's vision tower (issue 22) on GPU G (background): the vision-rope / grid / 3-D patch
 #                           embedding GPU tests, fk_bench over every task of the tower (mixed image sizes included), HF
-#                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench
+#                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench beside HF
+#                           eager / torch.compile with the same weights (bench/peers/hf_vision_perf.py)
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -242,8 +243,10 @@ for step in "${steps[@]}"; do
           --jsonl '$P/qwen2vl_bench.jsonl' --markdown '$P/qwen2vl_bench.md' >'$P/qwen2vl_bench.log' 2>&1; \
         python3 bench/parity/hf_parity.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --layers 4 --fk-model '$b/fk_model' \
           --out '$P/qwen2vl_parity' >'$P/qwen2vl_parity.log' 2>&1; \
-        '$b/fk_model' --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --bench --jsonl '$P/qwen2vl_model.jsonl' \
-          --markdown '$P/qwen2vl_model.md' >'$P/qwen2vl_model.log' 2>&1"
+        '$b/fk_model' --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --save-weights '$P/qw.safetensors' --bench \
+          --jsonl '$P/qwen2vl_model.jsonl' --markdown '$P/qwen2vl_model.md' >'$P/qwen2vl_model.log' 2>&1; \
+        python3 bench/peers/hf_vision_perf.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --weights '$P/qw.safetensors' \
+          --modes hf_eager,hf_compile --jsonl '$P/qwen2vl_peers.jsonl' >'$P/qwen2vl_peers.log' 2>&1; rm -f '$P/qw.safetensors'"
       ;;
     xattn@*)
       g="${step#*@}"

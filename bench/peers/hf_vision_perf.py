@@ -80,9 +80,68 @@ def timm_from_hf(cfg, W, dtype):
     return m.to(device="cuda", dtype=dtype).eval().requires_grad_(False)
 
 
+def tower_peers(a, modes, batches):
+    """A dynamic-resolution vision tower (Qwen2-VL's: HF Qwen2VisionTransformerPretrainedModel) on the batches
+    `fk_model --bench` times for towers: B images of the served size (the sidecar's image_size, else 448 px) as
+    the processor's patch rows [B * g * g, C * T * P * P] plus grid_thw, one forward to the merged tokens per call.
+    timm has no such tower: its modes are error rows."""
+    import torch
+    import encoder_parity
+    import hfmodel
+    import st
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+
+    try:
+        dtype = hfmodel.model_dtype(a.arch, a.config_root)
+        W, meta = st.load(a.weights)
+        layers = int(meta["layers"]) if "layers" in meta else None
+        cfg = encoder_parity.load_tower_config(a.arch, layers, a.config_root)
+    except (hfmodel.SetupError, OSError, st.SafetensorsError) as e:
+        log(str(e))
+        return EXIT_SETUP
+    with torch.device("cuda"):
+        hf = Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+    hf.eval()
+    hf.requires_grad_(False)
+    try:
+        hfmodel.check_and_load(hf, W, tied=False, dtype=dtype)
+    except hfmodel.WeightsError as e:
+        log(str(e))
+        return EXIT_SETUP
+    S = int(hfmodel.sidecar(a.arch, a.config_root).get("image_size", 448))
+    g = S // cfg.patch_size
+    K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
+    env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__, "timm": None,
+           "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype), "image_size": S, "tokens_per_image": g * g}
+    gen = torch.Generator(device="cuda").manual_seed(a.seed)
+    for mode in modes:
+        if mode.startswith("timm"):
+            for b in batches:
+                with open(a.jsonl, "a") as f:
+                    f.write(json.dumps({"peer": mode, "arch": a.arch, "mode": "images", "batch": b, **env,
+                                        "error": "timm has no Qwen2-VL vision tower"}) + "\n")
+            continue
+        fn = torch.compile(hf, fullgraph=True, dynamic=False) if mode.endswith("compile") else hf
+        for b in batches:
+            row = {"peer": mode, "arch": a.arch, "layers": cfg.depth, "mode": "images", "batch": b, **env}
+            try:
+                px = torch.randn(b * g * g, K, device="cuda", generator=gen, dtype=dtype)
+                thw = torch.tensor([[1, g, g]] * b, device="cuda", dtype=torch.int64)
+                row.update(hfmodel.timed_calls(lambda: fn(hidden_states=px, grid_thw=thw), a.warmup, a.iters, mode.endswith("compile")))
+                row["images_per_s"] = 1000.0 * b / row["ms"]
+                log(f"{mode} b{b}: {row['ms']:.3f} ms, {row['images_per_s']:.1f} images/s")
+            except Exception as e:  # noqa: BLE001 - one failed batch is a row with "error"
+                row["error"] = f"{type(e).__name__}: {e}"
+                log(f"{mode} b{b}: FAILED {row['error'][:300]}")
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit)")
+    ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit, dinov3_vit, "
+                    "siglip_vision_model; or a vision tower: qwen2_vl_vision)")
     ap.add_argument("--weights", required=True, help="safetensors from fk_model --save-weights")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--batches", default="1,8,32")
@@ -112,6 +171,8 @@ def main(argv=None):
     if not torch.cuda.is_available():
         log("no CUDA device")
         return EXIT_SETUP
+    if encoder_parity.encoder_model_type(a.arch, a.config_root) in encoder_parity.TOWER_MODEL_TYPES:
+        return tower_peers(a, modes, batches)
     try:
         if encoder_parity.encoder_model_type(a.arch, a.config_root) not in encoder_parity.VISION_MODEL_TYPES:
             raise hfmodel.SetupError(f"{a.arch}: not a vision encoder config (model_type one of {encoder_parity.VISION_MODEL_TYPES})")
