@@ -291,6 +291,22 @@ TEST(HfAudit, CommittedSummaryMatchesTheRules) {
   EXPECT_EQ(whisper->verdict, "partial");  // conv1d front end
 }
 
+TEST(HfAudit, AddNamesTheComponentsOfACompositeConfig) {
+  // A VLM's composite config (the legacy layout: the text keys at the top level): the add error names each
+  // component with the model type it is lowered as and the family that claims it.
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  spit(tmp.path() / "in" / "config.json",
+       "{\"model_type\": \"qwen2_5_vl\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"vision_config\": {\"depth\": 2}}\n");
+  std::string out;
+  EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "config.json"), &out), 1) << out;
+  EXPECT_NE(out.find("It is a composite config: each component is a model of its own, lowered by `add --component <key>`:\n"
+                     "  text_config (the top-level text keys): model_type \"qwen2_5_vl_text\", family llama (generator/descriptors/llama.json)\n"
+                     "  vision_config: model_type \"qwen2_5_vl_vision\", claimed by no descriptor\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(HfAudit, AddReportsWhatTheAuditKnowsForAModelTypeWithoutDescriptor) {
   TempDir tmp;
   make_repo(fixtures() / "golden" / "root", tmp.path());

@@ -1604,6 +1604,35 @@ std::optional<std::string> unknown_model_type_report(const fs::path& root, const
   o << config_file << ": $.model_type: unknown model_type " << json_quote(model_type) << "; known: " << join(descriptors.model_types(), ", ")
     << "; no descriptor under generator/descriptors/ claims it, so nothing was added (if its forward pass is one of "
        "those model types', `add --as <model_type>` lowers it as that one knowingly)\n";
+  // A composite config (a VLM's): its components are models of their own (Note [Config components]
+  // in generator/src/passes/parse.cc). Say which of them a descriptor claims, under the model type the
+  // parser derives (the component's own, else the composite's + "_" + the key without "_config"), with
+  // the legacy layout's text model (the text keys at the top level) as text_config.
+  if (component.empty()) {
+    std::vector<std::pair<std::string, std::string>> parts;  // key, derived model type
+    // A model component, not a setting object (quantization_config): it names a model type or its size.
+    auto model_like = [](const json& v) {
+      for (const char* key : {"model_type", "hidden_size", "num_hidden_layers", "depth", "embed_dim"})
+        if (v.contains(key)) return true;
+      return false;
+    };
+    for (const auto& [k, v] : j.items())
+      if (is_component_key(k) && k != "quantization_config" && v.is_object() && model_like(v)) {
+        const bool own = v.contains("model_type") && v["model_type"].is_string() && v["model_type"] != model_type;
+        parts.push_back({k, own ? v["model_type"].get<std::string>() : model_type + "_" + k.substr(0, k.size() - 7)});
+      }
+    if (!j.contains("text_config") && j.contains("hidden_size") && j.contains("num_hidden_layers") && !parts.empty())
+      parts.push_back({"text_config", model_type + "_text"});
+    std::sort(parts.begin(), parts.end());
+    if (!parts.empty()) {
+      o << "It is a composite config: each component is a model of its own, lowered by `add --component <key>`:\n";
+      for (const auto& [k, mt] : parts) {
+        const Descriptor* d = descriptors.by_model_type(mt);
+        o << "  " << k << (k == "text_config" && !j.contains("text_config") ? " (the top-level text keys)" : "") << ": model_type "
+          << json_quote(mt) << (d ? ", family " + d->family + " (" + d->file + ")" : std::string(", claimed by no descriptor")) << "\n";
+      }
+    }
+  }
   const fs::path summary_path = root / kSummaryPath;
   auto text = read_text(summary_path);
   if (!text) {
