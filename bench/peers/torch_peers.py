@@ -153,23 +153,22 @@ def scaled_embedding_native(ids, w, scale):
     return F.embedding(ids, w) * scale
 
 
+def _neox_rotate(x, cos, sin, d, rot):
+    """x [T, H*d] rotated NeoX-style by per-token cos/sin [T, rot/2] (in x's dtype); columns past rot kept."""
+    t = x.shape[0]
+    x = x.view(t, -1, d)
+    x1, x2 = x[..., :rot].chunk(2, dim=-1)
+    c = cos.unsqueeze(-2).to(x.dtype)
+    s = sin.unsqueeze(-2).to(x.dtype)
+    o = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    if rot < d:
+        o = torch.cat((o, x[..., rot:]), dim=-1)
+    return o.reshape(t, -1)
+
+
 def rope_native(positions, q, k, cos_sin, d, rot):
-    cs = cos_sin.index_select(0, positions)
-    cos, sin = cs.chunk(2, dim=-1)
-
-    def apply(x):
-        t = x.shape[0]
-        x = x.view(t, -1, d)
-        xr = x[..., :rot]
-        x1, x2 = xr.chunk(2, dim=-1)
-        c = cos.unsqueeze(-2).to(x.dtype)
-        s = sin.unsqueeze(-2).to(x.dtype)
-        o = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-        if rot < d:
-            o = torch.cat((o, x[..., rot:]), dim=-1)
-        return o.reshape(t, -1)
-
-    return apply(q), apply(k)
+    cos, sin = cos_sin.index_select(0, positions).chunk(2, dim=-1)
+    return _neox_rotate(q, cos, sin, d, rot), _neox_rotate(k, cos, sin, d, rot)
 
 
 def mrope_native(positions, q, k, cos_sin, d, rot, sections, interleaved):
@@ -187,20 +186,7 @@ def mrope_native(positions, q, k, cos_sin, d, rot, sections, interleaved):
     else:
         c = torch.cat([m[i] for i, m in enumerate(cos.split(sections, dim=-1))], dim=-1)
         s = torch.cat([m[i] for i, m in enumerate(sin.split(sections, dim=-1))], dim=-1)
-
-    def apply(x):
-        t = x.shape[0]
-        x = x.view(t, -1, d)
-        xr = x[..., :rot]
-        x1, x2 = xr.chunk(2, dim=-1)
-        cc = c.unsqueeze(-2).to(x.dtype)
-        ss = s.unsqueeze(-2).to(x.dtype)
-        o = torch.cat((x1 * cc - x2 * ss, x2 * cc + x1 * ss), dim=-1)
-        if rot < d:
-            o = torch.cat((o, x[..., rot:]), dim=-1)
-        return o.reshape(t, -1)
-
-    return apply(q), apply(k)
+    return _neox_rotate(q, c, s, d, rot), _neox_rotate(k, c, s, d, rot)
 
 
 def silu_and_mul_native(x):

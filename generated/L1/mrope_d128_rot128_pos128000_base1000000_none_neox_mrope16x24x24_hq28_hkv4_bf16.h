@@ -47,7 +47,7 @@ class MRotaryEmbedding {
              "mrope_d128_rot128_pos128000_base1000000_none_neox_mrope16x24x24_hq28_hkv4_bf16 is specialised on head_size 128, rotary_dim 128, "
              "max_position 128000, is_neox_style true");
     cos_sin_cache = fk::tasks::shared_cos_sin_cache(  // Note [Shared cos_sin_cache]
-        fk::tasks::mrope_params<Config>(rotary_dim, max_position_embeddings, base));
+        fk::tasks::mrope_params(rotary_dim, max_position_embeddings, base));
   }
   std::tuple<fk::Tensor, fk::Tensor> forward(const fk::Tensor& positions, fk::Tensor& query, fk::Tensor& key) {
     return fk::tasks::mrope_forward<Config>(positions, query, key, cos_sin_cache);

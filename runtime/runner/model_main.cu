@@ -103,6 +103,33 @@ double gib(double b) { return b / double(1ull << 30); }
 // --------------------------------------------------------------------------------------------
 // The parity dump (docs/parity.md).
 
+/// The causal-LM parity dump (docs/parity.md) of an engine run on `prompts`: ids, offsets, the residual
+/// stream after each layer, the prefill's and the last step's logits, the greedy tokens and their logits,
+/// and the metadata every dump has; the caller adds what its runner has besides and writes the file.
+void add_causal_dump(fk::SafetensorsWriter& w, const fk::CausalLM& m, const fk::Engine& engine, const Options& o,
+                     const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<float>>& layer_out,
+                     const Tensor& prefill_logits, const Tensor& last) {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> cu{0};
+  for (const auto& p : prompts) {
+    ids.insert(ids.end(), p.begin(), p.end());
+    cu.push_back(cu.back() + static_cast<int32_t>(p.size()));
+  }
+  const int64_t B = static_cast<int64_t>(prompts.size()), T = static_cast<int64_t>(ids.size()), H = m.hidden_size();
+  add_host(w, "input_ids", "I64", {T}, ids);
+  add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
+  for (int64_t i = 0; i < m.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {T, H}, layer_out[i]);
+  fk::add_device_tensor(w, "prefill.logits", prefill_logits);
+  add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
+  add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
+  fk::add_device_tensor(w, "decode.logits_last", last);
+  w.set_metadata("arch", o.arch);
+  w.set_metadata("task", m.task_name());
+  w.set_metadata("layers", std::to_string(m.num_layers()));
+  w.set_metadata("seed", std::to_string(o.seed));
+  w.set_metadata("graph", o.no_graph ? "false" : "true");
+}
+
 int run_dump(fk::CausalLM& m, const Options& o) {
   const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
   int64_t longest = 0, total = 0;
@@ -129,26 +156,9 @@ int run_dump(fk::CausalLM& m, const Options& o) {
     fk::StreamGuard g(engine.stream());
     last = fk::tasks::to_f32(engine.last_logits());
   }
-  const int64_t B = static_cast<int64_t>(prompts.size()), V = m.vocab_size(), H = m.hidden_size();
+  const int64_t B = static_cast<int64_t>(prompts.size());
   fk::SafetensorsWriter w;
-  std::vector<int64_t> ids;
-  std::vector<int32_t> cu{0};
-  for (const auto& p : prompts) {
-    ids.insert(ids.end(), p.begin(), p.end());
-    cu.push_back(cu.back() + static_cast<int32_t>(p.size()));
-  }
-  add_host(w, "input_ids", "I64", {total}, ids);
-  add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
-  for (int64_t i = 0; i < m.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {total, H}, layer_out[i]);
-  fk::add_device_tensor(w, "prefill.logits", prefill_logits);
-  add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
-  add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
-  fk::add_device_tensor(w, "decode.logits_last", last);
-  w.set_metadata("arch", o.arch);
-  w.set_metadata("task", m.task_name());
-  w.set_metadata("layers", std::to_string(m.num_layers()));
-  w.set_metadata("seed", std::to_string(o.seed));
-  w.set_metadata("graph", o.no_graph ? "false" : "true");
+  add_causal_dump(w, m, engine, o, prompts, layer_out, prefill_logits, last);
   w.write(o.dump);
   std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts, " << total << " tokens, " << o.decode_steps
             << " decode steps)\n";
@@ -949,7 +959,7 @@ int run_vlm_dump(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& o
   const VlmBatch vb = make_vlm_batch(o.prompt_lens, grids, m, tok, lm.vocab_size(), fk::mix_seed(o.seed, 77));
   int64_t longest = 0;
   for (const auto& p : vb.prompts) longest = std::max<int64_t>(longest, p.size());
-  const int64_t B = static_cast<int64_t>(vb.prompts.size()), V = lm.vocab_size(), H = lm.hidden_size(), T = vb.tokens;
+  const int64_t B = static_cast<int64_t>(vb.prompts.size()), T = vb.tokens;
   fk::Engine engine(lm, B, longest + o.decode_steps + 1, o.decode_steps);
   Tensor px, logits, positions, rows;
   std::vector<std::vector<float>> layer_out(lm.num_layers());
@@ -971,33 +981,16 @@ int run_vlm_dump(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& o
     last = fk::tasks::to_f32(engine.last_logits());
   }
   fk::SafetensorsWriter w;
-  std::vector<int64_t> ids, flat;
-  std::vector<int32_t> cu{0};
-  for (const auto& p : vb.prompts) {
-    ids.insert(ids.end(), p.begin(), p.end());
-    cu.push_back(cu.back() + static_cast<int32_t>(p.size()));
-  }
+  add_causal_dump(w, lm, engine, o, vb.prompts, layer_out, logits, last);
+  std::vector<int64_t> flat;
   for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
-  add_host(w, "input_ids", "I64", {T}, ids);
-  add_host(w, "cu_seqlens", "I32", {B + 1}, cu);
   fk::add_device_tensor(w, "pixel_values", fk::tasks::to_f32(px));
   add_host(w, "grid_thw", "I64", {B, 3}, flat);
   add_host(w, "positions", "I64", {3, T}, vb.positions);
-  for (int64_t i = 0; i < lm.num_layers(); ++i) add_host(w, "prefill.layer." + std::to_string(i), "F32", {T, H}, layer_out[i]);
-  fk::add_device_tensor(w, "prefill.logits", logits);
-  add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
-  add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
-  fk::add_device_tensor(w, "decode.logits_last", last);
-  (void)V;
-  w.set_metadata("arch", o.arch);
-  w.set_metadata("task", lm.task_name());
   w.set_metadata("runner", "vlm");
   w.set_metadata("vision_arch", o.vision_arch);
   w.set_metadata("vision_task", tower.task_name());
   w.set_metadata("vision_layers", std::to_string(tower.num_layers()));
-  w.set_metadata("layers", std::to_string(lm.num_layers()));
-  w.set_metadata("seed", std::to_string(o.seed));
-  w.set_metadata("graph", o.no_graph ? "false" : "true");
   w.write(o.dump);
   std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts with one image each, " << T << " tokens, " << o.decode_steps
             << " decode steps, vlm)\n";

@@ -14,7 +14,6 @@
 namespace fk::testing {
 namespace {
 
-using fk::tasks::RopeParams;
 
 /// The raw bits of a bf16 tensor (exact comparisons).
 std::vector<uint16_t> bits(const Tensor& t) {
@@ -22,12 +21,6 @@ std::vector<uint16_t> bits(const Tensor& t) {
   std::vector<uint16_t> out(v.size());
   std::memcpy(out.data(), v.data(), v.size() * sizeof(uint16_t));
   return out;
-}
-
-RopeParams plain_params(int64_t rot, int64_t max_pos, double base) {
-  RopeParams p;
-  p.rotary_dim = rot, p.max_position = max_pos, p.base = base;
-  return p;
 }
 
 /// Runs the mrope kernel in place on a copy of qkv0 [T, (Hq + 2 Hkv) * D] and returns it.
@@ -62,7 +55,7 @@ Tensor run_rope(const Tensor& qkv0, const Tensor& pos, const Tensor& cache) {
 template <class T, int kD, int kRot, bool kNeox, int kHq, int kHkv, int kS0, int kS1, int kS2, bool kIl>
 void check_mrope(int64_t tokens) {
   constexpr int64_t kW = (kHq + 2 * kHkv) * kD, kKoff = kHq * kD;
-  const Tensor cache = fk::tasks::compute_cos_sin_cache(plain_params(kRot, 8192, 1000000));
+  const Tensor cache = fk::tasks::compute_cos_sin_cache(fk::tasks::mrope_params(kRot, 8192, 1000000));
   Tensor qkv0 = empty({tokens, kW}, dtype_of<T>);
   fill_normal(qkv0, 41);
   for (bool three : {true, false}) {
@@ -102,7 +95,7 @@ FK_MROPE_TESTS(Mrope_f16_d128_neox_hq12_hkv4_i24x20x20, f16, 128, 128, true, 12,
 TEST(Kernels, MropeTextTokensMatchRotaryEmbedding) {
   FK_REQUIRE_GPU();
   constexpr int64_t kT = 300;
-  const Tensor cache = fk::tasks::compute_cos_sin_cache(plain_params(128, 4096, 1000000));
+  const Tensor cache = fk::tasks::compute_cos_sin_cache(fk::tasks::mrope_params(128, 4096, 1000000));
   Tensor qkv0 = empty({kT, (28 + 8) * 128}, DType::kBF16);
   fill_normal(qkv0, 5);
   Tensor pos1 = empty({kT}, DType::kI64);
@@ -123,7 +116,7 @@ TEST(Kernels, MropeTextTokensMatchRotaryEmbedding) {
 TEST(Kernels, MropeHeightSectionRotatesAlone) {
   FK_REQUIRE_GPU();
   constexpr int64_t kT = 64, kD = 128, kHalf = 64, kW = (28 + 8) * kD;
-  const Tensor cache = fk::tasks::compute_cos_sin_cache(plain_params(kD, 4096, 1000000));
+  const Tensor cache = fk::tasks::compute_cos_sin_cache(fk::tasks::mrope_params(kD, 4096, 1000000));
   Tensor qkv0 = empty({kT, kW}, DType::kBF16);
   fill_normal(qkv0, 7);
   Tensor ph = empty({kT}, DType::kI64);
@@ -242,7 +235,7 @@ struct TestMrope {
   static constexpr bool is_mrope = true;
   TestMrope(int64_t head_size, int64_t rotary_dim, int64_t max_position_embeddings, double base, bool is_neox_style)
       : rotary_dim(rotary_dim),
-        cos_sin_cache(fk::tasks::shared_cos_sin_cache(fk::tasks::mrope_params<MropeCfg>(rotary_dim, max_position_embeddings, base))) {
+        cos_sin_cache(fk::tasks::shared_cos_sin_cache(fk::tasks::mrope_params(rotary_dim, max_position_embeddings, base))) {
     (void)head_size, (void)is_neox_style;
   }
   std::tuple<Tensor, Tensor> forward(const Tensor& positions, Tensor& query, Tensor& key) {

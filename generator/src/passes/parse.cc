@@ -487,6 +487,13 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
 
 bool is_component_key(const std::string& key) { return std::regex_match(key, std::regex("[a-z][a-z0-9_]*_config")); }
 
+std::string component_model_type(const std::string& composite_type, const std::string& key, const std::string& own_type) {
+  if (!own_type.empty() && own_type != composite_type) return own_type;
+  std::string k = key;
+  if (k.size() > 7 && k.compare(k.size() - 7, 7, "_config") == 0) k.resize(k.size() - 7);
+  return composite_type + "_" + k;
+}
+
 std::string user_choices_text(const UserChoices& c) {
   json j = json::object();
   if (!c.allow_unknown.empty()) j["allow_unknown"] = c.allow_unknown;
@@ -572,11 +579,10 @@ std::optional<ParsedConfig> parse_config(const std::string& file, const std::str
     if (component == "text_config" && root.contains("tie_word_embeddings") && !part.contains("tie_word_embeddings"))
       part["tie_word_embeddings"] = root["tie_word_embeddings"];
     const bool root_typed = root.contains("model_type") && root["model_type"].is_string();
-    if (root_typed && (!part.contains("model_type") || part["model_type"] == root["model_type"])) {
-      std::string key = component;
-      if (key.size() > 7 && key.compare(key.size() - 7, 7, "_config") == 0) key.resize(key.size() - 7);
-      part["model_type"] = root["model_type"].get<std::string>() + "_" + key;
-    }
+    if (root_typed && (!part.contains("model_type") || part["model_type"].is_string()))  // a non-string one is refused below
+      part["model_type"] = component_model_type(
+          root["model_type"].get<std::string>(), component,
+          part.contains("model_type") && part["model_type"].is_string() ? part["model_type"].get<std::string>() : "");
     if (!names_family(part)) {
       diag.error(file + ": $." + component + ".model_type: expected the component's model type, got nothing (and no top-level " +
                  "model_type to derive it from)");

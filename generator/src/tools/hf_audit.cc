@@ -1618,11 +1618,11 @@ std::optional<std::string> unknown_model_type_report(const fs::path& root, const
     };
     for (const auto& [k, v] : j.items())
       if (is_component_key(k) && k != "quantization_config" && v.is_object() && model_like(v)) {
-        const bool own = v.contains("model_type") && v["model_type"].is_string() && v["model_type"] != model_type;
-        parts.push_back({k, own ? v["model_type"].get<std::string>() : model_type + "_" + k.substr(0, k.size() - 7)});
+        parts.push_back({k, component_model_type(model_type, k, v.contains("model_type") && v["model_type"].is_string()
+                                                                    ? v["model_type"].get<std::string>() : "")});
       }
     if (!j.contains("text_config") && j.contains("hidden_size") && j.contains("num_hidden_layers") && !parts.empty())
-      parts.push_back({"text_config", model_type + "_text"});
+      parts.push_back({"text_config", component_model_type(model_type, "text_config", "")});
     std::sort(parts.begin(), parts.end());
     if (!parts.empty()) {
       o << "It is a composite config: each component is a model of its own, lowered by `add --component <key>`:\n";

@@ -150,6 +150,11 @@ struct UserChoices {
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// Whether `key` names a nested component config (`add --component`: "vision_config", "text_config", ...).
 bool is_component_key(const std::string& key);
+/// The model type of component `key` of a composite config of type `composite_type` (Note [Config
+/// components] in generator/src/passes/parse.cc): `own_type` (the component's model_type, "" when it
+/// has none) unless it is missing or repeats the composite's, else the composite's type joined to the
+/// key without "_config" (qwen2_vl + vision_config -> qwen2_vl_vision).
+std::string component_model_type(const std::string& composite_type, const std::string& key, const std::string& own_type);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
 std::string user_choices_text(const UserChoices& c);
 

@@ -32,7 +32,7 @@
 namespace fk::tasks {
 
 /// The rope parameters of an mrope config (no scaling: vLLM's MRotaryEmbedding without YaRN).
-template <class Cfg> RopeParams mrope_params(int64_t rotary_dim, int64_t max_position, double base) {
+inline RopeParams mrope_params(int64_t rotary_dim, int64_t max_position, double base) {
   RopeParams p;
   p.rotary_dim = rotary_dim;
   p.max_position = max_position;
