@@ -240,6 +240,9 @@ def hf_run(model, D, lens, S, device):
         px_off = [0]
         for r in patch_rows:
             px_off.append(px_off[-1] + int(r))
+        import inspect
+        takes_mm_types = any("mm_token_type_ids" in inspect.signature(f).parameters for f in (model.forward, model.model.forward))
+        image_token = int(model.config.image_token_id)
     layers = [[] for _ in range(n)]
     logits = []
     routers = []  # per prompt: [layers, 2, E] router logits at the rows of (b) and decode.logits_last
@@ -254,8 +257,11 @@ def hf_run(model, D, lens, S, device):
             if vlm:
                 vdtype = next(model.model.visual.parameters()).dtype
                 px = D["pixel_values"][px_off[b]:px_off[b + 1]].to(device=device, dtype=vdtype)
+                extra = {}
+                if takes_mm_types:  # transformers >= 5.13 wants the modality of each token (0 text, 1 image)
+                    extra["mm_token_type_ids"] = (seq == image_token).long()[None]
                 out = model(input_ids=seq[None], pixel_values=px, image_grid_thw=grids[b:b + 1].to(device),
-                            use_cache=False, logits_to_keep=S + 1)
+                            use_cache=False, logits_to_keep=S + 1, **extra)
             else:
                 out = model(input_ids=seq[None], use_cache=False, logits_to_keep=S + 1)
             for i in range(n):
