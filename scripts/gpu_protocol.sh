@@ -48,6 +48,11 @@
 #     vlm@G                 Qwen2-VL as a whole vision-language model (issue 22) on GPU G (background): HF parity of fk_model's
 #                           tower + text model against transformers' Qwen2VLForConditionalGeneration (4 blocks, 4 layers, one
 #                           image per prompt), then fk_model --bench of the whole model (images + prompt, decode tokens/s)
+#     qwen25vl@G            Qwen2.5-VL's vision tower and the whole VLM (issue 22) on GPU G (background): the window-order,
+#                           grid and Qwen2.5-VL task GPU tests, fk_bench over every task of the tower, HF parity of the tower
+#                           at 8 blocks (block 7 attends over whole frames, the others inside windows) and of the whole VLM
+#                           (4 text layers, 8 blocks), fk_model --bench of the tower beside HF eager / torch.compile
+#                           (bench/peers/hf_vision_perf.py) with the same weights, and of the whole VLM
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
@@ -247,6 +252,25 @@ for step in "${steps[@]}"; do
           --jsonl '$P/qwen2vl_model.jsonl' --markdown '$P/qwen2vl_model.md' >'$P/qwen2vl_model.log' 2>&1; \
         python3 bench/peers/hf_vision_perf.py --arch pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep --weights '$P/qw.safetensors' \
           --modes hf_eager,hf_compile --jsonl '$P/qwen2vl_peers.jsonl' >'$P/qwen2vl_peers.log' 2>&1; rm -f '$P/qw.safetensors'"
+      ;;
+    qwen25vl@*)
+      g="${step#*@}"
+      q=Qwen/Qwen2.5-VL-7B-Instruct
+      bg qwen25vl "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'VisionWindow|VisionBatch|VisionBlockListed|VisionGrid|qwen2_5_vl|silu_and_mul_i3420|llama_mlp_h1280|_h1280_eps1e_06' \
+          --output-on-failure -j 1 --timeout 900) >'$P/qwen25vl_tests.log' 2>&1; \
+        '$b/fk_bench' --arch '^Qwen/Qwen2[.]5-VL-7B-Instruct\$' --seed $seed --case-timeout 300 \
+          --jsonl '$P/qwen25vl_bench.jsonl' --markdown '$P/qwen25vl_bench.md' >'$P/qwen25vl_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch $q --layers 8 --fk-model '$b/fk_model' \
+          --out '$P/qwen25vl_parity' >'$P/qwen25vl_parity.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch $q-text --vision-arch $q --layers 4 --vision-layers 8 --fk-model '$b/fk_model' \
+          --out '$P/qwen25vl_vlm_parity' >'$P/qwen25vl_vlm_parity.log' 2>&1; \
+        '$b/fk_model' --arch $q --save-weights '$P/qw25.safetensors' --bench \
+          --jsonl '$P/qwen25vl_model.jsonl' --markdown '$P/qwen25vl_model.md' >'$P/qwen25vl_model.log' 2>&1; \
+        python3 bench/peers/hf_vision_perf.py --arch $q --weights '$P/qw25.safetensors' \
+          --modes hf_eager,hf_compile --jsonl '$P/qwen25vl_peers.jsonl' >'$P/qwen25vl_peers.log' 2>&1; rm -f '$P/qw25.safetensors'; \
+        '$b/fk_model' --arch $q-text --vision-arch $q --bench --decode-batches 1,8,32 \
+          --jsonl '$P/qwen25vl_vlm_model.jsonl' --markdown '$P/qwen25vl_vlm_model.md' >'$P/qwen25vl_vlm_model.log' 2>&1"
       ;;
     xattn@*)
       g="${step#*@}"

@@ -30,8 +30,19 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision")
-TOWER_MODEL_TYPES = ("qwen2_vl_vision",)
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision")
+TOWER_MODEL_TYPES = ("qwen2_vl_vision", "qwen2_5_vl_vision")
+
+
+def tower_classes(model_type):
+    """(config class, model class) of a dynamic-resolution vision tower's model type."""
+    if model_type == "qwen2_5_vl_vision":
+        from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
+        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+        return Qwen2_5_VLVisionConfig, Qwen2_5_VisionTransformerPretrainedModel
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+    return Qwen2VLVisionConfig, Qwen2VisionTransformerPretrainedModel
 VISION_MODEL_TYPES = ("vit", "dinov3_vit", "siglip_vision_model")
 
 
@@ -261,23 +272,23 @@ def hf_encoder_run(model, D, lens, device, pooling="pooler", heads=None, drop=Fa
 
 
 def load_tower_config(arch, layers, root):
-    """Qwen2VLVisionConfig from the config's vision_config (transformers registers no AutoConfig for the
-    sub-config), depth set to `layers`; the legacy keys transformers ignores are dropped (the generator
-    checked that they agree with the ones it reads)."""
+    """Qwen2VLVisionConfig / Qwen2_5_VLVisionConfig from the config's vision_config (transformers registers
+    no AutoConfig for the sub-configs), depth set to `layers`; the legacy keys transformers ignores are
+    dropped (the generator checked that they agree with the ones it reads)."""
     import json
     import hfmodel
-    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
 
     with open(hfmodel.config_path(arch, root)) as f:
         d = hfmodel.config_component(json.load(f), arch, root)
+    config_cls, _ = tower_classes(d.get("model_type"))
     for k in ("model_type", "torch_dtype", "dtype", "in_chans", "spatial_patch_size", "transformers_version", "architectures"):
         d.pop(k, None)
-    full = int(d.get("depth", Qwen2VLVisionConfig().depth))
+    full = int(d.get("depth", config_cls().depth))
     n = full if layers is None else int(layers)
     if not 1 <= n <= full:
         raise hfmodel.SetupError(f"{arch}: --layers {n} out of range 1..{full}")
     d["depth"] = n
-    return Qwen2VLVisionConfig(**d)
+    return config_cls(**d)
 
 
 def check_tower_dump(D, n_layers, E, O, K, m):
@@ -300,12 +311,13 @@ def check_tower_dump(D, n_layers, E, O, K, m):
 
 
 def check_tower(a, arch, workdir, res, mdt, tag):
-    """check_encoder for a dynamic-resolution vision tower (Qwen2-VL's)."""
+    """check_encoder for a dynamic-resolution vision tower (Qwen2-VL's, Qwen2.5-VL's). Qwen2.5-VL's
+    hidden states are in window order on both sides (HF's last_hidden_state and block outputs; Note
+    [Vision windows]); the merged tokens in the processor's order."""
     import torch
     import hfmodel
     import st
     from hf_parity import ContractError, free, rel_entry, run_fk_model
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
 
     res["runner"] = "vision-tower"
     t_start = time.time()
@@ -326,7 +338,10 @@ def check_tower(a, arch, workdir, res, mdt, tag):
         if dmeta.get("runner") != "vision-tower":
             raise ContractError(f"dump {dpath} is not a vision-tower dump (runner={dmeta.get('runner')!r})")
         K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
-        grids = check_tower_dump(D, layers, cfg.embed_dim, cfg.hidden_size, K, cfg.spatial_merge_size)
+        windowed = cfg.model_type == "qwen2_5_vl_vision"  # width hidden_size, merger out_hidden_size
+        E, O = (cfg.hidden_size, cfg.out_hidden_size) if windowed else (cfg.embed_dim, cfg.hidden_size)
+        grids = check_tower_dump(D, layers, E, O, K, cfg.spatial_merge_size)
+        _, model_cls = tower_classes(cfg.model_type)
     except (hfmodel.WeightsError, ContractError, st.SafetensorsError, OSError) as e:
         res["errors"].append(f"dump/weights: {e}")
         return res
@@ -335,7 +350,7 @@ def check_tower(a, arch, workdir, res, mdt, tag):
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
         with torch.device(a.device):
-            model = Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=dtype, attn_implementation=a.attn)
+            model = model_cls._from_config(cfg, dtype=dtype, attn_implementation=a.attn)
         model.eval()
         model.requires_grad_(False)
         try:

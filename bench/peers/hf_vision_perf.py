@@ -81,7 +81,8 @@ def timm_from_hf(cfg, W, dtype):
 
 
 def tower_peers(a, modes, batches):
-    """A dynamic-resolution vision tower (Qwen2-VL's: HF Qwen2VisionTransformerPretrainedModel) on the batches
+    """A dynamic-resolution vision tower (Qwen2-VL's, Qwen2.5-VL's: HF Qwen2VisionTransformerPretrainedModel,
+    Qwen2_5_VisionTransformerPretrainedModel) on the batches
     `fk_model --bench` times for towers: B images of the served size (the sidecar's image_size, else 448 px) as
     the processor's patch rows [B * g * g, C * T * P * P] plus grid_thw, one forward to the merged tokens per call.
     timm has no such tower: its modes are error rows."""
@@ -89,7 +90,6 @@ def tower_peers(a, modes, batches):
     import encoder_parity
     import hfmodel
     import st
-    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
 
     try:
         dtype = hfmodel.model_dtype(a.arch, a.config_root)
@@ -100,7 +100,7 @@ def tower_peers(a, modes, batches):
         log(str(e))
         return EXIT_SETUP
     with torch.device("cuda"):
-        hf = Qwen2VisionTransformerPretrainedModel._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+        hf = encoder_parity.tower_classes(cfg.model_type)[1]._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
     hf.eval()
     hf.requires_grad_(False)
     try:
@@ -119,7 +119,7 @@ def tower_peers(a, modes, batches):
             for b in batches:
                 with open(a.jsonl, "a") as f:
                     f.write(json.dumps({"peer": mode, "arch": a.arch, "mode": "images", "batch": b, **env,
-                                        "error": "timm has no Qwen2-VL vision tower"}) + "\n")
+                                        "error": "timm has no Qwen-VL vision tower"}) + "\n")
             continue
         fn = torch.compile(hf, fullgraph=True, dynamic=False) if mode.endswith("compile") else hf
         for b in batches:
@@ -141,7 +141,7 @@ def tower_peers(a, modes, batches):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit, dinov3_vit, "
-                    "siglip_vision_model; or a vision tower: qwen2_vl_vision)")
+                    "siglip_vision_model; or a vision tower: qwen2_vl_vision, qwen2_5_vl_vision)")
     ap.add_argument("--weights", required=True, help="safetensors from fk_model --save-weights")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--batches", default="1,8,32")

@@ -302,7 +302,7 @@ TEST(HfAudit, AddNamesTheComponentsOfACompositeConfig) {
   EXPECT_EQ(run(bin() + " add --root " + q(tmp.path()) + " " + q(tmp.path() / "in" / "config.json"), &out), 1) << out;
   EXPECT_NE(out.find("It is a composite config: each component is a model of its own, lowered by `add --component <key>`:\n"
                      "  text_config (the top-level text keys): model_type \"qwen2_5_vl_text\", family llama (generator/descriptors/llama.json)\n"
-                     "  vision_config: model_type \"qwen2_5_vl_vision\", claimed by no descriptor\n"),
+                     "  vision_config: model_type \"qwen2_5_vl_vision\", family qwen2_5_vl_vision (generator/descriptors/qwen2_5_vl_vision.json)\n"),
             std::string::npos)
       << out;
 }

@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -866,8 +866,11 @@ TEST(TaskNaming, EveryKindSpellsItsConstants) {
   EXPECT_EQ(find_kind("activation")->served({{"activation", std::string("gelu")}, {"hidden_size", int64_t{3072}}}, "bfloat16"), "");
   EXPECT_EQ(find_kind("activation")->served({{"activation", std::string("gelu")}, {"hidden_size", int64_t{1001}}}, "float32"),
             "hidden_size 1001: the elementwise kernels serve rows of a multiple of 4 elements (16 bytes) in float32");
-  EXPECT_EQ(find_kind("gelu_and_mul")->served({{"intermediate_size", int64_t{3076}}}, "bfloat16"),
-            "intermediate_size 3076: the elementwise kernels serve rows of a multiple of 8 elements (16 bytes) in bfloat16");
+  // The gated kinds serve any width: rows that are no whole 16-byte vectors take the narrow kernel
+  // (Qwen2.5-VL's vision MLP: 3420).
+  EXPECT_FALSE(static_cast<bool>(find_kind("gelu_and_mul")->served));
+  EXPECT_FALSE(static_cast<bool>(find_kind("silu_and_mul")->served));
+  EXPECT_EQ(name_of("silu_and_mul", {{"intermediate_size", int64_t{3420}}}), "silu_and_mul_i3420_bf16");
   // Prefill cases: the registry entries that fit the context, or, for an encoder's short context,
   // whole-context batches of 1, 8 and 32.
   // Bidirectional attention at a short context: batches of 1 and 32 whole contexts of exactly that many
@@ -1090,6 +1093,9 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"qwen2_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},
       {"qwen2_vl_patch_merger", {"ln_q", "fc1", "act", "fc2"}},
       {"qwen2_vl_vision_model", {"patch_embed", "blocks", "merger"}},
+      {"qwen2_5_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},
+      {"qwen2_5_vl_patch_merger", {"ln_q", "fc1", "act", "fc2"}},
+      {"qwen2_5_vl_vision_model", {"patch_embed", "blocks", "merger"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

@@ -1,7 +1,8 @@
 // Qwen2-VL's vision tower (issue 22): the rope's position-table mode against its uniform-grid mode
 // (bit-exact: the same rotation, the coordinates from a table), the two independent constructions of
 // every patch's (row, column) over images of mixed sizes and videos (Note [Vision grids]), the
-// per-frame attention sequences, bad grids, and the patch_embedding_3d harness.
+// per-frame attention sequences, bad grids, the patch_embedding_3d harness, and Qwen2.5-VL's window
+// order (Note [Vision windows]).
 #include "fk/kernels/reference/vision_rope_ref.cuh"
 #include "fk/kernels/vision_rope.cuh"
 #include "fk/tasks/qwen2_vl.h"
@@ -63,6 +64,60 @@ TEST(Harness, VisionGridPositionsAndSequences) {
   EXPECT_EQ(pos[11], 3);
   EXPECT_THROW(VisionBatch({{1, 3, 4}}, 2), std::exception);  // rows not whole windows
   EXPECT_THROW(VisionBatch({}, 2), std::exception);
+}
+
+// Qwen2.5-VL's window order (Note [Vision windows]): the direct enumeration equals HF's padded-grid
+// construction over images of mixed sizes (windows that divide the grid, that do not, one unit
+// wide, videos), by hand on a small grid, and through VisionBatch (rows, positions, inverse).
+TEST(Harness, VisionWindowOrderMatchesHfConstruction) {
+  using fk::tasks::ref_vision_window_index;
+  using fk::tasks::vision_window_order;
+  // A 4 x 6 grid of merge units (8 x 12 patches, merge 2) in windows of 2 x 2 units: 2 x 3 windows.
+  const std::vector<VisionGrid> small{{1, 8, 12}};
+  const auto o = vision_window_order(small, 2, 2);
+  EXPECT_EQ(o.cu, (std::vector<int32_t>{0, 16, 32, 48, 64, 80, 96}));
+  EXPECT_EQ(std::vector<int32_t>(o.index.begin(), o.index.begin() + 8), (std::vector<int32_t>{0, 1, 6, 7, 2, 3, 8, 9}));
+  // Windows of 4 units over 6 columns: the second column of windows is 2 units wide (cut short).
+  const auto cut = vision_window_order(small, 2, 4);
+  EXPECT_EQ(cut.cu, (std::vector<int32_t>{0, 64, 96}));
+  EXPECT_EQ(std::vector<int32_t>(cut.index.begin() + 16, cut.index.end()), (std::vector<int32_t>{4, 5, 10, 11, 16, 17, 22, 23}));
+  const std::vector<std::vector<VisionGrid>> batches{
+      {{1, 32, 32}}, {{1, 8, 12}, {2, 6, 10}, {1, 34, 18}}, {{1, 2, 2}}, {{3, 16, 40}, {1, 4, 4}}, {{1, 64, 2}}};
+  for (const auto& grids : batches)
+    for (int64_t units : {1, 2, 3, 4, 8}) {
+      const auto a = vision_window_order(grids, 2, units), b = ref_vision_window_index(grids, 2, units);
+      EXPECT_EQ(a.index, b.index) << "units " << units;
+      EXPECT_EQ(a.cu, b.cu) << "units " << units;
+    }
+  EXPECT_THROW(vision_window_order(small, 2, 0), std::exception);
+}
+TEST(Harness, VisionBatchWindowOrder) {
+  FK_REQUIRE_GPU();
+  const std::vector<VisionGrid> grids{{1, 8, 12}, {2, 4, 4}};
+  const VisionBatch plain(grids, 2), windowed(grids, 2, 2);
+  EXPECT_FALSE(plain.window_index.defined());
+  EXPECT_EQ(windowed.host_cu, plain.host_cu);  // frames unchanged: one sequence each
+  const auto order = fk::tasks::vision_window_order(grids, 2, 2);
+  EXPECT_EQ(windowed.host_cu_window, order.cu);
+  EXPECT_EQ(windowed.max_window_seqlen, 16);
+  const auto idx = to_host<int32_t>(windowed.window_index), rev = to_host<int32_t>(windowed.reverse_index);
+  EXPECT_EQ(idx, order.index);
+  for (size_t u = 0; u < idx.size(); ++u) EXPECT_EQ(rev[idx[u]], static_cast<int32_t>(u));
+  // Every row's (row, column) moved with its merge unit.
+  const auto p0 = to_host<int32_t>(plain.positions), pw = to_host<int32_t>(windowed.positions);
+  for (int64_t r = 0; r < windowed.tokens; ++r) {
+    const int64_t from = int64_t(idx[r / 4]) * 4 + r % 4;
+    EXPECT_EQ(pw[2 * r], p0[2 * from]);
+    EXPECT_EQ(pw[2 * r + 1], p0[2 * from + 1]);
+  }
+}
+TEST(Harness, VisionBlockListed) {
+  static_assert(fk::tasks::vision_block_listed("7,15,23,31", 15));
+  static_assert(!fk::tasks::vision_block_listed("7,15,23,31", 1));
+  static_assert(!fk::tasks::vision_block_listed("7,15,23,31", 5));
+  static_assert(fk::tasks::vision_block_listed("0", 0));
+  static_assert(!fk::tasks::vision_block_listed("", 0));
+  EXPECT_TRUE(fk::tasks::vision_block_listed("7,15,23,31", 31));
 }
 
 struct Patch3dCfg {

@@ -563,6 +563,28 @@ const KindHooks& kind_hooks() {
       if (g < m || g % m != 0) throw GenError{"grid (the benchmark images' patches per side) must be a positive multiple of spatial_merge_size " + i2s(m) + ", got " + i2s(g)};
       if (I(p, "max_position") != g * g) throw GenError{"max_position must be grid^2 (" + i2s(g * g) + "), got " + i2s(I(p, "max_position"))};
     };
+    // _full{i}x{j}...: the blocks of a windowed tower that attend over whole frames (_fullnone: every block windowed).
+    h.spell["fullatt"] = [](const Params& p) {
+      const std::vector<std::string> parts = split_list(S(p, "fullatt_block_indexes"));
+      std::string out = "_full";
+      for (size_t i = 0; i < parts.size(); ++i) out += (i ? "x" : "") + parts[i];
+      return parts.empty() ? out + "none" : out;
+    };
+    // Qwen2.5-VL's window attention (Note [Vision windows] in fk/tasks/qwen2_vl.h).
+    h.checks["vision_windows"] = [](const Params& p) {
+      const int64_t unit = I(p, "patch_size") * I(p, "spatial_merge_size");
+      if (I(p, "window_size") < unit)
+        throw GenError{"window_size must be at least one merge unit (patch_size * spatial_merge_size = " + i2s(unit) + " pixels), got " +
+                       i2s(I(p, "window_size"))};
+      int64_t last = -1;
+      for (const std::string& s : split_list(S(p, "fullatt_block_indexes"))) {
+        const int64_t i = std::stoll(s);
+        if (i <= last || i >= I(p, "num_hidden_layers"))
+          throw GenError{"fullatt_block_indexes " + json_quote(S(p, "fullatt_block_indexes")) + " must list distinct blocks in [0, " +
+                         i2s(I(p, "num_hidden_layers")) + ") in increasing order"};
+        last = i;
+      }
+    };
     h.spell["moe"] = moe_spelling;
     h.spell["sparse_moe"] = sparse_moe_spelling;
     h.spell["moe_layer"] = moe_layer_spelling;

@@ -113,18 +113,51 @@ swigluoai_and_mul_kernel(T* __restrict__ out, int64_t out_stride, const T* __res
   store16(out + row * out_stride + c * kN, o);
 }
 
+/// Widths that are not whole 16-byte vectors (Qwen2.5-VL's vision MLP: I = 3420): kW elements per
+/// thread, kW the largest power of two up to 4 dividing I, scalar loads (the rows' starts are then
+/// only kW-element aligned). Same rounding as silu_and_mul_kernel.
+template <class T, int kI, int kW, GatedAct kAct>
+__global__ void __launch_bounds__(128)
+gated_act_narrow_kernel(T* __restrict__ out, int64_t out_stride, const T* __restrict__ x, int64_t x_stride, uint32_t total) {
+  static_assert(kI % kW == 0, "the chunk width must divide the intermediate size");
+  constexpr uint32_t kRowChunks = kI / kW;
+  const uint32_t idx = blockIdx.x * 128 + threadIdx.x;
+  if (idx >= total) return;
+  const uint32_t row = idx / kRowChunks, c = (idx - row * kRowChunks) * kW;
+  const T* p = x + row * x_stride + c;
+  T g[kW], u[kW];
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+    g[j] = p[j];
+    u[j] = p[kI + j];
+  }
+  T* dst = out + row * out_stride + c;
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+    const float act = to_float(from_float<T>(gate_act<kAct>(to_float(g[j]))));
+    dst[j] = from_float<T>(act * to_float(u[j]));
+  }
+}
+
 }  // namespace detail
 
 /// out [T, I] (row stride out_stride) = act(x[:, :I]) * x[:, I:] for x [T, 2I] (row stride
-/// x_stride), act = silu (default), GELU-tanh or GELU. Strides in elements, 16-byte aligned. T * I / 8
-/// must be < 2^32.
+/// x_stride), act = silu (default), GELU-tanh or GELU. Strides in elements, 16-byte aligned where I
+/// is a multiple of 16 bytes (else aligned to the narrow kernel's chunk). T * I / 8 must be < 2^32.
 template <class T, int kI, GatedAct kAct = GatedAct::kSilu>
 void silu_and_mul(T* out, int64_t out_stride, const T* x, int64_t x_stride, int64_t num_tokens, cudaStream_t stream) {
   if (num_tokens == 0) return;
   constexpr int kN = Vec16<T>::kN;
-  const int64_t total = num_tokens * (kI / kN);
-  detail::silu_and_mul_kernel<T, kI, 1, 128, false, false, kAct>
-      <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
+  if constexpr (kI % kN == 0) {
+    const int64_t total = num_tokens * (kI / kN);
+    detail::silu_and_mul_kernel<T, kI, 1, 128, false, false, kAct>
+        <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
+  } else {
+    constexpr int kW = kI % 4 == 0 ? 4 : (kI % 2 == 0 ? 2 : 1);
+    const int64_t total = num_tokens * (kI / kW);
+    detail::gated_act_narrow_kernel<T, kI, kW, kAct>
+        <<<ceil_div(total, 128), 128, 0, stream>>>(out, out_stride, x, x_stride, static_cast<uint32_t>(total));
+  }
 }
 
 /// SwiGLU-OAI (vLLM swigluoai_and_mul; see the top of this file): out [T, I] (row stride

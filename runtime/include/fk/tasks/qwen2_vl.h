@@ -11,6 +11,14 @@
 //                                   spatial_merge_size^2 patches)))
 //   qwen2_vl_vision_model (L4)      Qwen2VisionTransformer: patch embedding (Conv3d as one GEMM), the
 //                                   blocks, the merger
+// and Qwen2.5-VL's tower (vllm/model_executor/models/qwen2_5_vl.py, HF
+// Qwen2_5_VisionTransformerPretrainedModel), which reuses the attention and differs in
+//   qwen2_5_vl_vision_block (L3)    Qwen2_5_VisionBlock: RMSNorms, the gated MLP (LlamaMLP with
+//                                   biases), the add + norm2 fused in place as vLLM's
+//   qwen2_5_vl_patch_merger (L2)    Qwen2_5_VisionPatchMerger: ln_q an RMSNorm
+//   qwen2_5_vl_vision_model (L4)    Qwen2_5_VisionTransformer: the patch rows reordered window by
+//                                   window, window attention but in fullatt_block_indexes, the
+//                                   merged tokens put back in the processor's order (Note [Vision windows])
 // Note [Vision grids]
 // The tower serves images of any size (dynamic resolution): its input is the processor's patch rows
 // and every image's grid (t, h, w) in patches. The rows of one image come frame by frame; inside a
@@ -28,10 +36,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "fk/kernels/reference/vision_rope_ref.cuh"
+#include "fk/tasks/forward_context.h"
 #include "fk/tasks/patch_embed.h"
 #include "fk/tasks/vision_rope.h"
 #include "fk/tasks/vit.h"
@@ -94,16 +105,59 @@ inline std::vector<VisionGrid> case_vision_grids(const ShapeCase& c, int64_t mer
   return grids;
 }
 
+// Note [Vision windows]
+// Qwen2.5-VL's tower attends inside windows of window_size pixels (vit_merger_window_size =
+// window_size / spatial_merge_size / patch_size merge units a side) in all but its
+// fullatt_block_indexes blocks. Production (vLLM get_window_index, HF get_vision_window_index)
+// reorders the patch rows once after the patch embedding, whole merge units at a time, so that
+// every window is a run of consecutive rows: per image and frame, windows row-major over the grid
+// of merge units (the last row and column of windows cut short where the grid does not divide),
+// merge units row-major inside a window. The blocks run in that order (the rope's positions
+// reordered with the rows; full attention is still one sequence per frame, whose rows stay
+// together); the merger's tokens are put back in the processor's order at the end (HF
+// pooler_output), while HF's last_hidden_state stays in window order. VisionBatch holds the
+// order as the merge unit at each new position (window_index), its inverse (reverse_index) and
+// the windows' cumulative lengths in patch rows; vision_window_order enumerates the windows
+// directly, the references take HF's padded-grid construction (ref_vision_window_index).
+
+/// Windows of a batch of grids in Qwen2.5-VL's order (Note [Vision windows]): `index` the merge unit at
+/// each position of the new order, `cu` the windows' cumulative lengths in patch rows (from 0).
+struct VisionWindowOrder {
+  std::vector<int32_t> index, cu;
+};
+inline VisionWindowOrder vision_window_order(const std::vector<VisionGrid>& grids, int64_t merge, int64_t units) {
+  FK_CHECK(units >= 1, "vision windows: expected at least one merge unit a side, got " + std::to_string(units));
+  VisionWindowOrder o;
+  o.cu = {0};
+  int64_t base = 0;
+  for (const VisionGrid& g : grids) {
+    const int64_t lh = g.h / merge, lw = g.w / merge;
+    for (int64_t f = 0; f < g.t; ++f)
+      for (int64_t wy = 0; wy < lh; wy += units)
+        for (int64_t wx = 0; wx < lw; wx += units) {
+          const int64_t y1 = std::min(wy + units, lh), x1 = std::min(wx + units, lw);
+          for (int64_t y = wy; y < y1; ++y)
+            for (int64_t x = wx; x < x1; ++x) o.index.push_back(static_cast<int32_t>(base + f * lh * lw + y * lw + x));
+          o.cu.push_back(static_cast<int32_t>(o.cu.back() + (y1 - wy) * (x1 - wx) * merge * merge));
+        }
+    base += g.t * lh * lw;
+  }
+  return o;
+}
+
 /// The per-forward metadata of a batch of grids on the device: one sequence per frame
-/// (cu_seqlens i32 [frames + 1], the longest), every patch's (row, column) (i32 [T, 2]).
+/// (cu_seqlens i32 [frames + 1], the longest), every patch's (row, column) (i32 [T, 2]); with
+/// window_units > 0 (Qwen2.5-VL, Note [Vision windows]) the rows are in window order (positions
+/// too) and the windows' sequences, the order and its inverse are there as well.
 struct VisionBatch {
   std::vector<VisionGrid> grids;
-  std::vector<int32_t> host_cu;
+  std::vector<int32_t> host_cu, host_cu_window;
   Tensor cu_seqlens, positions;
-  int64_t max_seqlen = 0, tokens = 0;
+  Tensor cu_window_seqlens, window_index, reverse_index;  ///< window_units > 0 only (i32)
+  int64_t max_seqlen = 0, tokens = 0, window_units = 0, max_window_seqlen = 0;
 
   VisionBatch() = default;
-  VisionBatch(std::vector<VisionGrid> g, int64_t merge) : grids(std::move(g)) {
+  VisionBatch(std::vector<VisionGrid> g, int64_t merge, int64_t units = 0) : grids(std::move(g)), window_units(units) {
     check_vision_grids(grids, merge);
     host_cu = {0};
     for (const VisionGrid& x : grids)
@@ -113,18 +167,45 @@ struct VisionBatch {
       }
     tokens = host_cu.back();
     cu_seqlens = to_device(host_cu, {static_cast<int64_t>(host_cu.size())});
-    positions = to_device(vision_patch_positions(grids, merge), {tokens, 2});
+    std::vector<int32_t> pos = vision_patch_positions(grids, merge);
+    if (window_units > 0) {
+      const VisionWindowOrder o = vision_window_order(grids, merge, window_units);
+      const int64_t mm = merge * merge, units_total = tokens / mm;
+      std::vector<int32_t> reordered(pos.size()), reverse(static_cast<size_t>(units_total));
+      for (int64_t p = 0; p < tokens; ++p) {
+        const int64_t from = int64_t(o.index[static_cast<size_t>(p / mm)]) * mm + p % mm;
+        reordered[2 * p] = pos[2 * from];
+        reordered[2 * p + 1] = pos[2 * from + 1];
+      }
+      for (int64_t u = 0; u < units_total; ++u) reverse[static_cast<size_t>(o.index[static_cast<size_t>(u)])] = static_cast<int32_t>(u);
+      pos.swap(reordered);
+      host_cu_window = o.cu;
+      for (size_t i = 1; i < o.cu.size(); ++i) max_window_seqlen = std::max<int64_t>(max_window_seqlen, o.cu[i] - o.cu[i - 1]);
+      cu_window_seqlens = to_device(host_cu_window, {static_cast<int64_t>(host_cu_window.size())});
+      window_index = to_device(o.index, {units_total});
+      reverse_index = to_device(reverse, {units_total});
+    }
+    positions = to_device(pos, {tokens, 2});
   }
-  /// Key-query pairs of the bidirectional attention (cost models).
-  double pairs() const {
+  /// Key-query pairs of the bidirectional attention over cu (cost models): host_cu, or host_cu_window.
+  static double pairs_of(const std::vector<int32_t>& cu) {
     double p = 0;
-    for (size_t i = 1; i < host_cu.size(); ++i) p += double(host_cu[i] - host_cu[i - 1]) * double(host_cu[i] - host_cu[i - 1]);
+    for (size_t i = 1; i < cu.size(); ++i) p += double(cu[i] - cu[i - 1]) * double(cu[i] - cu[i - 1]);
     return p;
   }
+  double pairs() const { return pairs_of(host_cu); }
 };
 
 // ---------------------------------------------------------------------------------------------
 // Forward glue.
+
+/// RMSNorm (Qwen2.5-VL's blocks and merger) rather than LayerNorm (Qwen2-VL's): the generated
+/// RMSNorm names its epsilon variance_epsilon, as vLLM's and HF's do.
+template <class N, class = void> struct IsRmsNormModule : std::false_type {};
+template <class N> struct IsRmsNormModule<N, std::void_t<decltype(std::declval<N&>().variance_epsilon)>> : std::true_type {};
+/// The gated MLP (gate_up_proj, act_fn, down_proj: Qwen2.5-VL's) rather than fc1 / act / fc2.
+template <class M, class = void> struct IsGatedVisionMlp : std::false_type {};
+template <class M> struct IsGatedVisionMlp<M, std::void_t<decltype(std::declval<M&>().gate_up_proj)>> : std::true_type {};
 
 /// Qwen2VisionAttention.forward(x [T, E], cu_seqlens, positions [T, 2], max_seqlen) -> [T, E].
 template <class Cfg, class M>
@@ -145,14 +226,24 @@ template <class M> Tensor qwen2_vl_vision_mlp_forward(M& m, const Tensor& x) {
   return std::get<0>(m.fc2.forward(m.act.forward(std::get<0>(m.fc1.forward(x)))));
 }
 
-/// Qwen2VisionBlock.forward(x [T, E], cu_seqlens, positions, max_seqlen) -> [T, E].
+/// Qwen2VisionBlock / Qwen2_5_VisionBlock.forward(x [T, E], cu_seqlens, positions, max_seqlen) -> [T, E].
+/// With RMSNorms (Qwen2.5-VL) the add + norm2 runs in place as in vLLM's block: x, the block's input,
+/// becomes the residual sum (the towers never read a block's input again).
 template <class B>
 Tensor qwen2_vl_vision_block_forward(B& b, const Tensor& x, const Tensor& cu_seqlens, const Tensor& positions, int64_t max_seqlen) {
   Tensor a = b.attn.forward(b.norm1.forward(x), cu_seqlens, positions, max_seqlen);
-  auto [normed, h] = b.norm2.forward(a, x);  // (LN(a + x), a + x)
-  Tensor out = b.mlp.forward(normed);
-  add_(out, h);  // one rounding of the residual add
-  return out;
+  if constexpr (IsRmsNormModule<std::decay_t<decltype(b.norm2)>>::value) {
+    Tensor h = x;               // the input's storage: h = a + x, a = rmsnorm(h) * w
+    b.norm2.forward(a, h);
+    Tensor out = b.mlp.forward(a);
+    add_(out, h);
+    return out;
+  } else {
+    auto [normed, h] = b.norm2.forward(a, x);  // (LN(a + x), a + x)
+    Tensor out = b.mlp.forward(normed);
+    add_(out, h);  // one rounding of the residual add
+    return out;
+  }
 }
 
 /// Qwen2VisionPatchMerger.forward(x [T, E]) -> [T / m^2, out_hidden_size].
@@ -163,6 +254,67 @@ template <class Cfg, class M> Tensor qwen2_vl_patch_merger_forward(M& m, const T
                " (whole merge windows)");
   Tensor normed = m.ln_q.forward(x).view({x.size(0) / mm, E * mm});
   return std::get<0>(m.fc2.forward(m.act.forward(std::get<0>(m.fc1.forward(normed)))));
+}
+
+/// Window units a side of a tower's config (Note [Vision windows]); 0 without window attention (Qwen2-VL).
+template <class Cfg, class = void> struct WindowUnitsOf : std::integral_constant<int64_t, 0> {};
+template <class Cfg> struct WindowUnitsOf<Cfg, std::void_t<decltype(Cfg::window_units)>> : std::integral_constant<int64_t, Cfg::window_units> {};
+
+/// Whether block `i` is listed in a comma-separated list of block indexes (fullatt_block_indexes "7,15,23,31").
+constexpr bool vision_block_listed(std::string_view list, int64_t i) {
+  int64_t v = 0;
+  bool any = false;
+  for (char c : list) {
+    if (c >= '0' && c <= '9') {
+      v = v * 10 + (c - '0');
+      any = true;
+    } else {
+      if (any && v == i) return true;
+      v = 0;
+      any = false;
+    }
+  }
+  return any && v == i;
+}
+
+/// Qwen2_5_VisionTransformer.forward up to the blocks' output (Note [Vision windows]): the patch
+/// embedding, the rows reordered window by window, every block over the windows (cu_window_seqlens) or,
+/// in fullatt_block_indexes, over whole frames -> [T, E] in window order (HF last_hidden_state).
+/// layer_outputs gets a copy of each block's output (the next block adds into its input in place).
+template <class Cfg, class M>
+Tensor qwen2_5_vl_vision_forward_hidden(M& m, const Tensor& x, const VisionBatch& batch, std::vector<Tensor>* layer_outputs) {
+  constexpr int64_t mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size, E = Cfg::hidden_size;
+  FK_CHECK(batch.window_units == Cfg::window_units && batch.window_index.defined(),
+           "Qwen2_5_VisionTransformer: the grids' metadata was built for window units " + std::to_string(batch.window_units) +
+               ", expected " + std::to_string(Cfg::window_units));
+  FK_CHECK(x.dim() == 2 && x.size(0) == batch.tokens,
+           "Qwen2_5_VisionTransformer: pixel rows " + x.str() + " do not match the grids' " + std::to_string(batch.tokens) + " patches");
+  Tensor h = m.patch_embed.forward(x);
+  h = gather_rows(h.view({batch.tokens / mm, mm * E}), batch.window_index).view({batch.tokens, E});
+  for (size_t i = 0; i < m.blocks.size(); ++i) {
+    const bool full = vision_block_listed(Cfg::fullatt_block_indexes, static_cast<int64_t>(i));
+    h = m.blocks[i].forward(h, full ? batch.cu_seqlens : batch.cu_window_seqlens, batch.positions,
+                            full ? batch.max_seqlen : batch.max_window_seqlen);
+    if (layer_outputs) {
+      Tensor keep = empty(h.sizes(), h.dtype());
+      copy_(keep, h);
+      layer_outputs->push_back(keep);
+    }
+  }
+  return h;
+}
+
+/// The merged tokens of a tower's blocks' output, in the processor's order: Qwen2.5-VL's come out of
+/// the merger in window order and are put back (reverse_index); Qwen2-VL's are in order already.
+template <class Cfg, class M> Tensor vision_tower_merge(M& m, const Tensor& hidden, const VisionBatch& batch) {
+  if constexpr (WindowUnitsOf<Cfg>::value > 0) {
+    FK_CHECK(batch.reverse_index.defined() && hidden.size(0) == batch.tokens,
+             "Qwen2_5_VisionTransformer merge: hidden states " + hidden.str() + " are not the output of a forward over these grids (" +
+                 std::to_string(batch.tokens) + " patches in window order)");
+    return gather_rows(m.merger.forward(hidden), batch.reverse_index);
+  } else {
+    return m.merger.forward(hidden);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -179,15 +331,19 @@ template <class Cfg, class M> void add_qwen2_vl_mlp_params(ParamList& out, M& m,
   add_linear(out, m.fc2, {Part(prefix + "fc2", Cfg::hidden_size)});
 }
 /// `prefix`: e.g. "blocks.0."
+template <class N> void add_vision_norm_params(ParamList& out, N& n, const std::string& name) {
+  if constexpr (IsRmsNormModule<N>::value) out.push_back({name + ".weight", n.weight, 1.f, 0.1f});
+  else add_layer_norm_params(out, n, name);
+}
 template <class B> void add_qwen2_vl_block_params(ParamList& out, B& b, const std::string& prefix) {
-  add_layer_norm_params(out, b.norm1, prefix + "norm1");
+  add_vision_norm_params(out, b.norm1, prefix + "norm1");
   b.attn.named_parameters(prefix + "attn.", out);
-  add_layer_norm_params(out, b.norm2, prefix + "norm2");
+  add_vision_norm_params(out, b.norm2, prefix + "norm2");
   b.mlp.named_parameters(prefix + "mlp.", out);
 }
 /// `prefix`: e.g. "merger." (ln_q, mlp.0, mlp.2: the nn.Sequential's indices).
 template <class Cfg, class M> void add_qwen2_vl_merger_params(ParamList& out, M& m, const std::string& prefix) {
-  add_layer_norm_params(out, m.ln_q, prefix + "ln_q");
+  add_vision_norm_params(out, m.ln_q, prefix + "ln_q");
   add_linear(out, m.fc1, {Part(prefix + "mlp.0", Cfg::hidden_size * Cfg::spatial_merge_size * Cfg::spatial_merge_size)});
   add_linear(out, m.fc2, {Part(prefix + "mlp.2", Cfg::out_hidden_size)});
 }
@@ -213,6 +369,39 @@ inline Tensor ref_vision_positions(const std::vector<VisionGrid>& grids, int64_t
   return to_device(pos, {static_cast<int64_t>(pos.size() / 2), 2});
 }
 
+/// Qwen2.5-VL's window order the way HF builds it (get_vision_window_index: each frame's grid of merge
+/// units padded with -100 to whole windows, a whole window more where it divides, cut into windows,
+/// the padding dropped, the cumulative lengths deduplicated), independently of vision_window_order.
+inline VisionWindowOrder ref_vision_window_index(const std::vector<VisionGrid>& grids, int64_t merge, int64_t units) {
+  VisionWindowOrder o;
+  std::vector<int32_t> cu = {0};
+  int64_t id = 0;
+  for (const VisionGrid& g : grids) {
+    const int64_t lh = g.h / merge, lw = g.w / merge, H = lh + units - lh % units, W = lw + units - lw % units;
+    std::vector<int64_t> padded(static_cast<size_t>(g.t * H * W), -100);
+    for (int64_t f = 0; f < g.t; ++f)
+      for (int64_t y = 0; y < lh; ++y)
+        for (int64_t x = 0; x < lw; ++x) padded[static_cast<size_t>((f * H + y) * W + x)] = (f * lh + y) * lw + x;
+    for (int64_t f = 0; f < g.t; ++f)
+      for (int64_t a = 0; a < H / units; ++a)
+        for (int64_t b = 0; b < W / units; ++b) {
+          int64_t count = 0;
+          for (int64_t i = 0; i < units; ++i)
+            for (int64_t j = 0; j < units; ++j) {
+              const int64_t v = padded[static_cast<size_t>((f * H + a * units + i) * W + b * units + j)];
+              if (v == -100) continue;
+              o.index.push_back(static_cast<int32_t>(v + id));
+              ++count;
+            }
+          cu.push_back(static_cast<int32_t>(cu.back() + count * merge * merge));
+        }
+    id += g.t * lh * lw;
+  }
+  for (int32_t c : cu)
+    if (o.cu.empty() || o.cu.back() != c) o.cu.push_back(c);
+  return o;
+}
+
 /// The rope of x [T, Hq*D] (model dtype) at the given positions, fp64 reference, rounded to the model dtype.
 template <class Cfg> Tensor ref_qwen2_vl_rope(const Tensor& x, const Tensor& positions) {
   using T = typename Cfg::scalar_t;
@@ -234,18 +423,32 @@ Tensor ref_qwen2_vl_attention(M& m, const std::vector<int32_t>& cu, const Tensor
   return ref::linear(attn, m.proj.weight, m.proj.bias);
 }
 template <class Cfg, class M> Tensor ref_qwen2_vl_mlp(M& m, const Tensor& x) {
-  return ref::linear(ref::activation(ref::linear(x, m.fc1.weight, m.fc1.bias), Cfg::activation), m.fc2.weight, m.fc2.bias);
+  if constexpr (IsGatedVisionMlp<M>::value) {  // down(silu(gate(x)) * up(x)), biases on all three
+    Tensor g = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), false);
+    return ref::linear(g, m.down_proj.weight, m.down_proj.bias);
+  } else {
+    return ref::linear(ref::activation(ref::linear(x, m.fc1.weight, m.fc1.bias), Cfg::activation), m.fc2.weight, m.fc2.bias);
+  }
+}
+template <class N> Tensor ref_vision_norm(N& n, const Tensor& x) {
+  if constexpr (IsRmsNormModule<N>::value) return ref::rms_norm(x, n.weight, n.variance_epsilon);
+  else return ref::layer_norm(x, n.weight, n.bias, n.eps);
+}
+/// (norm(a + x), a + x), the sum rounded to the model dtype.
+template <class N> std::pair<Tensor, Tensor> ref_vision_add_norm(N& n, const Tensor& a, const Tensor& x) {
+  if constexpr (IsRmsNormModule<N>::value) return ref::add_rms_norm(a, x, n.weight, n.variance_epsilon);
+  else return ref::add_layer_norm(a, x, n.weight, n.bias, n.eps);
 }
 template <class Cfg, class B>
 Tensor ref_qwen2_vl_block(B& b, const std::vector<int32_t>& cu, const Tensor& positions, const Tensor& x) {
-  Tensor a = ref_qwen2_vl_attention<Cfg>(b.attn, cu, positions, ref::layer_norm(x, b.norm1.weight, b.norm1.bias, b.norm1.eps));
-  auto [normed, h] = ref::add_layer_norm(a, x, b.norm2.weight, b.norm2.bias, b.norm2.eps);
+  Tensor a = ref_qwen2_vl_attention<Cfg>(b.attn, cu, positions, ref_vision_norm(b.norm1, x));
+  auto [normed, h] = ref_vision_add_norm(b.norm2, a, x);
   return ref::round_to(ref::add_f32(ref_qwen2_vl_mlp<Cfg>(b.mlp, normed), h), x.dtype());
 }
 /// The merger by reference (MergerCfg: hidden_size = E, spatial_merge_size).
 template <class MergerCfg, class M> Tensor ref_qwen2_vl_merger(M& m, const Tensor& x) {
   constexpr int64_t E = MergerCfg::hidden_size, mm = MergerCfg::spatial_merge_size * MergerCfg::spatial_merge_size;
-  Tensor normed = ref::layer_norm(x, m.ln_q.weight, m.ln_q.bias, m.ln_q.eps).view({x.size(0) / mm, E * mm});
+  Tensor normed = ref_vision_norm(m.ln_q, x).view({x.size(0) / mm, E * mm});
   Tensor h = ref::activation(ref::linear(normed, m.fc1.weight, m.fc1.bias), fk::kernels::Act::kGelu);
   return ref::linear(h, m.fc2.weight, m.fc2.bias);
 }
@@ -265,6 +468,7 @@ template <class Module, class Cfg, bool kBlock> class Qwen2VisionStepInstance fi
     if constexpr (kBlock) module_.named_parameters("blocks.0.", params_);
     else module_.named_parameters("blocks.0.attn.", params_);
     x_ = empty({batch_.tokens, E}, dtype_of<T>);
+    if constexpr (kInPlace) x0_ = empty({batch_.tokens, E}, dtype_of<T>);
     ref_positions_ = ref_vision_positions(batch_.grids, Cfg::spatial_merge_size);
   }
   int num_sets() const override { return 1; }
@@ -272,17 +476,23 @@ template <class Module, class Cfg, bool kBlock> class Qwen2VisionStepInstance fi
     init_params(params_, seed);
     refresh(0, mix_seed(seed, 4101));
   }
-  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
-  void prepare(int) override { out_ = Tensor(); }
+  void refresh(int, uint64_t seed) override {
+    fill_normal(x_, seed);
+    if constexpr (kInPlace) copy_(x0_, x_);
+  }
+  void prepare(int) override {
+    out_ = Tensor();
+    if constexpr (kInPlace) copy_(x_, x0_);  // the block consumed its input: restore it
+  }
   void run(int) override { out_ = module_.forward(x_, batch_.cu_seqlens, batch_.positions, batch_.max_seqlen); }
   std::vector<Tensor> inputs(int) override {
     auto v = param_tensors(params_);
-    v.push_back(x_);
+    v.push_back(kInPlace ? x0_ : x_);
     return v;
   }
   std::vector<CheckedOutput> reference(int) override {
     Tensor ref;
-    if constexpr (kBlock) ref = ref_qwen2_vl_block<Cfg>(module_, batch_.host_cu, ref_positions_, x_);
+    if constexpr (kBlock) ref = ref_qwen2_vl_block<Cfg>(module_, batch_.host_cu, ref_positions_, kInPlace ? x0_ : x_);
     else ref = ref_qwen2_vl_attention<Cfg>(module_, batch_.host_cu, ref_positions_, x_);
     return {{"out", out_, to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
@@ -296,10 +506,15 @@ template <class Module, class Cfg, bool kBlock> class Qwen2VisionStepInstance fi
 
  private:
   using T = typename Cfg::scalar_t;
+  /// Qwen2.5-VL's block adds into its input in place (qwen2_vl_vision_block_forward).
+  static constexpr bool kInPlace = [] {
+    if constexpr (kBlock) return IsRmsNormModule<typename Module::Norm2>::value;
+    else return false;
+  }();
   Module module_;
   VisionBatch batch_;
   ParamList params_;
-  Tensor x_, out_, ref_positions_;
+  Tensor x_, x0_, out_, ref_positions_;
 };
 
 /// qwen2_vl_vision_mlp (L2). Case dims: num_tokens.
@@ -359,12 +574,35 @@ template <class Cfg> struct Qwen2MergerConstants {
 
 /// (last hidden state [T, E], merged [T / m^2, out]) of a Qwen2VisionTransformer by reference:
 /// the patch embedding as the fp32 GEMM of the rows, rounded; the blocks; the merger.
+/// Qwen2.5-VL's (Note [Vision windows]): the rows reordered by ref_vision_window_index after the patch
+/// embedding, window or frame sequences per block, the merged tokens put back (the order's argsort);
+/// the last hidden state stays in window order, as HF's.
 template <class Cfg, class M>
 std::pair<Tensor, Tensor> ref_qwen2_vl_model(M& m, const VisionBatch& batch, const Tensor& ref_positions, const Tensor& pixels) {
   constexpr int64_t K = Cfg::num_channels * Cfg::temporal_patch_size * Cfg::patch_size * Cfg::patch_size;
   Tensor h = ref::linear(pixels, m.patch_embed.weight.view({Cfg::hidden_size, K}), m.patch_embed.bias);
-  for (auto& block : m.blocks) h = ref_qwen2_vl_block<Cfg>(block, batch.host_cu, ref_positions, h);
-  return {h, ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h)};
+  if constexpr (WindowUnitsOf<Cfg>::value > 0) {
+    constexpr int64_t mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size, E = Cfg::hidden_size;
+    const int64_t T = h.size(0);
+    const VisionWindowOrder o = ref_vision_window_index(batch.grids, Cfg::spatial_merge_size, Cfg::window_units);
+    FK_CHECK(static_cast<int64_t>(o.index.size()) * mm == T, "reference window order: " + std::to_string(o.index.size()) +
+                                                                 " merge units for " + std::to_string(T) + " patches");
+    const std::vector<int32_t> pos = to_host<int32_t>(ref_positions);
+    std::vector<int32_t> wpos(pos.size()), back(o.index.size());
+    for (int64_t p = 0; p < T; ++p)
+      for (int a = 0; a < 2; ++a) wpos[2 * p + a] = pos[2 * (int64_t(o.index[p / mm]) * mm + p % mm) + a];
+    for (size_t u = 0; u < o.index.size(); ++u) back[o.index[u]] = static_cast<int32_t>(u);
+    const Tensor positions = to_device(wpos, {T, 2});
+    h = gather_rows(h.view({T / mm, mm * E}), to_device(o.index, {T / mm})).view({T, E});
+    for (size_t i = 0; i < m.blocks.size(); ++i)
+      h = ref_qwen2_vl_block<Cfg>(m.blocks[i], vision_block_listed(Cfg::fullatt_block_indexes, int64_t(i)) ? batch.host_cu : o.cu,
+                                  positions, h);
+    Tensor merged = ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h);
+    return {h, gather_rows(merged, to_device(back, {T / mm}))};
+  } else {
+    for (auto& block : m.blocks) h = ref_qwen2_vl_block<Cfg>(block, batch.host_cu, ref_positions, h);
+    return {h, ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h)};
+  }
 }
 
 /// qwen2_vl_vision_model (L4) over a batch of images (Note [Vision grids]): the processor's rows
@@ -373,10 +611,11 @@ std::pair<Tensor, Tensor> ref_qwen2_vl_model(M& m, const VisionBatch& batch, con
 template <class Model, class Cfg> class Qwen2VisionModelInstance final : public TaskInstance {
  public:
   explicit Qwen2VisionModelInstance(const ShapeCase& c) {
-    batch_ = VisionBatch(case_vision_grids(c, Cfg::spatial_merge_size), Cfg::spatial_merge_size);
+    batch_ = VisionBatch(case_vision_grids(c, Cfg::spatial_merge_size), Cfg::spatial_merge_size, WindowUnitsOf<Cfg>::value);
     constexpr double E = Cfg::hidden_size, I = Cfg::intermediate_size;
     const double t = double(batch_.tokens);
-    const double weights = Cfg::num_hidden_layers * (4 * E * E + 2 * E * I) + kRow * E;
+    const double mlp_mats = IsGatedVisionMlp<typename Model::Block::Mlp>::value ? 3 : 2;
+    const double weights = Cfg::num_hidden_layers * (4 * E * E + mlp_mats * E * I) + kRow * E;
     require_device_memory((weights + 3 * t * (8 * E + 2 * I + kRow)) * sizeof(T), "the whole vision tower (weights, activations)");
     model_ = std::make_unique<Model>();
     model_->named_parameters(params_);
@@ -392,7 +631,7 @@ template <class Model, class Cfg> class Qwen2VisionModelInstance final : public 
   void prepare(int) override { hidden_ = merged_ = Tensor(); }
   void run(int) override {
     hidden_ = model_->forward_hidden(pixels_, batch_);
-    merged_ = model_->merger.forward(hidden_);
+    merged_ = vision_tower_merge<Cfg>(*model_, hidden_, batch_);
   }
   std::vector<Tensor> inputs(int) override {
     auto v = param_tensors(params_);
@@ -418,8 +657,14 @@ template <class Model, class Cfg> class Qwen2VisionModelInstance final : public 
   }
   Cost cost() const override {
     constexpr double E = Cfg::hidden_size, I = Cfg::intermediate_size, mm = Cfg::spatial_merge_size * Cfg::spatial_merge_size;
-    const double t = double(batch_.tokens), L = double(model_->num_layers());
-    const double flops = 2 * t * kRow * E + L * (8 * t * E * E + 4 * batch_.pairs() * E + 4 * t * E * I) +
+    const double t = double(batch_.tokens);
+    double pairs = 0;  // every block's attention pairs (Qwen2.5-VL: windows but in fullatt_block_indexes)
+    for (int64_t i = 0; i < model_->num_layers(); ++i) {
+      const bool windowed = WindowUnitsOf<Cfg>::value > 0 && !full_block(i);
+      pairs += windowed ? VisionBatch::pairs_of(batch_.host_cu_window) : batch_.pairs();
+    }
+    const double mlp = IsGatedVisionMlp<typename Model::Block::Mlp>::value ? 6 * t * E * I : 4 * t * E * I;
+    const double flops = 2 * t * kRow * E + model_->num_layers() * (8 * t * E * E + mlp) + 4 * pairs * E +
                          2 * (t / mm) * E * mm * (E * mm + Cfg::out_hidden_size);
     return {flops, param_bytes(params_) + t * (kRow + E) * sizeof(T)};
   }
@@ -427,6 +672,10 @@ template <class Model, class Cfg> class Qwen2VisionModelInstance final : public 
  private:
   using T = typename Cfg::scalar_t;
   static constexpr int64_t kRow = Cfg::num_channels * Cfg::temporal_patch_size * Cfg::patch_size * Cfg::patch_size;
+  static bool full_block(int64_t i) {
+    if constexpr (WindowUnitsOf<Cfg>::value > 0) return vision_block_listed(Cfg::fullatt_block_indexes, i);
+    else return true;
+  }
   VisionBatch batch_;
   std::unique_ptr<Model> model_;
   ParamList params_;
@@ -458,9 +707,14 @@ template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public V
     std::vector<VisionGrid> grids;
     for (const auto& g : grid_thw) grids.push_back({g[0], g[1], g[2]});
     const VisionBatch& batch = batch_for(grids);
+    last_ = &batch;
     return m_.forward_hidden(pixel_values, batch, layer_outputs);
   }
-  Tensor merge(const Tensor& hidden_states) override { return m_.merger.forward(hidden_states); }
+  /// The merged tokens of the last forward's output (Qwen2.5-VL's order is that forward's grids').
+  Tensor merge(const Tensor& hidden_states) override {
+    FK_CHECK(last_ != nullptr, name_ + ": merge needs a forward first (the grids' window order)");
+    return vision_tower_merge<Cfg>(m_, hidden_states, *last_);
+  }
 
  private:
   /// The device metadata of a batch of grids, built once per distinct batch (no upload per call).
@@ -468,11 +722,12 @@ template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public V
     std::vector<int64_t> key;
     for (const VisionGrid& g : grids) key.insert(key.end(), {g.t, g.h, g.w});
     std::unique_ptr<VisionBatch>& p = batches_[key];
-    if (!p) p = std::make_unique<VisionBatch>(grids, Cfg::spatial_merge_size);
+    if (!p) p = std::make_unique<VisionBatch>(grids, Cfg::spatial_merge_size, WindowUnitsOf<Cfg>::value);
     return *p;
   }
   std::string name_;
   Model m_;
+  const VisionBatch* last_ = nullptr;
   std::map<std::vector<int64_t>, std::unique_ptr<VisionBatch>> batches_;
 };
 
