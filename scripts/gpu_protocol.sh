@@ -53,6 +53,10 @@
 #                           at 8 blocks (block 7 attends over whole frames, the others inside windows) and of the whole VLM
 #                           (4 text layers, 8 blocks), fk_model --bench of the tower beside HF eager / torch.compile
 #                           (bench/peers/hf_vision_perf.py) with the same weights, and of the whole VLM
+#     qwen3vl@G             Qwen3-VL's vision tower (issue 22) on GPU G (background): the interpolated-position and Qwen3-VL
+#                           task GPU tests, fk_bench over every task of the tower, HF parity at 9 blocks (block 8 feeds a
+#                           deepstack merger), fk_model --bench beside HF eager / torch.compile with the same weights; then the
+#                           whole Qwen3-VL (DeepStack into the text model): HF parity at 4 text layers and 9 blocks, fk_model --bench
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
@@ -271,6 +275,25 @@ for step in "${steps[@]}"; do
           --modes hf_eager,hf_compile --jsonl '$P/qwen25vl_peers.jsonl' >'$P/qwen25vl_peers.log' 2>&1; rm -f '$P/qw25.safetensors'; \
         '$b/fk_model' --arch $q-text --vision-arch $q --bench --decode-batches 1,8,32 \
           --jsonl '$P/qwen25vl_vlm_model.jsonl' --markdown '$P/qwen25vl_vlm_model.md' >'$P/qwen25vl_vlm_model.log' 2>&1"
+      ;;
+    qwen3vl@*)
+      g="${step#*@}"
+      q=Qwen/Qwen3-VL-32B-Instruct
+      bg qwen3vl "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'InterpolatedRows|VisionPosTaps|VisionListIndex|qwen3_vl|_h4608_|p16_h1152|d72_g28' \
+          --output-on-failure -j 1 --timeout 900) >'$P/qwen3vl_tests.log' 2>&1; \
+        '$b/fk_bench' --arch '^Qwen/Qwen3-VL-32B-Instruct\$' --seed $seed --case-timeout 300 \
+          --jsonl '$P/qwen3vl_bench.jsonl' --markdown '$P/qwen3vl_bench.md' >'$P/qwen3vl_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch $q --layers 9 --fk-model '$b/fk_model' \
+          --out '$P/qwen3vl_parity' >'$P/qwen3vl_parity.log' 2>&1; \
+        '$b/fk_model' --arch $q --save-weights '$P/qw3.safetensors' --bench \
+          --jsonl '$P/qwen3vl_model.jsonl' --markdown '$P/qwen3vl_model.md' >'$P/qwen3vl_model.log' 2>&1; \
+        python3 bench/peers/hf_vision_perf.py --arch $q --weights '$P/qw3.safetensors' \
+          --modes hf_eager,hf_compile --jsonl '$P/qwen3vl_peers.jsonl' >'$P/qwen3vl_peers.log' 2>&1; rm -f '$P/qw3.safetensors'; \
+        python3 bench/parity/hf_parity.py --arch $q-text --vision-arch $q --layers 4 --vision-layers 9 --fk-model '$b/fk_model' \
+          --out '$P/qwen3vl_vlm_parity' >'$P/qwen3vl_vlm_parity.log' 2>&1; \
+        '$b/fk_model' --arch $q-text --vision-arch $q --bench --decode-batches 1,8 \
+          --jsonl '$P/qwen3vl_vlm_model.jsonl' --markdown '$P/qwen3vl_vlm_model.md' >'$P/qwen3vl_vlm_model.log' 2>&1"
       ;;
     xattn@*)
       g="${step#*@}"

@@ -30,12 +30,17 @@ import os
 import shlex
 import time
 
-ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision")
-TOWER_MODEL_TYPES = ("qwen2_vl_vision", "qwen2_5_vl_vision")
+ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision",
+                       "qwen3_vl_vision")
+TOWER_MODEL_TYPES = ("qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision")
 
 
 def tower_classes(model_type):
     """(config class, model class) of a dynamic-resolution vision tower's model type."""
+    if model_type == "qwen3_vl_vision":
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+        return Qwen3VLVisionConfig, Qwen3VLVisionModel
     if model_type == "qwen2_5_vl_vision":
         from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
@@ -338,8 +343,8 @@ def check_tower(a, arch, workdir, res, mdt, tag):
         if dmeta.get("runner") != "vision-tower":
             raise ContractError(f"dump {dpath} is not a vision-tower dump (runner={dmeta.get('runner')!r})")
         K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
-        windowed = cfg.model_type == "qwen2_5_vl_vision"  # width hidden_size, merger out_hidden_size
-        E, O = (cfg.hidden_size, cfg.out_hidden_size) if windowed else (cfg.embed_dim, cfg.hidden_size)
+        # Qwen2.5-VL's and Qwen3-VL's width is hidden_size, the merger's out_hidden_size; Qwen2-VL's embed_dim, hidden_size.
+        E, O = (cfg.embed_dim, cfg.hidden_size) if cfg.model_type == "qwen2_vl_vision" else (cfg.hidden_size, cfg.out_hidden_size)
         grids = check_tower_dump(D, layers, E, O, K, cfg.spatial_merge_size)
         _, model_cls = tower_classes(cfg.model_type)
     except (hfmodel.WeightsError, ContractError, st.SafetensorsError, OSError) as e:
@@ -362,6 +367,8 @@ def check_tower(a, arch, workdir, res, mdt, tag):
         thw = torch.tensor(grids, dtype=torch.long, device=a.device)
         with torch.no_grad():
             out = model(hidden_states=px, grid_thw=thw, output_hidden_states=True)
+        # Qwen3-VL's deepstack features: HF's of the blocks the reduced tower has (transformers 5: deepstack_features).
+        ds = [d.float().cpu() for d in (getattr(out, "deepstack_features", None) or [])]
         hs = list(out.hidden_states)
         if len(hs) == layers + 1:  # the patch embedding first, where a version records it
             hs = hs[1:]
@@ -369,16 +376,21 @@ def check_tower(a, arch, workdir, res, mdt, tag):
             res["errors"].append(f"HF returned {len(hs)} hidden states for {layers} blocks")
             return res
         runs[name] = ([h.reshape(-1, h.shape[-1]).float().cpu() for h in hs], out.last_hidden_state.float().cpu(),
-                      out.pooler_output.float().cpu())
+                      out.pooler_output.float().cpu(), ds)
         del out
         free(model)
         res[f"hf_{name}_s"] = round(time.time() - t0, 2)
     del W
-    (h16_layers, h16_last, h16_merged), (f32_layers, f32_last, f32_merged) = runs[tag], runs["fp32"]
+    (h16_layers, h16_last, h16_merged, h16_ds), (f32_layers, f32_last, f32_merged, f32_ds) = runs[tag], runs["fp32"]
     for i in range(layers):
         res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
     res["checks"].append(rel_entry(a, tag, "last_hidden_state", D["last_hidden_state"], h16_last, f32_last))
     res["checks"].append(rel_entry(a, tag, "merged", D["merged"], h16_merged, f32_merged))
+    ours_ds = sorted((k for k in D if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1]))
+    if len(ours_ds) != len(h16_ds):
+        res["errors"].append(f"deepstack features: {len(ours_ds)} in the dump, {len(h16_ds)} from HF")
+    for j, k in enumerate(ours_ds[:len(h16_ds)]):
+        res["checks"].append(rel_entry(a, tag, k, D[k], h16_ds[j], f32_ds[j]))
     res["pass"] = not res["errors"] and all(c["pass"] for c in res["checks"])
     res["total_s"] = round(time.time() - t_start, 2)
     free(runs, D)

@@ -258,7 +258,7 @@ def build_model(cfg, dtype, device, attn="sdpa"):
 
 # The composite vision-language models whose text model (VLM_TEXT_MODEL_TYPES) and vision tower
 # fk_model runs together (--vision-arch): the composite config's model type.
-VLM_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+VLM_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def load_vlm_config(arch, layers, vision_layers, root=None):

@@ -141,7 +141,7 @@ def tower_peers(a, modes, batches):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit, dinov3_vit, "
-                    "siglip_vision_model; or a vision tower: qwen2_vl_vision, qwen2_5_vl_vision)")
+                    "siglip_vision_model; or a vision tower: qwen2_vl_vision, qwen2_5_vl_vision, qwen3_vl_vision)")
     ap.add_argument("--weights", required=True, help="safetensors from fk_model --save-weights")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--batches", default="1,8,32")

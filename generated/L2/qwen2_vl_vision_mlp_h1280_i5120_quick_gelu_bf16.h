@@ -32,8 +32,10 @@ class Qwen2VisionMLP {
   explicit Qwen2VisionMLP(fk::tasks::FromConfig)
       : fc1(Config::hidden_size, Config::intermediate_size, true), fc2(Config::intermediate_size, Config::hidden_size, true) {}
   fk::Tensor forward(const fk::Tensor& x) { return fk::tasks::qwen2_vl_vision_mlp_forward(*this, x); }
-  /// HF transformers names under `prefix` (e.g. "blocks.0.mlp.").
-  void named_parameters(const std::string& prefix, fk::ParamList& out) { fk::tasks::add_qwen2_vl_mlp_params<Config>(out, *this, prefix); }
+  /// HF transformers names under `prefix` (e.g. "blocks.0.mlp."): fc1, fc2.
+  void named_parameters(const std::string& prefix, fk::ParamList& out) {
+    fk::tasks::add_qwen2_vl_mlp_params<Config>(out, *this, prefix, "fc");
+  }
 
   FC1 fc1;
   Act act;

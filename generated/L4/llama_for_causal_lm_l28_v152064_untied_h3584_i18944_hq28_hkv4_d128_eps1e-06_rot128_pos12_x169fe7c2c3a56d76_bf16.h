@@ -81,15 +81,21 @@ class LlamaModel {
   }
   /// The decoder over given input embeddings (vLLM's forward(inputs_embeds=...): a VLM's text with
   /// its image features in place; positions [T], or [3, T] for multimodal rope). The first layer's
-  /// residual is inputs_embeds itself, which later layers update in place.
-  fk::Tensor forward_embeds(const fk::Tensor& inputs_embeds, const fk::Tensor& positions) {
+  /// residual is inputs_embeds itself, which later layers update in place. deepstack (Qwen3-VL, Note
+  /// [DeepStack] in fk/runtime/engine.h): after layer i < deepstack.size(), deepstack[i] is added to
+  /// the hidden states at the rows deepstack_rows (the image tokens).
+  fk::Tensor forward_embeds(const fk::Tensor& inputs_embeds, const fk::Tensor& positions, const fk::Tensor& deepstack_rows = fk::Tensor(),
+                            const std::vector<fk::Tensor>& deepstack = {}) {
+    FK_CHECK(deepstack.size() <= layers.size(), "llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos12_x169fe7c2c3a56d76_bf16: " + std::to_string(deepstack.size()) + " deepstack features for " +
+                                                    std::to_string(layers.size()) + " layers");
     fk::Tensor hidden_states = inputs_embeds;
     fk::Tensor residual;
     for (size_t i = 0; i < layers.size(); ++i) {
       std::tuple<fk::Tensor, fk::Tensor> out = layers[i].forward(positions, hidden_states, residual);
       hidden_states = std::get<0>(out);
       residual = std::get<1>(out);
-      fk::tasks::call_layer_hook(static_cast<int>(i), hidden_states, residual);
+      fk::tasks::call_layer_hook(static_cast<int>(i), hidden_states, residual);  // HF records the layer's output before the add
+      if (i < deepstack.size()) fk::tasks::scatter_add_rows_(hidden_states, deepstack_rows, deepstack[i]);
     }
     return std::get<0>(norm.forward(hidden_states, residual));
   }

@@ -833,6 +833,8 @@ int run_tower_dump(fk::VisionTowerModel& m, const Options& o) {
   for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
   fk::add_device_tensor(w, "last_hidden_state", fk::tasks::to_f32(last));
   fk::add_device_tensor(w, "merged", merged);
+  const std::vector<Tensor> deepstack = m.deepstack_features();  // Qwen3-VL: those of the blocks the tower has
+  for (size_t j = 0; j < deepstack.size(); ++j) fk::add_device_tensor(w, "deepstack." + std::to_string(j), fk::tasks::to_f32(deepstack[j]));
   w.set_metadata("arch", o.arch);
   w.set_metadata("task", m.task_name());
   w.set_metadata("runner", "vision-tower");
@@ -942,12 +944,17 @@ VlmBatch make_vlm_batch(const std::vector<int64_t>& text_lens, const std::vector
   return out;
 }
 
-/// The images' merged tokens [N, H] on `stream` (the engine's, so that the prefill is ordered after them).
-Tensor vlm_features(fk::VisionTowerModel& tower, const fk::CausalLM& lm, const Tensor& px,
-                    const std::vector<std::array<int64_t, 3>>& grids) {
-  Tensor f = tower.merge(tower.forward(px, grids));
-  FK_CHECK(f.size(1) == lm.hidden_size(), "the vision tower's merged tokens are " + std::to_string(f.size(1)) +
-                                              " wide, the text model's hidden size is " + std::to_string(lm.hidden_size()));
+/// The images' merged tokens [N, H] and, for Qwen3-VL, the deepstack mergers' tokens of the blocks the
+/// tower has (Note [DeepStack]), on the current stream (the engine's, so that the prefill is ordered after them).
+struct VlmFeatures {
+  Tensor merged;
+  std::vector<Tensor> deepstack;
+};
+VlmFeatures vlm_features(fk::VisionTowerModel& tower, const fk::CausalLM& lm, const Tensor& px,
+                         const std::vector<std::array<int64_t, 3>>& grids) {
+  VlmFeatures f{tower.merge(tower.forward(px, grids)), tower.deepstack_features()};
+  FK_CHECK(f.merged.size(1) == lm.hidden_size(), "the vision tower's merged tokens are " + std::to_string(f.merged.size(1)) +
+                                                     " wide, the text model's hidden size is " + std::to_string(lm.hidden_size()));
   return f;
 }
 
@@ -966,11 +973,11 @@ int run_vlm_dump(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& o
   {
     fk::StreamGuard g(engine.stream());
     px = random_patch_rows(tower, grids, fk::mix_seed(o.seed, 79));
-    Tensor features = vlm_features(tower, lm, px, grids);
+    const VlmFeatures features = vlm_features(tower, lm, px, grids);
     positions = fk::to_device(vb.positions, {3, T});
     rows = fk::to_device(vb.image_rows, {static_cast<int64_t>(vb.image_rows.size())});
     fk::tasks::set_layer_hook([&](int i, const Tensor& h, const Tensor& r) { layer_out[i] = fk::to_host<float>(fk::tasks::ref::add_f32(h, r)); });
-    logits = engine.prefill_multimodal(vb.prompts, rows, features, positions, vb.next_positions);
+    logits = engine.prefill_multimodal(vb.prompts, rows, features.merged, positions, vb.next_positions, features.deepstack);
     fk::tasks::set_layer_hook(nullptr);
     logits = fk::tasks::to_f32(logits);
   }
@@ -1021,7 +1028,10 @@ int run_vlm_bench(fk::CausalLM& lm, fk::VisionTowerModel& tower, const Options& 
       Tensor px = random_patch_rows(tower, grids, fk::mix_seed(o.seed, 4000 + b));
       Tensor positions = fk::to_device(vb.positions, {3, vb.tokens});
       Tensor image_rows = fk::to_device(vb.image_rows, {static_cast<int64_t>(vb.image_rows.size())});
-      auto step = [&] { engine.prefill_multimodal(vb.prompts, image_rows, vlm_features(tower, lm, px, grids), positions, vb.next_positions); };
+      auto step = [&] {
+        const VlmFeatures f = vlm_features(tower, lm, px, grids);
+        engine.prefill_multimodal(vb.prompts, image_rows, f.merged, positions, vb.next_positions, f.deepstack);
+      };
       step();  // warm-up (GEMM choices)
       prefill_ms = timed_calls(engine.stream(), e0, e1, 3, step);
     }

@@ -139,10 +139,17 @@ Engine::Packed Engine::pack(const std::vector<std::vector<int64_t>>& seqs, int64
 Tensor Engine::prefill(const std::vector<std::vector<int64_t>>& prompts) { return prefill_impl(prompts, nullptr); }
 
 Tensor Engine::prefill_multimodal(const std::vector<std::vector<int64_t>>& prompts, const Tensor& image_rows,
-                                  const Tensor& features, const Tensor& positions, const std::vector<int64_t>& next_positions) {
+                                  const Tensor& features, const Tensor& positions, const std::vector<int64_t>& next_positions,
+                                  const std::vector<Tensor>& deepstack) {
   FK_CHECK(model_.takes_input_embeddings(), "prefill_multimodal: " + model_.task_name() + " takes no input embeddings");
   FK_CHECK(next_positions.size() == prompts.size(), "prefill_multimodal: one next position per prompt");
-  const Multimodal mm{&image_rows, &features, &positions, &next_positions};
+  for (const Tensor& d : deepstack)  // Note [DeepStack]
+    FK_CHECK(d.sizes() == features.sizes() && d.dtype() == features.dtype(),
+             "prefill_multimodal: a deepstack feature " + d.str() + " is not shaped like the image features " + features.str());
+  FK_CHECK(static_cast<int64_t>(deepstack.size()) <= model_.num_layers(),
+           "prefill_multimodal: " + std::to_string(deepstack.size()) + " deepstack features for a text model of " +
+               std::to_string(model_.num_layers()) + " layers");
+  const Multimodal mm{&image_rows, &features, &positions, &next_positions, &deepstack};
   return prefill_impl(prompts, &mm);
 }
 
@@ -175,7 +182,7 @@ Tensor Engine::prefill_impl(const std::vector<std::vector<int64_t>>& prompts, co
                "prefill_multimodal: positions must be i64 [3, " + std::to_string(in.meta.num_tokens) + "], got " + pos.str());
       Tensor embeds = model_.embed(in.ids);
       tasks::scatter_rows_(embeds, *mm->image_rows, *mm->features);
-      hidden = model_.forward_embeds(embeds, pos);
+      hidden = model_.forward_embeds(embeds, pos, *mm->image_rows, *mm->deepstack);
     }
   }
   Tensor last_hidden = tasks::gather_rows(hidden, to_device(last, {batch}));

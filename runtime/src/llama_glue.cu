@@ -8,9 +8,17 @@ template <class T> __global__ void gather_rows_kernel(T* out, const T* in, int64
   const int64_t r = rows[blockIdx.x];
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = in[r * in_stride + c];
 }
-template <class T> __global__ void scatter_rows_kernel(T* dst, int64_t dst_stride, const T* src, const int32_t* rows, int64_t cols) {
+template <class T, bool kAdd = false>
+__global__ void scatter_rows_kernel(T* dst, int64_t dst_stride, const T* src, const int32_t* rows, int64_t cols) {
   const int64_t r = rows[blockIdx.x];
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[r * dst_stride + c] = src[blockIdx.x * cols + c];
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    if constexpr (kAdd) {
+      T& d = dst[r * dst_stride + c];
+      d = static_cast<T>(static_cast<float>(d) + static_cast<float>(src[blockIdx.x * cols + c]));
+    } else {
+      dst[r * dst_stride + c] = src[blockIdx.x * cols + c];
+    }
+  }
 }
 }  // namespace
 
@@ -75,27 +83,33 @@ Tensor gather_rows(const Tensor& x, const Tensor& rows) {
   return out;
 }
 
-void scatter_rows_(Tensor& dst, const Tensor& rows, const Tensor& src) {
-  FK_CHECK(dst.dim() == 2 && dst.stride(1) == 1, "scatter_rows_: 2-D rows expected, got " + dst.str());
-  FK_CHECK(rows.dtype() == DType::kI32 && rows.dim() == 1, "scatter_rows_: i32 row indices expected, got " + rows.str());
+namespace {
+template <bool kAdd> void scatter_rows_impl(Tensor& dst, const Tensor& rows, const Tensor& src, const char* what) {
+  FK_CHECK(dst.dim() == 2 && dst.stride(1) == 1, std::string(what) + ": 2-D rows expected, got " + dst.str());
+  FK_CHECK(rows.dtype() == DType::kI32 && rows.dim() == 1, std::string(what) + ": i32 row indices expected, got " + rows.str());
   FK_CHECK(src.dim() == 2 && src.is_contiguous() && src.size(0) == rows.numel() && src.size(1) == dst.size(1) &&
                src.dtype() == dst.dtype(),
-           "scatter_rows_: " + src.str() + " into rows " + rows.str() + " of " + dst.str());
+           std::string(what) + ": " + src.str() + " into rows " + rows.str() + " of " + dst.str());
   const int64_t n = rows.numel(), cols = dst.size(1);
   if (n == 0) return;
   switch (dst.dtype()) {
     case DType::kBF16:
-      scatter_rows_kernel<bf16><<<n, 256, 0, current_stream()>>>(dst.data<bf16>(), dst.stride(0), src.data<bf16>(), rows.data<int32_t>(), cols);
+      scatter_rows_kernel<bf16, kAdd><<<n, 256, 0, current_stream()>>>(dst.data<bf16>(), dst.stride(0), src.data<bf16>(), rows.data<int32_t>(), cols);
       break;
     case DType::kF16:
-      scatter_rows_kernel<f16><<<n, 256, 0, current_stream()>>>(dst.data<f16>(), dst.stride(0), src.data<f16>(), rows.data<int32_t>(), cols);
+      scatter_rows_kernel<f16, kAdd><<<n, 256, 0, current_stream()>>>(dst.data<f16>(), dst.stride(0), src.data<f16>(), rows.data<int32_t>(), cols);
       break;
     case DType::kF32:
-      scatter_rows_kernel<float><<<n, 256, 0, current_stream()>>>(dst.data<float>(), dst.stride(0), src.data<float>(), rows.data<int32_t>(), cols);
+      scatter_rows_kernel<float, kAdd><<<n, 256, 0, current_stream()>>>(dst.data<float>(), dst.stride(0), src.data<float>(), rows.data<int32_t>(),
+                                                                         cols);
       break;
-    default: FK_CHECK(false, "scatter_rows_: unsupported dtype " + dst.str());
+    default: FK_CHECK(false, std::string(what) + ": unsupported dtype " + dst.str());
   }
   FK_CHECK_LAUNCH();
 }
+}  // namespace
+
+void scatter_rows_(Tensor& dst, const Tensor& rows, const Tensor& src) { scatter_rows_impl<false>(dst, rows, src, "scatter_rows_"); }
+void scatter_add_rows_(Tensor& dst, const Tensor& rows, const Tensor& src) { scatter_rows_impl<true>(dst, rows, src, "scatter_add_rows_"); }
 
 }  // namespace fk::tasks

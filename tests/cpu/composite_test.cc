@@ -163,7 +163,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"siglip_map_head", 2},     {"siglip_vision_model", 4},
                                        {"qwen2_vl_vision_attention", 2}, {"qwen2_vl_vision_mlp", 2}, {"qwen2_vl_vision_block", 3},
                                        {"qwen2_vl_patch_merger", 2}, {"qwen2_vl_vision_model", 4},
-                                       {"qwen2_5_vl_vision_block", 3}, {"qwen2_5_vl_patch_merger", 2}, {"qwen2_5_vl_vision_model", 4}};
+                                       {"qwen2_5_vl_vision_block", 3}, {"qwen2_5_vl_patch_merger", 2}, {"qwen2_5_vl_vision_model", 4},
+                                       {"qwen3_vl_vision_mlp", 2}, {"qwen3_vl_vision_block", 3}, {"qwen3_vl_patch_merger", 2},
+                                       {"qwen3_vl_vision_model", 4}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -193,8 +195,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // Qwen2-VL's tower: attention, MLP, block, merger, model (5). The mrope text models of Qwen2-VL-7B and
   // Qwen2.5-VL-7B: qkv_rope_cache, attention, layer, model (4 each: the rest is Qwen2.5-7B's); Qwen3-VL-32B's:
   // those four plus its MLP, gate_up_silu and attention_o_proj (7). Qwen2.5-VL's tower: its gated MLP (a llama_mlp
-  // with biases), block, merger and model (4: the attention is Qwen2-VL's task).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4);
+  // with biases), block, merger and model (4: the attention is Qwen2-VL's task). Qwen3-VL's tower: the attention at its
+  // width, its MLP, block, the merger and the deepstack merger, the model (6).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

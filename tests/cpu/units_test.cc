@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, siglip_vision_model, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -1096,6 +1096,10 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"qwen2_5_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},
       {"qwen2_5_vl_patch_merger", {"ln_q", "fc1", "act", "fc2"}},
       {"qwen2_5_vl_vision_model", {"patch_embed", "blocks", "merger"}},
+      {"qwen3_vl_vision_mlp", {"fc1", "act", "fc2"}},
+      {"qwen3_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},
+      {"qwen3_vl_patch_merger", {"norm", "fc1", "act", "fc2"}},
+      {"qwen3_vl_vision_model", {"patch_embed", "blocks", "merger", "deepstack_merger?"}},
       {"bert_model", {"word_embeddings", "position_embeddings", "token_type_embeddings?", "embeddings_layernorm", "layers",
                       "pooler_dense?", "pooler_act?", "pooler?", "colbert_linear?", "colbert_norm?", "sparse_linear?"}},
       {"deepseek_decoder_layer", {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp"}},

@@ -120,6 +120,72 @@ TEST(Harness, VisionBlockListed) {
   EXPECT_TRUE(fk::tasks::vision_block_listed("7,15,23,31", 31));
 }
 
+// Qwen3-VL's interpolated positions (Note [Interpolated vision positions]): the taps by hand, and the
+// kernel's weighted sums against the separable reference over mixed sizes and a video.
+TEST(Harness, VisionPosTaps) {
+  using fk::tasks::vision_pos_taps;
+  // A grid as large as the table: every patch reads its own row with weight 1.
+  const auto same = vision_pos_taps({{1, 4, 4}}, 2, 4);
+  const auto pos = fk::tasks::vision_patch_positions({{1, 4, 4}}, 2);
+  for (size_t t = 0; t < 16; ++t) {
+    EXPECT_EQ(same.first[4 * t], pos[2 * t] * 4 + pos[2 * t + 1]);
+    EXPECT_FLOAT_EQ(same.second[4 * t], 1.f);
+    EXPECT_FLOAT_EQ(same.second[4 * t + 1] + same.second[4 * t + 2] + same.second[4 * t + 3], 0.f);
+  }
+  // 2 x 2 patches over a 3 x 3 table: corners only (aligned corners); 1 x 2 over 3 x 3: row 0.
+  const auto small = vision_pos_taps({{1, 2, 2}}, 2, 3);
+  EXPECT_EQ(small.first[0], 0);       // (0, 0)
+  EXPECT_EQ(small.first[4 * 3], 8);   // (1, 1) -> table (2, 2)
+  const auto rows = vision_pos_taps({{1, 4, 2}}, 2, 5);  // row 1 of 4 at 4/3 of the table: taps rows 1 and 2
+  const auto rp = fk::tasks::vision_patch_positions({{1, 4, 2}}, 2);
+  for (size_t t = 0; t < 8; ++t)
+    if (rp[2 * t] == 1 && rp[2 * t + 1] == 0) {
+      EXPECT_EQ(rows.first[4 * t], 5);       // (1, 0)
+      EXPECT_EQ(rows.first[4 * t + 2], 10);  // (2, 0)
+      EXPECT_NEAR(rows.second[4 * t + 2], 1.0 / 3.0, 1e-6);
+    }
+  static_assert(fk::tasks::vision_list_index("8,16,24", 16) == 1);
+  static_assert(fk::tasks::vision_list_index("8,16,24", 9) == -1);
+  static_assert(fk::tasks::vision_list_size("8,16,24") == 3 && fk::tasks::vision_list_size("") == 0);
+}
+TEST(Kernels, InterpolatedRows_bf16_matches_separable_reference) {
+  FK_REQUIRE_GPU();
+  constexpr int64_t kSide = 48, kE = 1152;
+  const std::vector<VisionGrid> grids{{1, 28, 28}, {2, 6, 10}, {1, 64, 2}, {1, 48, 48}};
+  const VisionBatch batch(grids, 2, 0, kSide);
+  Tensor table = empty({kSide * kSide, kE}, DType::kBF16), h = empty({batch.tokens, kE}, DType::kBF16);
+  fill_normal(table, 5);
+  fill_normal(h, 6);
+  Tensor h0 = empty(h.sizes(), DType::kBF16);
+  copy_(h0, h);
+  fk::tasks::add_interpolated_rows_(h, table, batch.pos_taps, batch.pos_weights);
+  FK_CHECK_LAUNCH();
+  const Tensor pos = fk::tasks::ref_interpolated_positions(table, grids, fk::tasks::ref_vision_positions(grids, 2), kSide);
+  const Tensor want = fk::tasks::ref::round_to(fk::tasks::ref::add_f32(h0, fk::tasks::ref::round_to(pos, DType::kBF16)), DType::kBF16);
+  FK_EXPECT_CLOSE(h, fk::tasks::to_f32(want), default_tolerance(DType::kBF16));
+  EXPECT_THROW(VisionBatch(grids, 2, 2, kSide), std::exception);  // positions of a window-ordered tower: not one
+}
+
+// Note [DeepStack]: the features add into the chosen rows only, rounded once.
+TEST(Kernels, ScatterAddRows_bf16) {
+  FK_REQUIRE_GPU();
+  Tensor dst = empty({9, 40}, DType::kBF16), src = empty({3, 40}, DType::kBF16);
+  fill_normal(dst, 1);
+  fill_normal(src, 2);
+  const std::vector<bf16> d0 = to_host<bf16>(dst), sv = to_host<bf16>(src);
+  const std::vector<int32_t> rows{7, 0, 4};
+  fk::tasks::scatter_add_rows_(dst, to_device(rows, {3}), src);
+  const std::vector<bf16> d1 = to_host<bf16>(dst);
+  for (int64_t r = 0; r < 9; ++r)
+    for (int64_t c = 0; c < 40; ++c) {
+      float want = __bfloat162float(d0[r * 40 + c]);
+      for (int i = 0; i < 3; ++i)
+        if (rows[i] == r) want = __bfloat162float(__float2bfloat16(want + __bfloat162float(sv[i * 40 + c])));
+      EXPECT_EQ(__bfloat162float(d1[r * 40 + c]), want) << r << "," << c;
+    }
+  EXPECT_THROW(fk::tasks::scatter_add_rows_(dst, to_device(rows, {3}), empty({2, 40}, DType::kBF16)), std::exception);
+}
+
 struct Patch3dCfg {
   static constexpr int64_t num_channels = 3, temporal_patch_size = 2, patch_size = 14, hidden_size = 1280;
   static constexpr bool bias = false;

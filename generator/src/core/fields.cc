@@ -47,6 +47,8 @@ const std::vector<FieldSpec>& field_table() {
         {"layer_norm_eps", FieldType::kPosNumber, {"layer_norm_epsilon"}, "LayerNorm epsilon (encoders)"},
         {"mlp_bias", FieldType::kBool, {}, "MLP projections carry a bias"},
         {"mlp_only_layers", FieldType::kIntList, {}, "layers with a dense MLP instead of experts (qwen3_moe)"},
+        {"deepstack_visual_indexes", FieldType::kIntList, {}, "vision blocks whose output a deepstack merger passes to the text model (qwen3_vl_vision)"},
+        {"num_position_embeddings", FieldType::kPosInt, {}, "rows of a vision tower's learned square position table (qwen3_vl_vision)"},
         {"fullatt_block_indexes", FieldType::kIntList, {}, "vision blocks attending over whole frames, the others inside windows (qwen2_5_vl_vision)"},
         {"window_size", FieldType::kPosInt, {}, "pixels a side of a vision attention window (qwen2_5_vl_vision)"},
         {"out_hidden_size", FieldType::kPosInt, {}, "the vision merger's output width, the text model's hidden size (qwen2_5_vl_vision)"},

@@ -570,6 +570,27 @@ const KindHooks& kind_hooks() {
       for (size_t i = 0; i < parts.size(); ++i) out += (i ? "x" : "") + parts[i];
       return parts.empty() ? out + "none" : out;
     };
+    // _ds{i}x{j}...: the blocks after which Qwen3-VL's deepstack mergers feed the text model (nothing without).
+    h.spell["deepstack"] = [](const Params& p) {
+      const std::vector<std::string> parts = split_list(S(p, "deepstack_visual_indexes"));
+      std::string out = parts.empty() ? "" : "_ds";
+      for (size_t i = 0; i < parts.size(); ++i) out += (i ? "x" : "") + parts[i];
+      return out;
+    };
+    // Qwen3-VL's learned position table (Note [Interpolated vision positions] in fk/tasks/qwen2_vl.h).
+    h.checks["vision_pos_table"] = [](const Params& p) {
+      const int64_t n = I(p, "num_position_embeddings"), side = I(p, "pos_side");
+      if (side < 1 || side * side != n)
+        throw GenError{"num_position_embeddings " + i2s(n) + " must be a square (side x side table), pos_side " + i2s(side)};
+      int64_t last = -1;
+      for (const std::string& s : split_list(S(p, "deepstack_visual_indexes"))) {
+        const int64_t i = std::stoll(s);
+        if (i <= last || i >= I(p, "num_hidden_layers"))
+          throw GenError{"deepstack_visual_indexes " + json_quote(S(p, "deepstack_visual_indexes")) + " must list distinct blocks in [0, " +
+                         i2s(I(p, "num_hidden_layers")) + ") in increasing order"};
+        last = i;
+      }
+    };
     // Qwen2.5-VL's window attention (Note [Vision windows] in fk/tasks/qwen2_vl.h).
     h.checks["vision_windows"] = [](const Params& p) {
       const int64_t unit = I(p, "patch_size") * I(p, "spatial_merge_size");

@@ -45,8 +45,17 @@ class Engine {
   /// position after the prompt: its largest position + 1, which the image grid makes less than the
   /// prompt's length; the KV slots still count tokens). image_rows: the packed rows of the image
   /// tokens (i32, device), features: [len(image_rows), H] in the model dtype, in that order.
+  ///
+  /// Note [DeepStack]
+  /// Qwen3-VL's tower also hands the text model one [len(image_rows), H] feature per block of its
+  /// deepstack_visual_indexes (its deepstack mergers' tokens, in the merged tokens' order); the text
+  /// model adds feature i to its hidden states at the image tokens after decoder layer i (HF
+  /// Qwen3VLTextModel._deepstack_process on the residual stream; vLLM adds them to hidden_states, the
+  /// layer's output beside the residual, which is the same sum). Prefill only: decode steps are text.
+  /// deepstack: those features, or none.
   Tensor prefill_multimodal(const std::vector<std::vector<int64_t>>& prompts, const Tensor& image_rows, const Tensor& features,
-                            const Tensor& positions, const std::vector<int64_t>& next_positions);
+                            const Tensor& positions, const std::vector<int64_t>& next_positions,
+                            const std::vector<Tensor>& deepstack = {});
   /// One greedy decode step for the batch of the last prefill (eager, or replay of the
   /// captured step when use_graph; the first graph step runs eagerly and captures).
   void decode_step(bool use_graph);
@@ -75,6 +84,7 @@ class Engine {
     const Tensor* features;
     const Tensor* positions;
     const std::vector<int64_t>* next_positions;
+    const std::vector<Tensor>* deepstack;
   };
   Tensor prefill_impl(const std::vector<std::vector<int64_t>>& prompts, const Multimodal* mm);
   /// One prefill of whole sequences: token ids, positions, slots (sequence b at row b of the

@@ -47,8 +47,11 @@ class CausalLM {
     (void)input_ids;
     throw std::runtime_error(task_name() + " takes no input embeddings");
   }
-  virtual Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions) {
-    (void)inputs_embeds, (void)positions;
+  /// deepstack (Qwen3-VL): features added to the hidden states at the rows deepstack_rows after the first
+  /// deepstack.size() layers (Note [DeepStack] in fk/runtime/engine.h); empty for other models.
+  virtual Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions, const Tensor& deepstack_rows = Tensor(),
+                                const std::vector<Tensor>& deepstack = {}) {
+    (void)inputs_embeds, (void)positions, (void)deepstack_rows, (void)deepstack;
     throw std::runtime_error(task_name() + " takes no input embeddings");
   }
   virtual Tensor compute_logits(const Tensor& hidden_states) = 0;
@@ -147,6 +150,11 @@ class VisionTowerModel {
   virtual Tensor forward(const Tensor& pixel_values, const std::vector<std::array<int64_t, 3>>& grid_thw,
                          std::vector<Tensor>* layer_outputs = nullptr) = 0;
   virtual Tensor merge(const Tensor& hidden_states) = 0;
+  /// Qwen3-VL's deepstack features of the last forward: one [L / merge_size^2, out_hidden_size] per block of
+  /// deepstack_visual_indexes the tower has (processor order); none for the other towers.
+  virtual std::vector<Tensor> deepstack_features() { return {}; }
+  /// The deepstack_visual_indexes of the config (0: no deepstack; the text model must add the features).
+  virtual int64_t deepstack_layers() const { return 0; }
 };
 
 class SafetensorsWriter;

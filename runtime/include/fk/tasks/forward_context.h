@@ -116,5 +116,12 @@ Tensor gather_rows(const Tensor& x, const Tensor& rows);
 /// image features into the text embeddings at the image tokens (HF's masked_scatter, vLLM's
 /// merge_multimodal_embeddings).
 void scatter_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
+/// dst[rows[i]] += src[i] (rounded once to the dtype), rows distinct: Qwen3-VL's deepstack features
+/// into the text model's hidden states at the image tokens (Note [DeepStack]).
+void scatter_add_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
+/// h[r] += sum_k w[r, k] * table[idx[r, k]] for the 4 taps of each row (idx i32, w f32 [rows, 4], device),
+/// the sum rounded to the model dtype before the add (runtime/src/vision_glue.cu): Qwen3-VL's learned
+/// position grid resampled bilinearly to each image's grid (Note [Interpolated vision positions]).
+void add_interpolated_rows_(Tensor& h, const Tensor& table, const Tensor& idx, const Tensor& w);
 
 }  // namespace fk::tasks

@@ -939,9 +939,10 @@ template <class Model, class Cfg> class CausalLMAdapter final : public CausalLM 
     if constexpr (HasForwardEmbeds<Model>::value) return m_.model.embed_tokens.forward(input_ids);
     return CausalLM::embed(input_ids);
   }
-  Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions) override {
-    if constexpr (HasForwardEmbeds<Model>::value) return m_.model.forward_embeds(inputs_embeds, positions);
-    return CausalLM::forward_embeds(inputs_embeds, positions);
+  Tensor forward_embeds(const Tensor& inputs_embeds, const Tensor& positions, const Tensor& deepstack_rows,
+                        const std::vector<Tensor>& deepstack) override {
+    if constexpr (HasForwardEmbeds<Model>::value) return m_.model.forward_embeds(inputs_embeds, positions, deepstack_rows, deepstack);
+    return CausalLM::forward_embeds(inputs_embeds, positions, deepstack_rows, deepstack);
   }
   Tensor compute_logits(const Tensor& hidden_states) override { return m_.compute_logits(hidden_states); }
   Tensor reference_logits(const Tensor& input_ids, const Tensor& positions, const std::vector<int32_t>& cu_seqlens,
