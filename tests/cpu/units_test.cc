@@ -559,6 +559,65 @@ TEST(UserConfigs, Qwen2VlVisionTowerComponent) {
   EXPECT_TRUE(g3.tasks.tasks.count("vision_rope_2d_hq4_d16_g20x20_p0_m2_grid_theta10000_bf16"));
 }
 
+TEST(UserConfigs, Qwen25AndQwen3VlVisionTowerComponents) {
+  // Qwen2.5-VL's tower (no model_type in the component: qwen2_5_vl_vision): the width is hidden_size, the merger's
+  // out_hidden_size; the window size and the full-attention blocks name the model task (Note [Vision windows]);
+  // the gated MLP's width need not be a whole 16-byte vector (3420 in the released model). Qwen3-VL's (the
+  // component repeats "qwen3_vl": qwen3_vl_vision): the learned position table must be square, the deepstack
+  // blocks name the model task and get a postshuffle merger.
+  const std::string vl25 = R"({"model_type": "qwen2_5_vl", "torch_dtype": "bfloat16", "hidden_size": 3584,
+    "vision_config": {"depth": 4, "hidden_size": 64, "out_hidden_size": 96, "intermediate_size": 108, "num_heads": 4,
+                      "in_chans": 3, "hidden_act": "silu", "window_size": 112, "fullatt_block_indexes": [1, 3], "tokens_per_second": 2}})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.component = "vision_config";
+  Generation g;
+  ASSERT_EQ(run_with(vl25, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  for (const char* want : {"qwen2_5_vl_vision_model_l4_c3_t2_p14_h64_i108_hq4_d16_silu_eps1e-06_m2_g32_theta10000_o96_win112_full1x3_bf16",
+                           "qwen2_5_vl_vision_block_h64_i108_hq4_d16_silu_eps1e-06_m2_g32_theta10000_bf16",
+                           "qwen2_5_vl_patch_merger_h64_m2_o96_eps1e-06_bf16", "llama_mlp_h64_i108_bias_bf16", "silu_and_mul_i108_bf16",
+                           "qwen2_vl_vision_attention_h64_hq4_d16_m2_g32_theta10000_bf16"})
+    EXPECT_TRUE(names.count(want)) << want;
+  std::string gelu = vl25;
+  gelu.replace(gelu.find(R"("hidden_act": "silu")"), 20, R"("hidden_act": "gelu")");
+  EXPECT_NE(run_with(gelu, c).find("$.vision_config.hidden_act: expected \"silu\""), std::string::npos) << run_with(gelu, c);
+  std::string late = vl25;
+  late.replace(late.find("[1, 3]"), 6, "[1, 4]");  // block 4 of a 4-block tower
+  EXPECT_NE(run_with(late, c).find("fullatt_block_indexes \"1,4\" must list distinct blocks in [0, 4)"), std::string::npos)
+      << run_with(late, c);
+  std::string small = vl25;
+  small.replace(small.find(R"("window_size": 112)"), 18, R"("window_size": 20)");
+  EXPECT_NE(run_with(small, c).find("$.vision_config.window_size: expected at least one merge unit"), std::string::npos)
+      << run_with(small, c);
+
+  const std::string vl3 = R"({"model_type": "qwen3_vl", "torch_dtype": "bfloat16",
+    "vision_config": {"model_type": "qwen3_vl", "depth": 3, "hidden_size": 64, "out_hidden_size": 96, "intermediate_size": 128,
+                      "num_heads": 4, "in_channels": 3, "num_position_embeddings": 64, "deepstack_visual_indexes": [1],
+                      "hidden_act": "gelu_pytorch_tanh", "patch_size": 16}})";
+  Generation g3;
+  ASSERT_EQ(run_with(vl3, c, &g3), "");
+  std::set<std::string> names3;
+  for (const auto& [name, t] : g3.tasks.tasks) names3.insert(name);
+  for (const char* want : {"qwen3_vl_vision_model_l3_c3_t2_p16_h64_i128_hq4_d16_gelu_tanh_eps1e-06_m2_g28_theta10000_o96_pe64_ds1_bf16",
+                           "qwen3_vl_patch_merger_h64_m2_o96_eps1e-06_bf16", "qwen3_vl_patch_merger_h64_m2_o96_eps1e-06_post_bf16",
+                           "qwen3_vl_vision_mlp_h64_i128_gelu_tanh_bf16", "patch_embedding_3d_c3_t2_p16_h64_bias_bf16",
+                           "layer_norm_h256_eps1e-06_bias_bf16"})
+    EXPECT_TRUE(names3.count(want)) << want;
+  std::string nosq = vl3;
+  nosq.replace(nosq.find(R"("num_position_embeddings": 64)"), 29, R"("num_position_embeddings": 60)");
+  EXPECT_NE(run_with(nosq, c).find("$.vision_config.num_position_embeddings: expected a square number"), std::string::npos)
+      << run_with(nosq, c);
+  std::string nods = vl3;
+  nods.replace(nods.find(R"("deepstack_visual_indexes": [1])"), 31, R"("deepstack_visual_indexes": [])");
+  Generation g4;
+  ASSERT_EQ(run_with(nods, c, &g4), "");
+  bool post = false;
+  for (const auto& [name, t] : g4.tasks.tasks) post = post || name.find("_post_") != std::string::npos;
+  EXPECT_FALSE(post);  // no deepstack: no postshuffle merger
+}
+
 TEST(UserConfigs, MropeTextDecoderComponent) {
   // The text model of a VLM (Note [mrope sections], Note [Config components]): `--component text_config` of a
   // legacy layout (Qwen2-VL / Qwen2.5-VL: the text keys at the top level) takes the top-level keys but the other
