@@ -261,7 +261,7 @@ for step in "${steps[@]}"; do
       g="${step#*@}"
       q=Qwen/Qwen2.5-VL-7B-Instruct
       bg qwen25vl "export CUDA_VISIBLE_DEVICES=$g; \
-        (cd '$b' && ctest -L gpu -R 'VisionWindow|VisionBatch|VisionBlockListed|VisionGrid|qwen2_5_vl|silu_and_mul_i3420|llama_mlp_h1280|_h1280_eps1e_06' \
+        (cd '$b' && ctest -L gpu -R 'VisionWindow|VisionBatch|VisionBlockListed|VisionGrid|qwen2_5_vl|silu_and_mul_i3420|llama_mlp_h1280|_h1280_eps1e_06|k1280_n3420|k3420_n1280' \
           --output-on-failure -j 1 --timeout 900) >'$P/qwen25vl_tests.log' 2>&1; \
         '$b/fk_bench' --arch '^Qwen/Qwen2[.]5-VL-7B-Instruct\$' --seed $seed --case-timeout 300 \
           --jsonl '$P/qwen25vl_bench.jsonl' --markdown '$P/qwen25vl_bench.md' >'$P/qwen25vl_bench.log' 2>&1; \
@@ -280,7 +280,7 @@ for step in "${steps[@]}"; do
       g="${step#*@}"
       q=Qwen/Qwen3-VL-32B-Instruct
       bg qwen3vl "export CUDA_VISIBLE_DEVICES=$g; \
-        (cd '$b' && ctest -L gpu -R 'InterpolatedRows|VisionPosTaps|VisionListIndex|qwen3_vl|_h4608_|p16_h1152|d72_g28' \
+        (cd '$b' && ctest -L gpu -R 'InterpolatedRows|VisionPosTaps|ScatterAddRows|qwen3_vl|_h4608_|k4608|p16_h1152|d72_g28|VisionRope|VisionGrid' \
           --output-on-failure -j 1 --timeout 900) >'$P/qwen3vl_tests.log' 2>&1; \
         '$b/fk_bench' --arch '^Qwen/Qwen3-VL-32B-Instruct\$' --seed $seed --case-timeout 300 \
           --jsonl '$P/qwen3vl_bench.jsonl' --markdown '$P/qwen3vl_bench.md' >'$P/qwen3vl_bench.log' 2>&1; \

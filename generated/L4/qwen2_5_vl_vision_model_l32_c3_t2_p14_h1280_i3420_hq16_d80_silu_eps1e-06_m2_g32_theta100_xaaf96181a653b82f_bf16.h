@@ -9,9 +9,7 @@
 // Level 4 task `qwen2_5_vl_vision_model_l32_c3_t2_p14_h1280_i3420_hq16_d80_silu_eps1e-06_m2_g32_theta100_xaaf96181a653b82f_bf16`: mirrors vllm.model_executor.models.qwen2_5_vl.Qwen2_5_VisionTransformer (HF Qwen2_5_VisionTransformerPretrainedModel).
 #pragma once
 
-#include <string_view>
-
-#include "fk/tasks/qwen2_vl.h"
+#include "fk/tasks/qwen2_vl.h"  // std::string_view
 #include "L1/patch_embedding_3d_c3_t2_p14_h1280_nobias_bf16.h"
 #include "L3/qwen2_5_vl_vision_block_h1280_i3420_hq16_d80_silu_eps1e-06_m2_g32_theta10000_bf16.h"
 #include "L2/qwen2_5_vl_patch_merger_h1280_m2_o3584_eps1e-06_bf16.h"

@@ -9,9 +9,7 @@
 // Level 4 task `qwen3_vl_vision_model_l27_c3_t2_p16_h1152_i4304_hq16_d72_gelu_tanh_eps1e-06_m2_g28_theta_x49f6caf1dbd7c04b_bf16`: mirrors vllm.model_executor.models.qwen3_vl.Qwen3_VisionTransformer (HF Qwen3VLVisionModel).
 #pragma once
 
-#include <string_view>
-
-#include "fk/tasks/qwen2_vl.h"
+#include "fk/tasks/qwen2_vl.h"  // std::string_view
 #include "L1/patch_embedding_3d_c3_t2_p16_h1152_bias_bf16.h"
 #include "L3/qwen3_vl_vision_block_h1152_i4304_hq16_d72_gelu_tanh_eps1e-06_m2_g28_theta10000_bf16.h"
 #include "L2/qwen3_vl_patch_merger_h1152_m2_o5120_eps1e-06_bf16.h"
