@@ -803,6 +803,22 @@ std::string perf_cell(const json& r) {
 
 namespace {
 /// Runs `body` and maps its failure or exception to a CheckOutcome (Note [Infrastructure failures]).
+/// An out-of-memory error's message plus the device's memory then (free / total, this process's
+/// allocator peak), so that a case the memory estimate let through says by how much it missed.
+std::string with_memory_state(const std::string& what) {
+  if (what.find("cudaErrorMemoryAllocation") == std::string::npos && what.find("out of memory") == std::string::npos) return what;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return what;
+  }
+  char buf[200];
+  const double gib = double(1ull << 30);
+  snprintf(buf, sizeof buf, " [device memory at the failure: %.2f GiB free of %.2f GiB; allocator peak reserved %.2f GiB]", free_b / gib,
+           total_b / gib, double(allocator_peak_reserved_bytes()) / gib);
+  return what + buf;
+}
+
 CheckOutcome outcome_of(const std::function<Failure()>& body) {
   g_task_threw = false;
   try {
@@ -811,8 +827,8 @@ CheckOutcome outcome_of(const std::function<Failure()>& body) {
     return {"PASSED", "", ""};
   } catch (const std::exception& e) {
     cudaGetLastError();
-    if (g_task_threw) return {"RUNTIME_ERROR", e.what(), "error"};
-    return {"INFRA_ERROR", e.what(), "infra"};
+    if (g_task_threw) return {"RUNTIME_ERROR", with_memory_state(e.what()), "error"};
+    return {"INFRA_ERROR", with_memory_state(e.what()), "infra"};
   }
 }
 }  // namespace
