@@ -146,9 +146,6 @@ Tensor Engine::prefill_multimodal(const std::vector<std::vector<int64_t>>& promp
   for (const Tensor& d : deepstack)  // Note [DeepStack]
     FK_CHECK(d.sizes() == features.sizes() && d.dtype() == features.dtype(),
              "prefill_multimodal: a deepstack feature " + d.str() + " is not shaped like the image features " + features.str());
-  FK_CHECK(static_cast<int64_t>(deepstack.size()) <= model_.num_layers(),
-           "prefill_multimodal: " + std::to_string(deepstack.size()) + " deepstack features for a text model of " +
-               std::to_string(model_.num_layers()) + " layers");
   const Multimodal mm{&image_rows, &features, &positions, &next_positions, &deepstack};
   return prefill_impl(prompts, &mm);
 }

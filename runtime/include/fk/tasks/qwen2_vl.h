@@ -125,6 +125,23 @@ inline std::vector<VisionGrid> case_vision_grids(const ShapeCase& c, int64_t mer
 struct VisionWindowOrder {
   std::vector<int32_t> index, cu;
 };
+/// Rows of `width` values per patch (e.g. positions: 2) moved into a window order: new row p is old row
+/// index[p / mm] * mm + p % mm (whole merge units of mm patches).
+inline std::vector<int32_t> patch_rows_in_order(const std::vector<int32_t>& rows, int64_t width, const std::vector<int32_t>& index,
+                                                int64_t mm) {
+  std::vector<int32_t> out(rows.size());
+  const int64_t n = static_cast<int64_t>(rows.size()) / width;
+  for (int64_t p = 0; p < n; ++p)
+    for (int64_t a = 0; a < width; ++a) out[p * width + a] = rows[(int64_t(index[p / mm]) * mm + p % mm) * width + a];
+  return out;
+}
+/// The inverse of an order: out[index[u]] = u.
+inline std::vector<int32_t> inverse_order(const std::vector<int32_t>& index) {
+  std::vector<int32_t> out(index.size());
+  for (size_t u = 0; u < index.size(); ++u) out[static_cast<size_t>(index[u])] = static_cast<int32_t>(u);
+  return out;
+}
+
 inline VisionWindowOrder vision_window_order(const std::vector<VisionGrid>& grids, int64_t merge, int64_t units) {
   FK_CHECK(units >= 1, "vision windows: expected at least one merge unit a side, got " + std::to_string(units));
   VisionWindowOrder o;
@@ -218,20 +235,13 @@ struct VisionBatch {
     std::vector<int32_t> pos = vision_patch_positions(grids, merge);
     if (window_units > 0) {
       const VisionWindowOrder o = vision_window_order(grids, merge, window_units);
-      const int64_t mm = merge * merge, units_total = tokens / mm;
-      std::vector<int32_t> reordered(pos.size()), reverse(static_cast<size_t>(units_total));
-      for (int64_t p = 0; p < tokens; ++p) {
-        const int64_t from = int64_t(o.index[static_cast<size_t>(p / mm)]) * mm + p % mm;
-        reordered[2 * p] = pos[2 * from];
-        reordered[2 * p + 1] = pos[2 * from + 1];
-      }
-      for (int64_t u = 0; u < units_total; ++u) reverse[static_cast<size_t>(o.index[static_cast<size_t>(u)])] = static_cast<int32_t>(u);
-      pos.swap(reordered);
+      const int64_t units_total = tokens / (merge * merge);
+      pos = patch_rows_in_order(pos, 2, o.index, merge * merge);
       host_cu_window = o.cu;
       for (size_t i = 1; i < o.cu.size(); ++i) max_window_seqlen = std::max<int64_t>(max_window_seqlen, o.cu[i] - o.cu[i - 1]);
       cu_window_seqlens = to_device(host_cu_window, {static_cast<int64_t>(host_cu_window.size())});
       window_index = to_device(o.index, {units_total});
-      reverse_index = to_device(reverse, {units_total});
+      reverse_index = to_device(inverse_order(o.index), {units_total});
     }
     positions = to_device(pos, {tokens, 2});
   }
@@ -308,22 +318,26 @@ template <class Cfg, class M> Tensor qwen2_vl_patch_merger_forward(M& m, const T
 template <class Cfg, class = void> struct WindowUnitsOf : std::integral_constant<int64_t, 0> {};
 template <class Cfg> struct WindowUnitsOf<Cfg, std::void_t<decltype(Cfg::window_units)>> : std::integral_constant<int64_t, Cfg::window_units> {};
 
-/// Whether block `i` is listed in a comma-separated list of block indexes (fullatt_block_indexes "7,15,23,31").
-constexpr bool vision_block_listed(std::string_view list, int64_t i) {
-  int64_t v = 0;
+/// Where block `i` is in a comma-separated list of block indexes (fullatt_block_indexes "7,15,23,31",
+/// deepstack_visual_indexes "8,16,24"): its index in the list, or -1.
+constexpr int64_t vision_list_index(std::string_view list, int64_t i) {
+  int64_t v = 0, at = 0;
   bool any = false;
   for (char c : list) {
     if (c >= '0' && c <= '9') {
       v = v * 10 + (c - '0');
       any = true;
     } else {
-      if (any && v == i) return true;
+      if (any && v == i) return at;
+      if (any) ++at;
       v = 0;
       any = false;
     }
   }
-  return any && v == i;
+  return any && v == i ? at : -1;
 }
+/// Whether block `i` is listed.
+constexpr bool vision_block_listed(std::string_view list, int64_t i) { return vision_list_index(list, i) >= 0; }
 
 /// Qwen2_5_VisionTransformer.forward up to the blocks' output (Note [Vision windows]): the patch
 /// embedding, the rows reordered window by window, every block over the windows (cu_window_seqlens) or,
@@ -352,23 +366,6 @@ Tensor qwen2_5_vl_vision_forward_hidden(M& m, const Tensor& x, const VisionBatch
   return h;
 }
 
-/// Where block `i` is in a comma-separated list (deepstack_visual_indexes "8,16,24"): its index, or -1.
-constexpr int64_t vision_list_index(std::string_view list, int64_t i) {
-  int64_t v = 0, at = 0;
-  bool any = false;
-  for (char c : list) {
-    if (c >= '0' && c <= '9') {
-      v = v * 10 + (c - '0');
-      any = true;
-    } else {
-      if (any && v == i) return at;
-      if (any) ++at;
-      v = 0;
-      any = false;
-    }
-  }
-  return any && v == i ? at : -1;
-}
 /// The entries of a comma-separated list.
 constexpr int64_t vision_list_size(std::string_view list) {
   int64_t n = 0;
@@ -447,11 +444,12 @@ template <class Cfg, class M> void add_qwen2_vl_mlp_params(ParamList& out, M& m,
   add_linear(out, m.fc1, {Part(prefix + fc + "1", Cfg::intermediate_size)});
   add_linear(out, m.fc2, {Part(prefix + fc + "2", Cfg::hidden_size)});
 }
-/// `prefix`: e.g. "blocks.0."
+/// A block's or merger's norm: RMSNorm (weight) or LayerNorm (weight, bias).
 template <class N> void add_vision_norm_params(ParamList& out, N& n, const std::string& name) {
   if constexpr (IsRmsNormModule<N>::value) out.push_back({name + ".weight", n.weight, 1.f, 0.1f});
   else add_layer_norm_params(out, n, name);
 }
+/// `prefix`: e.g. "blocks.0."
 template <class B> void add_qwen2_vl_block_params(ParamList& out, B& b, const std::string& prefix) {
   add_vision_norm_params(out, b.norm1, prefix + "norm1");
   b.attn.named_parameters(prefix + "attn.", out);
@@ -779,18 +777,13 @@ VisionTowerRef ref_qwen2_vl_model(M& m, const VisionBatch& batch, const Tensor& 
     const VisionWindowOrder o = ref_vision_window_index(batch.grids, Cfg::spatial_merge_size, Cfg::window_units);
     FK_CHECK(static_cast<int64_t>(o.index.size()) * mm == T, "reference window order: " + std::to_string(o.index.size()) +
                                                                  " merge units for " + std::to_string(T) + " patches");
-    const std::vector<int32_t> pos = to_host<int32_t>(ref_positions);
-    std::vector<int32_t> wpos(pos.size()), back(o.index.size());
-    for (int64_t p = 0; p < T; ++p)
-      for (int a = 0; a < 2; ++a) wpos[2 * p + a] = pos[2 * (int64_t(o.index[p / mm]) * mm + p % mm) + a];
-    for (size_t u = 0; u < o.index.size(); ++u) back[o.index[u]] = static_cast<int32_t>(u);
-    const Tensor positions = to_device(wpos, {T, 2});
+    const Tensor positions = to_device(patch_rows_in_order(to_host<int32_t>(ref_positions), 2, o.index, mm), {T, 2});
     h = gather_rows(h.view({T / mm, mm * E}), to_device(o.index, {T / mm})).view({T, E});
     for (size_t i = 0; i < m.blocks.size(); ++i)
       h = ref_qwen2_vl_block<Cfg>(m.blocks[i], vision_block_listed(Cfg::fullatt_block_indexes, int64_t(i)) ? batch.host_cu : o.cu,
                                   positions, h);
     Tensor merged = ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h);
-    return {h, gather_rows(merged, to_device(back, {T / mm})), {}};
+    return {h, gather_rows(merged, to_device(inverse_order(o.index), {T / mm})), {}};
   } else {
     for (auto& block : m.blocks) h = ref_qwen2_vl_block<Cfg>(block, batch.host_cu, ref_positions, h);
     return {h, ref_qwen2_vl_merger<Qwen2MergerConstants<Cfg>>(m.merger, h), {}};
