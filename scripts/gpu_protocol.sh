@@ -57,6 +57,10 @@
 #                           task GPU tests, fk_bench over every task of the tower, HF parity at 9 blocks (block 8 feeds a
 #                           deepstack merger), fk_model --bench beside HF eager / torch.compile with the same weights; then the
 #                           whole Qwen3-VL (DeepStack into the text model): HF parity at 4 text layers and 9 blocks, fk_model --bench
+#     siglip2@G             SigLIP-2 NaFlex's vision tower (issue 22) on GPU G (background): the position-resize taps and
+#                           weighted-row GPU tests, fk_bench over every task of the tower (square, elongated and mixed grids),
+#                           HF parity at 4 layers (images of four aspect ratios, the pooled vectors too), fk_model --bench
+#                           beside HF eager / torch.compile (bench/peers/hf_vision_perf.py) with the same weights
 #     towers-recheck@G      the part of towers@G that checks (no timing): its GPU tests, fk_bench over the DINOv3 tasks, HF
 #                           parity of every tower (after a fix of the references or of the parity loader)
 #     qwen2vl-model@G       fk_bench over Qwen2-VL's tower model and patch merger tasks only (a recheck)
@@ -294,6 +298,21 @@ for step in "${steps[@]}"; do
           --out '$P/qwen3vl_vlm_parity' >'$P/qwen3vl_vlm_parity.log' 2>&1; \
         '$b/fk_model' --arch $q-text --vision-arch $q --bench --decode-batches 1,8 \
           --jsonl '$P/qwen3vl_vlm_model.jsonl' --markdown '$P/qwen3vl_vlm_model.md' >'$P/qwen3vl_vlm_model.log' 2>&1"
+      ;;
+    siglip2@*)
+      g="${step#*@}"
+      q=google/siglip2-so400m-patch16-naflex
+      bg siglip2 "export CUDA_VISIBLE_DEVICES=$g; \
+        (cd '$b' && ctest -L gpu -R 'Naflex|WeightedRows|siglip2|k768_n1152' \
+          --output-on-failure -j 1 --timeout 900) >'$P/siglip2_tests.log' 2>&1; \
+        '$b/fk_bench' --arch '^google/siglip2-so400m-patch16-naflex\$' --seed $seed --case-timeout 300 \
+          --jsonl '$P/siglip2_bench.jsonl' --markdown '$P/siglip2_bench.md' >'$P/siglip2_bench.log' 2>&1; \
+        python3 bench/parity/hf_parity.py --arch $q --layers 4 --fk-model '$b/fk_model' \
+          --out '$P/siglip2_parity' >'$P/siglip2_parity.log' 2>&1; \
+        '$b/fk_model' --arch $q --save-weights '$P/sg2.safetensors' --bench \
+          --jsonl '$P/siglip2_model.jsonl' --markdown '$P/siglip2_model.md' >'$P/siglip2_model.log' 2>&1; \
+        python3 bench/peers/hf_vision_perf.py --arch $q --weights '$P/sg2.safetensors' \
+          --modes hf_eager,hf_compile --jsonl '$P/siglip2_peers.jsonl' >'$P/siglip2_peers.log' 2>&1; rm -f '$P/sg2.safetensors'"
       ;;
     xattn@*)
       g="${step#*@}"

@@ -31,12 +31,16 @@ import shlex
 import time
 
 ENCODER_MODEL_TYPES = ("bert", "xlm-roberta", "vit", "dinov3_vit", "siglip_vision_model", "qwen2_vl_vision", "qwen2_5_vl_vision",
-                       "qwen3_vl_vision")
-TOWER_MODEL_TYPES = ("qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision")
+                       "qwen3_vl_vision", "siglip2_vision_model")
+TOWER_MODEL_TYPES = ("qwen2_vl_vision", "qwen2_5_vl_vision", "qwen3_vl_vision", "siglip2_vision_model")
 
 
 def tower_classes(model_type):
     """(config class, model class) of a dynamic-resolution vision tower's model type."""
+    if model_type == "siglip2_vision_model":
+        from transformers.models.siglip2.configuration_siglip2 import Siglip2VisionConfig
+        from transformers.models.siglip2.modeling_siglip2 import Siglip2VisionModel
+        return Siglip2VisionConfig, Siglip2VisionModel
     if model_type == "qwen3_vl_vision":
         from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
         from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
@@ -288,12 +292,37 @@ def load_tower_config(arch, layers, root):
     config_cls, _ = tower_classes(d.get("model_type"))
     for k in ("model_type", "torch_dtype", "dtype", "in_chans", "spatial_patch_size", "transformers_version", "architectures"):
         d.pop(k, None)
-    full = int(d.get("depth", config_cls().depth))
+    key = "num_hidden_layers" if config_cls.__name__ == "Siglip2VisionConfig" else "depth"
+    full = int(d.get(key, getattr(config_cls(), key)))
     n = full if layers is None else int(layers)
     if not 1 <= n <= full:
         raise hfmodel.SetupError(f"{arch}: --layers {n} out of range 1..{full}")
-    d["depth"] = n
+    d[key] = n
     return config_cls(**d)
+
+
+def naflex_inputs(px, grids, device, dtype):
+    """SigLIP-2 NaFlex's HF inputs from packed patch rows [T, K] of grids [(1, h, w)]: pixel_values padded to
+    the longest image [B, N, K], pixel_attention_mask [B, N] (1 at an image's patches), spatial_shapes [B, 2]."""
+    import torch
+
+    n = max(h * w for _, h, w in grids)
+    pv = torch.zeros(len(grids), n, px.shape[1], device=device, dtype=dtype)
+    mask = torch.zeros(len(grids), n, device=device, dtype=torch.long)
+    off = 0
+    for i, (_, h, w) in enumerate(grids):
+        pv[i, :h * w] = px[off:off + h * w].to(device=device, dtype=dtype)
+        mask[i, :h * w] = 1
+        off += h * w
+    shapes = torch.tensor([[h, w] for _, h, w in grids], device=device, dtype=torch.long)
+    return pv, mask, shapes
+
+
+def naflex_valid_rows(x, grids):
+    """The rows of HF's padded [B, N, E] output at each image's patches, packed [T, E] in the processor's order."""
+    import torch
+
+    return torch.cat([x[i, :h * w] for i, (_, h, w) in enumerate(grids)])
 
 
 def check_tower_dump(D, n_layers, E, O, K, m):
@@ -342,10 +371,16 @@ def check_tower(a, arch, workdir, res, mdt, tag):
         D, dmeta = st.load(dpath)
         if dmeta.get("runner") != "vision-tower":
             raise ContractError(f"dump {dpath} is not a vision-tower dump (runner={dmeta.get('runner')!r})")
-        K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
-        # Qwen2.5-VL's and Qwen3-VL's width is hidden_size, the merger's out_hidden_size; Qwen2-VL's embed_dim, hidden_size.
-        E, O = (cfg.embed_dim, cfg.hidden_size) if cfg.model_type == "qwen2_vl_vision" else (cfg.hidden_size, cfg.out_hidden_size)
-        grids = check_tower_dump(D, layers, E, O, K, cfg.spatial_merge_size)
+        naflex = cfg.model_type == "siglip2_vision_model"
+        if naflex:  # SigLIP-2 NaFlex: patch rows of C * P * P, no merger (merged = last_hidden_state), one vector per image
+            K, E, O = cfg.num_channels * cfg.patch_size ** 2, cfg.hidden_size, cfg.hidden_size
+        else:
+            K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
+            # Qwen2.5-VL's and Qwen3-VL's width is hidden_size, the merger's out_hidden_size; Qwen2-VL's embed_dim, hidden_size.
+            E, O = (cfg.embed_dim, cfg.hidden_size) if cfg.model_type == "qwen2_vl_vision" else (cfg.hidden_size, cfg.out_hidden_size)
+        grids = check_tower_dump(D, layers, E, O, K, 1 if naflex else cfg.spatial_merge_size)
+        if naflex and ("pooled" not in D or tuple(D["pooled"].shape) != (len(grids), E)):
+            raise ContractError(f"pooled: expected [{len(grids)}, {E}], got {tuple(D['pooled'].shape) if 'pooled' in D else 'nothing'}")
         _, model_cls = tower_classes(cfg.model_type)
     except (hfmodel.WeightsError, ContractError, st.SafetensorsError, OSError) as e:
         res["errors"].append(f"dump/weights: {e}")
@@ -354,19 +389,28 @@ def check_tower(a, arch, workdir, res, mdt, tag):
     runs = {}
     for name, dtype in ((tag, mdt), ("fp32", torch.float32)):
         t0 = time.time()
-        with torch.device(a.device):
-            model = model_cls._from_config(cfg, dtype=dtype, attn_implementation=a.attn)
-        model.eval()
-        model.requires_grad_(False)
         try:
-            hfmodel.check_and_load(model, W, tied=False, dtype=mdt)
+            if naflex:  # loaded as a checkpoint (the hub's names carry no vision_model. prefix)
+                model = build_from_checkpoint(cfg, {k: v.to(mdt) for k, v in W.items()}, dtype, a.device, a.attn)
+            else:
+                with torch.device(a.device):
+                    model = model_cls._from_config(cfg, dtype=dtype, attn_implementation=a.attn)
+                model.eval()
+                model.requires_grad_(False)
+                hfmodel.check_and_load(model, W, tied=False, dtype=mdt)
         except hfmodel.WeightsError as e:
             res["errors"].append(str(e))
             return res
-        px = D["pixel_values"].to(device=a.device, dtype=dtype)
-        thw = torch.tensor(grids, dtype=torch.long, device=a.device)
         with torch.no_grad():
-            out = model(hidden_states=px, grid_thw=thw, output_hidden_states=True)
+            if naflex:
+                pv, mask, shapes = naflex_inputs(D["pixel_values"], grids, a.device, dtype)
+                out = model(pixel_values=pv, pixel_attention_mask=mask, spatial_shapes=shapes, output_hidden_states=True)
+                out.hidden_states = tuple(naflex_valid_rows(h, grids) for h in out.hidden_states)
+                out.last_hidden_state = naflex_valid_rows(out.last_hidden_state, grids)
+            else:
+                px = D["pixel_values"].to(device=a.device, dtype=dtype)
+                thw = torch.tensor(grids, dtype=torch.long, device=a.device)
+                out = model(hidden_states=px, grid_thw=thw, output_hidden_states=True)
         # Qwen3-VL's deepstack features: HF's of the blocks the reduced tower has (transformers 5: deepstack_features).
         ds = [d.float().cpu() for d in (getattr(out, "deepstack_features", None) or [])]
         hs = list(out.hidden_states)
@@ -385,7 +429,8 @@ def check_tower(a, arch, workdir, res, mdt, tag):
     for i in range(layers):
         res["checks"].append(rel_entry(a, tag, f"layer.{i}", D[f"prefill.layer.{i}"], h16_layers[i], f32_layers[i]))
     res["checks"].append(rel_entry(a, tag, "last_hidden_state", D["last_hidden_state"], h16_last, f32_last))
-    res["checks"].append(rel_entry(a, tag, "merged", D["merged"], h16_merged, f32_merged))
+    # HF's pooler_output: the merged tokens (Qwen towers), SigLIP-2's head vectors (its merged rows are last_hidden_state)
+    res["checks"].append(rel_entry(a, tag, "pooled" if naflex else "merged", D["pooled" if naflex else "merged"], h16_merged, f32_merged))
     ours_ds = sorted((k for k in D if k.startswith("deepstack.")), key=lambda k: int(k.split(".")[1]))
     if len(ours_ds) != len(h16_ds):
         res["errors"].append(f"deepstack features: {len(ours_ds)} in the dump, {len(h16_ds)} from HF")

@@ -99,18 +99,26 @@ def tower_peers(a, modes, batches):
     except (hfmodel.SetupError, OSError, st.SafetensorsError) as e:
         log(str(e))
         return EXIT_SETUP
-    with torch.device("cuda"):
-        hf = encoder_parity.tower_classes(cfg.model_type)[1]._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
-    hf.eval()
-    hf.requires_grad_(False)
+    naflex = cfg.model_type == "siglip2_vision_model"
     try:
-        hfmodel.check_and_load(hf, W, tied=False, dtype=dtype)
+        if naflex:  # SigLIP-2 NaFlex, loaded as a checkpoint (the hub's names)
+            hf = encoder_parity.build_from_checkpoint(cfg, W, dtype, "cuda", "sdpa")
+        else:
+            with torch.device("cuda"):
+                hf = encoder_parity.tower_classes(cfg.model_type)[1]._from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+            hf.eval()
+            hf.requires_grad_(False)
+            hfmodel.check_and_load(hf, W, tied=False, dtype=dtype)
     except hfmodel.WeightsError as e:
         log(str(e))
         return EXIT_SETUP
-    S = int(hfmodel.sidecar(a.arch, a.config_root).get("image_size", 448))
-    g = S // cfg.patch_size
-    K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
+    if naflex:  # fk_model's bench grid: the position table's own (num_patches patches per image)
+        g = int(round(cfg.num_patches ** 0.5))
+        S, K = g * cfg.patch_size, cfg.num_channels * cfg.patch_size ** 2
+    else:
+        S = int(hfmodel.sidecar(a.arch, a.config_root).get("image_size", 448))
+        g = S // cfg.patch_size
+        K = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size ** 2
     env = {"torch": torch.__version__, "transformers": __import__("transformers").__version__, "timm": None,
            "gpu": torch.cuda.get_device_name(), "dtype": hfmodel.dtype_tag(dtype), "image_size": S, "tokens_per_image": g * g}
     gen = torch.Generator(device="cuda").manual_seed(a.seed)
@@ -119,15 +127,20 @@ def tower_peers(a, modes, batches):
             for b in batches:
                 with open(a.jsonl, "a") as f:
                     f.write(json.dumps({"peer": mode, "arch": a.arch, "mode": "images", "batch": b, **env,
-                                        "error": "timm has no Qwen-VL vision tower"}) + "\n")
+                                        "error": "timm has no such vision tower (Qwen-VL's, SigLIP-2 NaFlex's)"}) + "\n")
             continue
         fn = torch.compile(hf, fullgraph=True, dynamic=False) if mode.endswith("compile") else hf
         for b in batches:
-            row = {"peer": mode, "arch": a.arch, "layers": cfg.depth, "mode": "images", "batch": b, **env}
+            row = {"peer": mode, "arch": a.arch, "layers": cfg.num_hidden_layers if naflex else cfg.depth, "mode": "images", "batch": b, **env}
             try:
                 px = torch.randn(b * g * g, K, device="cuda", generator=gen, dtype=dtype)
-                thw = torch.tensor([[1, g, g]] * b, device="cuda", dtype=torch.int64)
-                row.update(hfmodel.timed_calls(lambda: fn(hidden_states=px, grid_thw=thw), a.warmup, a.iters, mode.endswith("compile")))
+                if naflex:  # the padded batch HF takes (no padding: every image has g x g patches), to the pooled vectors
+                    pv, mask, shapes = encoder_parity.naflex_inputs(px, [(1, g, g)] * b, "cuda", dtype)
+                    call = lambda: fn(pixel_values=pv, pixel_attention_mask=mask, spatial_shapes=shapes)  # noqa: E731
+                else:
+                    thw = torch.tensor([[1, g, g]] * b, device="cuda", dtype=torch.int64)
+                    call = lambda: fn(hidden_states=px, grid_thw=thw)  # noqa: E731
+                row.update(hfmodel.timed_calls(call, a.warmup, a.iters, mode.endswith("compile")))
                 row["images_per_s"] = 1000.0 * b / row["ms"]
                 log(f"{mode} b{b}: {row['ms']:.3f} ms, {row['images_per_s']:.1f} images/s")
             except Exception as e:  # noqa: BLE001 - one failed batch is a row with "error"
@@ -141,7 +154,7 @@ def tower_peers(a, modes, batches):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True, help="org/model under hf_configs/ (a vision encoder: vit, dinov3_vit, "
-                    "siglip_vision_model; or a vision tower: qwen2_vl_vision, qwen2_5_vl_vision, qwen3_vl_vision)")
+                    "siglip_vision_model; or a vision tower: qwen2_vl_vision, qwen2_5_vl_vision, qwen3_vl_vision, siglip2_vision_model)")
     ap.add_argument("--weights", required=True, help="safetensors from fk_model --save-weights")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--batches", default="1,8,32")

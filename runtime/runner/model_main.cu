@@ -817,10 +817,7 @@ Tensor random_patch_rows(const fk::VisionTowerModel& m, const std::vector<std::a
 int run_tower_dump(fk::VisionTowerModel& m, const Options& o) {
   std::vector<std::array<int64_t, 3>> grids;
   for (const std::string& s : o.grids) grids.push_back(parse_grid(s));
-  if (grids.empty()) {
-    const int64_t g = m.bench_grid(), k = m.merge_size();
-    grids = {{1, g, g}, {1, std::max<int64_t>(k, g / 2 / k * k), std::max<int64_t>(k, (3 * g / 4) / k * k)}, {2, 2 * k, 2 * k}};
-  }
+  if (grids.empty()) grids = m.default_grids();
   Tensor px = random_patch_rows(m, grids, fk::mix_seed(o.seed, 79));
   std::vector<Tensor> layers;
   Tensor last = m.forward(px, grids, &layers);
@@ -833,6 +830,7 @@ int run_tower_dump(fk::VisionTowerModel& m, const Options& o) {
   for (size_t i = 0; i < layers.size(); ++i) fk::add_device_tensor(w, "prefill.layer." + std::to_string(i), fk::tasks::to_f32(layers[i]));
   fk::add_device_tensor(w, "last_hidden_state", fk::tasks::to_f32(last));
   fk::add_device_tensor(w, "merged", merged);
+  if (m.has_pool()) fk::add_device_tensor(w, "pooled", fk::tasks::to_f32(m.pool(last)));  // SigLIP-2: one vector per image
   const std::vector<Tensor> deepstack = m.deepstack_features();  // Qwen3-VL: those of the blocks the tower has
   for (size_t j = 0; j < deepstack.size(); ++j) fk::add_device_tensor(w, "deepstack." + std::to_string(j), fk::tasks::to_f32(deepstack[j]));
   w.set_metadata("arch", o.arch);
@@ -853,7 +851,11 @@ int run_tower_bench(fk::VisionTowerModel& m, const Options& o) {
     fk::release_cached_memory();
     const std::vector<std::array<int64_t, 3>> grids(static_cast<size_t>(b), std::array<int64_t, 3>{1, g, g});
     Tensor px = random_patch_rows(m, grids, fk::mix_seed(o.seed, 2000 + b));
-    nlohmann::json j = timed_batch_row(m, o, "images", b, [&] { return m.merge(m.forward(px, grids)); });
+    // The tokens a language model reads, and each image's vector where the tower pools (SigLIP-2, as HF's forward).
+    nlohmann::json j = timed_batch_row(m, o, "images", b, [&] {
+      Tensor merged = m.merge(m.forward(px, grids));
+      return m.has_pool() ? m.pool(merged) : merged;
+    });
     j["image_size"] = g * m.patch_size();
     j["tokens_per_image"] = g * g;
     j["images_per_s"] = 1000.0 * b / j["ms"].get<double>();

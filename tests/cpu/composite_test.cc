@@ -160,7 +160,7 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"vit_attention", 2},       {"vit_mlp", 2},              {"vit_layer", 3},
                                        {"vit_model", 4},           {"bert_cross_attention", 2}, {"dinov3_attention", 2},
                                        {"dinov3_mlp", 2},          {"dinov3_layer", 3},         {"dinov3_model", 4},
-                                       {"siglip_map_head", 2},     {"siglip_vision_model", 4},
+                                       {"siglip_map_head", 2},     {"siglip_vision_model", 4}, {"siglip2_vision_model", 4},
                                        {"qwen2_vl_vision_attention", 2}, {"qwen2_vl_vision_mlp", 2}, {"qwen2_vl_vision_block", 3},
                                        {"qwen2_vl_patch_merger", 2}, {"qwen2_vl_vision_model", 4},
                                        {"qwen2_5_vl_vision_block", 3}, {"qwen2_5_vl_patch_merger", 2}, {"qwen2_5_vl_vision_model", 4},
@@ -196,8 +196,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // Qwen2.5-VL-7B: qkv_rope_cache, attention, layer, model (4 each: the rest is Qwen2.5-7B's); Qwen3-VL-32B's:
   // those four plus its MLP, gate_up_silu and attention_o_proj (7). Qwen2.5-VL's tower: its gated MLP (a llama_mlp
   // with biases), block, merger and model (4: the attention is Qwen2-VL's task). Qwen3-VL's tower: the attention at its
-  // width, its MLP, block, the merger and the deepstack merger, the model (6).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6);
+  // width, its MLP, block, the merger and the deepstack merger, the model (6). SigLIP-2 so400m/16 NaFlex's tower: the
+  // model (1: its layers and head are so400m/14's tasks).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -169,7 +169,7 @@ TEST(Golden, NothingIsWrittenWhenAnyConfigIsInvalid) {
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.text(),
             "hf_configs/tiny/broken/config.json: $.model_type: unknown model_type \"jamba\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, granite, llama, mistral, "
-            "mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip_vision_model, vit, xlm-roberta; add a descriptor under generator/descriptors/, or, if its forward pass is one "
+            "mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip2_vision_model, siglip_vision_model, vit, xlm-roberta; add a descriptor under generator/descriptors/, or, if its forward pass is one "
             "of those model types', pass `add --as <model_type>` to lower it as that one knowingly\n");
   EXPECT_FALSE(fs::exists(tmp.path() / "generated"));
 }

@@ -296,7 +296,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   const std::string acme = std::string(R"({"model_type": "acme_llama", "architectures": ["AcmeForCausalLM"], )") + kBase + "}";
   EXPECT_EQ(run_with(acme, {}),
             "t/config.json: $.model_type: unknown model_type \"acme_llama\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip2_vision_model, siglip_vision_model, vit, xlm-roberta; add a descriptor under "
             "generator/descriptors/, or, if its forward pass is one of those model types', pass `add --as <model_type>` to "
             "lower it as that one knowingly\n");
   UserChoices c;
@@ -316,7 +316,7 @@ TEST(UserConfigs, ServedAsAKnownModelTypeOnlyWhenAskedAndOnlyForUnknownOnes) {
   c.served_as = "acme";
   EXPECT_EQ(run_with(acme, c),
             "t/fastkernels.json: $.served_as: unknown model_type \"acme\"; known: bert, deepseek_v3, dinov3_vit, gemma2, gemma3_text, gpt_oss, "
-            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip_vision_model, vit, xlm-roberta\n");
+            "granite, llama, mistral, mixtral, olmo2, phi3, qwen2, qwen2_5_vl_text, qwen2_5_vl_vision, qwen2_vl_text, qwen2_vl_vision, qwen3, qwen3_moe, qwen3_vl_text, qwen3_vl_vision, siglip2_vision_model, siglip_vision_model, vit, xlm-roberta\n");
   c.served_as = "llama";
   EXPECT_EQ(run_with(std::string(R"({"model_type": "qwen2", )") + kBase + "}", c),
             "t/fastkernels.json: $.served_as: model_type \"qwen2\" of t/config.json is known (generator/descriptors/llama.json); "
@@ -521,6 +521,38 @@ TEST(UserConfigs, ComponentOfACompositeConfig) {
   Diagnostics diag;
   parse_user_choices("f.json", R"({"component": "vision"})", diag);
   EXPECT_NE(diag.text().find("$.component: expected the key of a nested component config"), std::string::npos) << diag.text();
+}
+
+TEST(UserConfigs, Siglip2NaflexTowerComponent) {
+  // SigLIP-2 NaFlex (Note [NaFlex positions]): the vision_config of a siglip2 checkpoint lowers as
+  // siglip2_vision_model: the patch embedding a Linear over C * P * P = 768 pixel values, SigLIP's layers and
+  // head (shared with the fixed-resolution tower's tasks), the model's cases grids of the 16 x 16 table, an
+  // elongated and a mixed batch. A position table that is not square is refused, naming the field.
+  const std::string naflex = R"({"model_type": "siglip2", "torch_dtype": "float32",
+    "text_config": {"model_type": "siglip2_text_model", "vocab_size": 256000},
+    "vision_config": {"model_type": "siglip2_vision_model", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+                      "num_hidden_layers": 1, "num_patches": 256, "patch_size": 16}})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.component = "vision_config";
+  c.dtype = "bfloat16";
+  Generation g;
+  ASSERT_EQ(run_with(naflex, c, &g), "");
+  std::set<std::string> names;
+  for (const auto& [name, t] : g.tasks.tasks) names.insert(name);
+  const std::string model = "siglip2_vision_model_l1_c3_p16_pe256_h64_i128_hq2_d32_gelu_tanh_eps1e-06_qkvbias_bf16";
+  for (const std::string& want : {model, std::string("replicated_linear_k768_n64_bias_bf16"),
+                                  std::string("siglip_map_head_h64_hq2_d32_i128_gelu_tanh_eps1e-06_bf16"),
+                                  std::string("vit_layer_h64_i128_hq2_d32_gelu_tanh_eps1e-06_qkvbias_siglip_bf16")})
+    EXPECT_TRUE(names.count(want)) << want;
+  ASSERT_TRUE(g.tasks.tasks.count(model));
+  std::vector<std::string> cases;
+  for (const auto& sc : g.tasks.tasks.at(model).cases) cases.push_back(sc.name);
+  EXPECT_EQ(cases, (std::vector<std::string>{"b1_g16x16", "b8_g16x16", "b32_g16x16", "b8_g8x32", "b8_mixed"}));
+  std::string oblong = naflex;
+  const std::string square = "\"num_patches\": 256";
+  oblong.replace(oblong.find(square), square.size(), "\"num_patches\": 200");
+  EXPECT_NE(run_with(oblong, c).find("$.vision_config.num_patches: expected a square number"), std::string::npos) << run_with(oblong, c);
 }
 
 TEST(UserConfigs, Qwen2VlVisionTowerComponent) {
@@ -1147,6 +1179,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"dinov3_model", {"patch_embeddings", "layers", "norm"}},
       {"siglip_map_head", {"q_proj", "kv_proj", "attn", "out_proj", "layernorm", "mlp"}},
       {"siglip_vision_model", {"patch_embeddings", "layers", "post_layernorm", "head"}},
+      {"siglip2_vision_model", {"patch_embedding", "layers", "post_layernorm", "head"}},
       {"qwen2_vl_vision_attention", {"qkv", "rotary_emb", "attn", "proj"}},
       {"qwen2_vl_vision_mlp", {"fc1", "act", "fc2"}},
       {"qwen2_vl_vision_block", {"norm1", "attn", "norm2", "mlp"}},

@@ -291,6 +291,22 @@ std::vector<ShapeCase> vision_grid_cases(int64_t grid, int64_t merge) {
   out.push_back({"b8_mixed", "prefill", {{"batch", 8}, {"grid_h", grid}, {"grid_w", grid}, {"seq_len", grid * grid}, {"mixed", 29}}, {k++}});
   return out;
 }
+// SigLIP-2 NaFlex towers (Note [NaFlex positions]): images of side x side patches (the position
+// table's own grid) in batches of 1, 8 and 32; 8 elongated images of side/2 x 2*side patches (the
+// table shrunk along rows, stretched along columns); 8 images of mixed grids up to 2*side a side
+// (dims as vision_grid_cases' with a merge window of 1).
+std::vector<ShapeCase> naflex_grid_cases(int64_t side) {
+  if (side < 2) throw GenError{"pos_side (the position table's side) must be >= 2, got " + i2s(side)};
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t b : {1, 8, 32})
+    out.push_back({"b" + i2s(b) + "_g" + i2s(side) + "x" + i2s(side), "prefill",
+                   {{"batch", b}, {"grid_h", side}, {"grid_w", side}, {"seq_len", side * side}, {"uniform", 1}}, {k++}});
+  const int64_t h = side / 2, w = 2 * side;
+  out.push_back({"b8_g" + i2s(h) + "x" + i2s(w), "prefill", {{"batch", 8}, {"grid_h", h}, {"grid_w", w}, {"seq_len", h * w}, {"uniform", 1}}, {k++}});
+  out.push_back({"b8_mixed", "prefill", {{"batch", 8}, {"grid_h", 2 * side}, {"grid_w", 2 * side}, {"seq_len", 4 * side * side}, {"mixed", 29}}, {k++}});
+  return out;
+}
 // The patch merger's rows: windows of spatial_merge_size^2 patches (dims num_tokens = patches).
 std::vector<ShapeCase> merge_window_cases(int64_t merge) {
   std::vector<ShapeCase> out;
@@ -748,6 +764,7 @@ const KindHooks& kind_hooks() {
     h.cases["image_batches"] = [](const Params&) { return image_batch_cases(); };
     h.cases["images"] = [](const Params& p) { return image_cases(I(p, "max_position")); };
     h.cases["vision_grids"] = [](const Params& p) { return vision_grid_cases(I(p, "grid"), I(p, "spatial_merge_size")); };
+    h.cases["naflex_grids"] = [](const Params& p) { return naflex_grid_cases(I(p, "pos_side")); };
     h.cases["merge_windows"] = [](const Params& p) { return merge_window_cases(I(p, "spatial_merge_size")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position"), !p.count("causal") || B(p, "causal")); };

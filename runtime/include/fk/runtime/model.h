@@ -2,6 +2,7 @@
 // generation, parity dumps, end-to-end benchmarks) work with every generated L4 task.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -155,6 +156,16 @@ class VisionTowerModel {
   virtual std::vector<Tensor> deepstack_features() { return {}; }
   /// The deepstack_visual_indexes of the config (0: no deepstack; the text model must add the features).
   virtual int64_t deepstack_layers() const { return 0; }
+  /// Whether the tower pools each image into one vector (SigLIP-2's attention-pooling head); pool(hidden)
+  /// of the last forward -> [images, out_hidden_size] where it does.
+  virtual bool has_pool() const { return false; }
+  virtual Tensor pool(const Tensor&) { throw std::runtime_error(task_name() + ": this vision tower has no pooled output"); }
+  /// The grids (t, h, w) a parity dump takes when none are given: the served size, two smaller images and
+  /// a two-frame video of one merge window a side.
+  virtual std::vector<std::array<int64_t, 3>> default_grids() const {
+    const int64_t g = bench_grid(), k = merge_size();
+    return {{1, g, g}, {1, std::max<int64_t>(k, g / 2 / k * k), std::max<int64_t>(k, (3 * g / 4) / k * k)}, {2, 2 * k, 2 * k}};
+  }
 };
 
 class SafetensorsWriter;

@@ -123,5 +123,9 @@ void scatter_add_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
 /// the sum rounded to the model dtype before the add (runtime/src/vision_glue.cu): Qwen3-VL's learned
 /// position grid resampled bilinearly to each image's grid (Note [Interpolated vision positions]).
 void add_interpolated_rows_(Tensor& h, const Tensor& table, const Tensor& idx, const Tensor& w);
+/// The same with a list of taps per row: row r's are idx[ptr[r] .. ptr[r + 1]) with weights w (ptr i32
+/// [rows + 1], idx i32 / w f32 [nnz], device): SigLIP-2's position table resized with antialiasing to
+/// each image's grid, whose rows have as many taps as the shrink factor asks (Note [NaFlex positions]).
+void add_weighted_rows_(Tensor& h, const Tensor& table, const Tensor& ptr, const Tensor& idx, const Tensor& w);
 
 }  // namespace fk::tasks
