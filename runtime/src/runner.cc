@@ -102,8 +102,19 @@ void task_run(TaskInstance& inst, int set, CallKind kind = CallKind::kChecked) {
     }
   } trace{KernelTrace::active()};
   if (trace.t) trace.t->begin_call(kind, current_stream());
+  // Note [Pending CUDA errors]
+  // A failed CUDA call leaves its error pending until the next cudaGetLastError of the thread. A task
+  // that ignores a failure (a refused cudaDeviceSetLimit or stream attribute, an unchecked launch)
+  // would otherwise hand it to whoever checks next, the runner's fills (seen on H100: the persisting-L2
+  // candidate reported as an infrastructure error). So the slate is clean before the call (an error
+  // then is the runner's) and whatever is pending after it is the task's.
+  if (const cudaError_t before = cudaGetLastError(); before != cudaSuccess)
+    throw std::runtime_error(std::string("a CUDA error was pending before the task's call (not the task's): ") + cudaGetErrorString(before));
   TaskCode tc;
   inst.run(set);
+  if (const cudaError_t after = cudaGetLastError(); after != cudaSuccess)
+    throw std::runtime_error(std::string("the task's call left a CUDA error pending: ") + cudaGetErrorName(after) + " (" +
+                             cudaGetErrorString(after) + "): a CUDA call or launch of forward failed unchecked");
 }
 
 // Note [Stream gate]

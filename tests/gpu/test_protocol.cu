@@ -28,6 +28,7 @@ enum class Cheat {
   kEcho,                // returns a copy of its input (likewise)
   kRunThrows,           // forward raises
   kReferenceThrows,     // the harness's reference raises (not the task's fault)
+  kLeavesCudaError,     // correct, but a CUDA call of its forward fails and it does not check (Note [Pending CUDA errors])
 };
 
 __global__ void scale2_kernel(const float* x, float* out, int64_t n) {
@@ -65,6 +66,10 @@ class Scale2Instance final : public fk::TaskInstance {
       case Cheat::kMutateWhenUnwatched:
         launch(s, out);
         if (!watched) FK_CUDA_CHECK(cudaMemsetAsync(x_[s].data_ptr(), 0, 4, st));
+        break;
+      case Cheat::kLeavesCudaError:
+        launch(s, out);
+        (void)cudaSetDevice(-1);  // refused (no such device): the error stays pending
         break;
       default: launch(s, out);
     }
@@ -161,6 +166,13 @@ TEST(Protocol, ErrorsInTaskCodeAreRuntimeErrorsAndOthersInfraErrors) {
   const fk::CheckOutcome b = fk::check_instance(throws_in_reference, 1, 5);
   EXPECT_EQ(b.status, "INFRA_ERROR") << b.message;
   EXPECT_EQ(b.reason, "infra");
+  // A CUDA error the forward leaves pending is the task's, not the next checker's (Note [Pending CUDA errors]).
+  Scale2Instance leaves_error(Cheat::kLeavesCudaError, false);
+  const fk::CheckOutcome c = fk::check_instance(leaves_error, 1, 5);
+  EXPECT_EQ(c.status, "RUNTIME_ERROR") << c.message;
+  EXPECT_NE(c.message.find("left a CUDA error pending"), std::string::npos) << c.message;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(bench(Cheat::kNone).status, "PASSED");  // and the next case runs clean
 }
 
 TEST(Protocol, FingerprintSeesOneByteAtAnUnalignedStart) {
