@@ -19,6 +19,7 @@ struct Config {
   static constexpr double softcap = 0;  ///< scores s -> softcap * tanh(s / softcap); 0: none
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   static constexpr bool causal = true;  ///< false: every query sees its whole sequence (encoders)
+  static constexpr bool logit_bias = false;  ///< forward takes attn_bias (Note [Attention logit bias])
   using scalar_t = fk::bf16;
 };
 
@@ -27,7 +28,9 @@ struct Config {
 ///   forward(q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D], cu_seqlens_q, cu_seqlens_k,
 ///           max_seqlen_q, max_seqlen_k) -> out [T, Hq, D], causal=Config::causal; window_size
 ///   (sliding_window - 1, 0) when sliding_window > 0 (Note [Sliding window] in fk/tasks/attention.h);
-///   with Config::sinks, s_aux = sinks (Note [Attention sinks]).
+///   with Config::sinks, s_aux = sinks (Note [Attention sinks]); with Config::logit_bias, attn_bias
+///   [num_heads, >= max_seqlen_q, >= max_seqlen_k] added to the scaled scores of every sequence, as torch
+///   SDPA's float attn_mask broadcast over the batch (HF's relative position biases; Note [Attention logit bias]).
 class FlashAttnPrefill {
  public:
   FlashAttnPrefill(int64_t num_heads, int64_t num_kv_heads, int64_t head_dim)
@@ -38,8 +41,10 @@ class FlashAttnPrefill {
              "flash_attn_prefill_hq32_hkv32_d128_causal_bf16 is specialised on num_heads 32, num_kv_heads 32, head_dim 128");
   }
   fk::Tensor forward(const fk::Tensor& q, const fk::Tensor& k, const fk::Tensor& v, const fk::Tensor& cu_seqlens_q,
-                     const fk::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k) {
-    return fk::tasks::flash_attn_prefill_forward<Config>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks);
+                     const fk::Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                     const fk::Tensor& attn_bias = fk::Tensor()) {
+    return fk::tasks::flash_attn_prefill_forward<Config>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks,
+                                                         attn_bias);
   }
 
   int64_t num_heads, num_kv_heads, head_dim;

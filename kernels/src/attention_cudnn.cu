@@ -37,7 +37,7 @@ namespace fe = cudnn_frontend;
     if (e_ != cudaSuccess) fail(std::string(#expr) + " -> " + cudaGetErrorString(e_));   \
   } while (0)
 
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kOffQ, kOffK, kOffV, kOffO };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kOffQ, kOffK, kOffV, kOffO, kBias };
 
 /// seq_q[i], seq_k[i] (i < B) and element offsets off_q/k/v/o[i] (i <= B) from cu_seqlens; with
 /// seqused_k (Note [Padded keys: seqused_k]) the keys of sequence i start at row i * max_k and
@@ -65,7 +65,19 @@ struct CachedGraph {
   int32_t* aux = nullptr;  // seq_q [B] | seq_k [B] | off_q [B+1] | off_k [B+1] | off_v [B+1] | off_o [B+1]
 };
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, bool, bool, int>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, bool, bool, int, int64_t, int64_t, bool>;
+
+/// Note [Attention logit bias]: the bias as a [1 or B, Hq, Sq, Sk] view of the [(B,) Hq, rows, cols] table, on `opts`.
+void add_bias(fe::graph::Graph& g, fe::graph::SDPA_attributes& opts, const VarlenAttentionArgs& a) {
+  if (!a.bias) return;
+  const int64_t hq = a.num_heads, r = a.bias_rows, c = a.bias_cols;
+  auto bias = g.tensor(fe::graph::Tensor_attributes()
+                           .set_name("bias")
+                           .set_uid(kBias)
+                           .set_dim({a.bias_per_seq ? a.batch : 1, hq, a.max_seqlen_q, a.max_seqlen_k})
+                           .set_stride({hq * r * c, r * c, c, 1}));
+  opts.set_bias(bias);
+}
 
 std::mutex g_mu;
 
@@ -107,6 +119,7 @@ CachedGraph build(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
                   .set_seq_len_kv(seq_kv)
                   .set_max_total_seq_len_q(a.total_q)
                   .set_max_total_seq_len_kv(a.total_k);
+  add_bias(*g, opts, a);
   if (a.causal) opts.set_causal_mask(true);
   if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);  // keeps kv > q - window
   auto [o, stats] = g->sdpa(q, k, v, opts);
@@ -137,6 +150,7 @@ CachedGraph build_dense(cudnnHandle_t handle, const VarlenAttentionArgs& a) {
   auto k = g->tensor(fe::graph::Tensor_attributes().set_name("K").set_uid(kK).set_dim({b, hkv, sk, d}).set_stride({sk * hkv * d, d, hkv * d, 1}));
   auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V").set_uid(kV).set_dim({b, hkv, sk, dv}).set_stride({sk * hkv * dv, dv, hkv * dv, 1}));
   auto opts = fe::graph::SDPA_attributes().set_name("flash_attn_dense").set_generate_stats(false).set_attn_scale(a.softmax_scale);
+  add_bias(*g, opts, a);
   if (a.causal) opts.set_causal_mask(true);
   if (a.window > 0) opts.set_diagonal_band_left_bound(a.window);
   auto [o, stats] = g->sdpa(q, k, v, opts);
@@ -170,6 +184,9 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
       a.total_k * a.num_kv_heads * std::max(a.head_dim, dv) >= (int64_t(1) << 31)) {
     fail("ragged offsets exceed int32");
   }
+  if (a.bias && (a.bias_rows < a.max_seqlen_q || a.bias_cols < a.max_seqlen_k))
+    fail("the logit bias [Hq, " + std::to_string(a.bias_rows) + ", " + std::to_string(a.bias_cols) + "] is smaller than the longest sequences (" +
+         std::to_string(a.max_seqlen_q) + " queries, " + std::to_string(a.max_seqlen_k) + " keys)");
   int dev = 0;
   FK_RT(cudaGetDevice(&dev));
   uint32_t scale_bits = 0;
@@ -179,7 +196,8 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   const bool dense = a.allow_dense && a.total_q == a.batch * a.max_seqlen_q &&
                      (a.seqused_k ? a.seqused_k_full : a.total_k == a.batch * a.max_seqlen_k);
   const Key key{dev,          static_cast<int>(a.dtype), a.batch,        a.max_seqlen_q, a.max_seqlen_k, a.num_heads,
-                a.num_kv_heads, a.head_dim,             dv,             scale_bits,     a.causal,       dense,          a.window};
+                a.num_kv_heads, a.head_dim,             dv,             scale_bits,     a.causal,       dense,          a.window,
+                a.bias ? a.bias_rows : 0, a.bias ? a.bias_cols : 0, a.bias != nullptr && a.bias_per_seq};
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, CachedGraph> cache;
   cudnnHandle_t handle = handle_for_device(dev);
@@ -190,6 +208,7 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
     FK_DNN(cudnnSetStream(handle, stream));
     std::unordered_map<int64_t, void*> pack = {
         {kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)}, {kO, a.out}};
+    if (a.bias) pack[kBias] = const_cast<void*>(a.bias);
     FK_FE(c.graph->execute(handle, pack, c.workspace));
     return;
   }
@@ -209,6 +228,7 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)}, {kV, const_cast<void*>(a.v)}, {kO, a.out},
       {kSeqQ, seq_q},   {kSeqKV, seq_k},   {kOffQ, off_q},   {kOffK, off_k}, {kOffV, off_v}, {kOffO, off_o}};
+  if (a.bias) pack[kBias] = const_cast<void*>(a.bias);
   FK_FE(c.graph->execute(handle, pack, c.workspace));
 }
 

@@ -447,6 +447,127 @@ TEST(Tasks, FlashAttnDecode_bf16_hq32_hkv8_d128_b8_kv8192) {
   fk::tasks::FlashAttnDecodeInstance<TestDecode, AttnCfg> inst(decode_case(8, 8192));
   check_task_instance(inst);
 }
+// An additive logit bias (Note [Attention logit bias]): T5-base's encoder self-attention (12 x 64, no
+// softmax scaling, a [heads, L, L] relative-position bias) and its decoder's (causal), through the
+// harness (bias ~ N(0, 2) against the fp32 reference): varlen batches (the ragged graph), uniform ones
+// (the dense graph); then a table larger than the batch read in place, and the refusals.
+template <bool kCausal> struct BiasCfg {
+  static constexpr int64_t num_heads = 12;
+  static constexpr int64_t num_kv_heads = 12;
+  static constexpr int64_t head_dim = 64;
+  static constexpr double softmax_scale = 1.0;
+  static constexpr int64_t sliding_window = 0;
+  static constexpr double softcap = 0;
+  static constexpr bool causal = kCausal;
+  static constexpr bool logit_bias = true;
+  using scalar_t = bf16;
+};
+template <bool kCausal> class BiasPrefill {
+ public:
+  BiasPrefill(int64_t, int64_t, int64_t) {}
+  Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cq, const Tensor& ck, int64_t mq, int64_t mk,
+                 const Tensor& bias) {
+    return fk::tasks::flash_attn_prefill_forward<BiasCfg<kCausal>>(q, k, v, cq, ck, mq, mk, Tensor(), bias);
+  }
+  Tensor sinks;
+};
+TEST(Tasks, FlashAttnPrefillBias_bf16_hq12_d64_bidir_b8_s512_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<BiasPrefill<false>, BiasCfg<false>> inst(prefill_case(8, 512));
+  check_task_instance(inst);
+}
+TEST(Tasks, FlashAttnPrefillBias_bf16_hq12_d64_bidir_b4_s197_uniform) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<BiasPrefill<false>, BiasCfg<false>> inst(
+      ShapeCase{"b4_s197", "prefill", {{"batch", 4}, {"seq_len", 197}, {"uniform", 1}}});
+  check_task_instance(inst);
+}
+TEST(Tasks, FlashAttnPrefillBias_bf16_hq12_d64_causal_b3_s300_varlen) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  fk::tasks::FlashAttnPrefillInstance<BiasPrefill<true>, BiasCfg<true>> inst(prefill_case(3, 300));
+  check_task_instance(inst);
+}
+TEST(Kernels, AttnBidirBias_bf16_table_larger_than_the_batch) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  constexpr int64_t H = 12, D = 64, L = 160;  // a 160 x 160 table; sequences of 100 and 37 read its top-left blocks
+  const std::vector<int32_t> cu{0, 100, 137};
+  Tensor q = empty({137, H, D}, DType::kBF16), k = empty({137, H, D}, DType::kBF16), v = empty({137, H, D}, DType::kBF16);
+  Tensor bias = empty({H, L, L}, DType::kBF16);
+  fill_normal(q, 11);
+  fill_normal(k, 12);
+  fill_normal(v, 13);
+  fill_normal(bias, 14, 0.f, 2.f);
+  const Tensor cu_d = to_device(cu, {3});
+  const Tensor out = fk::tasks::flash_attn_prefill_forward<BiasCfg<false>>(q, k, v, cu_d, cu_d, 100, 100, Tensor(), bias);
+  std::vector<int32_t> begin, len, off;
+  for (int s = 0; s < 2; ++s)
+    for (int32_t p = 0; p < cu[s + 1] - cu[s]; ++p) {
+      begin.push_back(cu[s]);
+      len.push_back(cu[s + 1] - cu[s]);
+      off.push_back(p * int32_t(L));
+    }
+  const Tensor begin_d = to_device(begin, {137}), len_d = to_device(len, {137}), off_d = to_device(off, {137});
+  const Tensor bias_f32 = fk::tasks::to_f32(bias);
+  Tensor ref = empty({137, H, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), H * D, k.data<bf16>(), v.data<bf16>(), H * D,
+                                              begin_d.data<int32_t>(), len_d.data<int32_t>(), 137, H, H, D, 1.f, current_stream(),
+                                              0.f, nullptr, bias_f32.data<float>(), off_d.data<int32_t>(), L * L);
+  FK_CHECK_LAUNCH();
+  FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 1.0));
+  // The bias matters at this scale (the reference without it is far off), and bad biases are refused.
+  Tensor unbiased = empty({137, H, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(unbiased.data<float>(), q.data<bf16>(), H * D, k.data<bf16>(), v.data<bf16>(), H * D,
+                                              begin_d.data<int32_t>(), len_d.data<int32_t>(), 137, H, H, D, 1.f, current_stream());
+  const std::vector<float> a = to_host<float>(ref), b = to_host<float>(unbiased);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += double(a[i] - b[i]) * (a[i] - b[i]), den += double(a[i]) * a[i];
+  EXPECT_GT(std::sqrt(num / den), 0.1);
+  EXPECT_THROW(fk::tasks::flash_attn_prefill_forward<BiasCfg<false>>(q, k, v, cu_d, cu_d, 100, 100), std::exception);
+  EXPECT_THROW(fk::tasks::flash_attn_prefill_forward<BiasCfg<false>>(q, k, v, cu_d, cu_d, 100, 100, Tensor(),
+                                                                      empty({H, 64, 64}, DType::kBF16)),
+               std::exception);  // smaller than the longest sequence
+  EXPECT_THROW(fk::tasks::flash_attn_prefill_forward<BidirCfg>(q, k, v, cu_d, cu_d, 100, 100, Tensor(), bias), std::exception);
+}
+
+// One bias per sequence ([batch, heads, L, L]: LayoutLMv3's 2-D positions, CPM-Ant's segments), varlen.
+TEST(Kernels, AttnBidirBias_bf16_one_table_per_sequence) {
+  FK_REQUIRE_GPU();
+  FK_REQUIRE_CUDNN();
+  constexpr int64_t H = 12, D = 64, L = 120;
+  const std::vector<int32_t> cu{0, 50, 170, 179};
+  const int64_t T = 179;
+  Tensor q = empty({T, H, D}, DType::kBF16), k = empty({T, H, D}, DType::kBF16), v = empty({T, H, D}, DType::kBF16);
+  Tensor bias = empty({3, H, L, L}, DType::kBF16);
+  fill_normal(q, 21);
+  fill_normal(k, 22);
+  fill_normal(v, 23);
+  fill_normal(bias, 24, 0.f, 2.f);
+  const Tensor cu_d = to_device(cu, {4});
+  const Tensor out = fk::tasks::flash_attn_prefill_forward<BiasCfg<false>>(q, k, v, cu_d, cu_d, L, L, Tensor(), bias);
+  std::vector<int32_t> begin, len, off;
+  for (int b = 0; b < 3; ++b)
+    for (int32_t p = 0; p < cu[b + 1] - cu[b]; ++p) {
+      begin.push_back(cu[b]);
+      len.push_back(cu[b + 1] - cu[b]);
+      off.push_back(static_cast<int32_t>(b * H * L * L + p * L));
+    }
+  const Tensor begin_d = to_device(begin, {T}), len_d = to_device(len, {T}), off_d = to_device(off, {T});
+  const Tensor bias_f32 = fk::tasks::to_f32(bias);
+  Tensor ref = empty({T, H, D}, DType::kF32);
+  fk::kernels::reference::attention_ref<bf16>(ref.data<float>(), q.data<bf16>(), H * D, k.data<bf16>(), v.data<bf16>(), H * D,
+                                              begin_d.data<int32_t>(), len_d.data<int32_t>(), T, H, H, D, 1.f, current_stream(),
+                                              0.f, nullptr, bias_f32.data<float>(), off_d.data<int32_t>(), L * L);
+  FK_CHECK_LAUNCH();
+  FK_EXPECT_CLOSE(out, ref, fk::tasks::matmul_tolerance(DType::kBF16, 1.0));
+  EXPECT_THROW(fk::tasks::flash_attn_prefill_forward<BiasCfg<false>>(q, k, v, cu_d, cu_d, L, L, Tensor(),
+                                                                      empty({2, H, L, L}, DType::kBF16)),
+               std::exception);  // one table per sequence: 3 of them
+}
+
 // Windowed tasks (Phi-3 shape): the harness's reference ranges and costs follow the window.
 struct WindowCfg {
   static constexpr int64_t num_heads = 32;

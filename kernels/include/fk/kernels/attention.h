@@ -35,6 +35,18 @@
 // element offsets b * max_seqlen_k * Hkv * D and lengths seqused_k[b] (the same graph: only the
 // auxiliary kernel differs). The dense graph runs it only when the caller knows on the host
 // that every seqused_k[b] == max_seqlen_k (seqused_k_full).
+//
+// Note [Attention logit bias]
+// An additive bias on the scaled scores before the softmax (torch SDPA's float attn_mask, HF's
+// relative position biases: T5 / mT5 / UMT5 buckets, BEiT and Swin tables, MPNet): one
+// [Hq, bias_rows, bias_cols] tensor in the io dtype, broadcast over the batch, or one per sequence
+// [batch, Hq, bias_rows, bias_cols] (bias_per_seq: LayoutLMv3's 2-D box positions, CPM-Ant's
+// segments); query i and key j of sequence b (positions within it) get bias[(b,) h, i, j], i.e.
+// every sequence reads the top-left block of its table (HF builds position_bias [1 or B, H, S, S]
+// for the padded batch the same way).
+// bias_rows >= max_seqlen_q and bias_cols >= max_seqlen_k; a larger table is read in place
+// through its strides. cuDNN adds it after the attention scale and before the masks, as SDPA
+// does. The bias takes part in the graph's cache key (its presence and its row/column strides).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -70,6 +82,10 @@ struct VarlenAttentionArgs {
   const int32_t* seqused_k = nullptr;
   bool seqused_k_full = false;  ///< with seqused_k: every count is max_seqlen_k (known on the host)
   AttnDType dtype = AttnDType::kBF16;
+  /// Note [Attention logit bias]: [(batch,) num_heads, bias_rows, bias_cols] in the io dtype, contiguous; null: none.
+  const void* bias = nullptr;
+  int64_t bias_rows = 0, bias_cols = 0;
+  bool bias_per_seq = false;  ///< [batch, Hq, rows, cols] instead of one [Hq, rows, cols] for the batch
 };
 
 /// Runs cuDNN's fused flash attention for a packed variable-length batch. Throws

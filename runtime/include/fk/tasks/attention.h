@@ -96,14 +96,35 @@ inline std::pair<int64_t, int64_t> window_range(int64_t pos, int64_t window) {
 template <class Cfg, class = void> struct CausalOf : std::true_type {};
 template <class Cfg> struct CausalOf<Cfg, std::void_t<decltype(Cfg::causal)>> : std::bool_constant<Cfg::causal> {};
 
+/// Cfg::logit_bias (an additive bias on the scores, Note [Attention logit bias] in fk/kernels/attention.h);
+/// false where the Cfg has no such member.
+template <class Cfg, class = void> struct LogitBiasOf : std::false_type {};
+template <class Cfg> struct LogitBiasOf<Cfg, std::void_t<decltype(Cfg::logit_bias)>> : std::bool_constant<Cfg::logit_bias> {};
+
 /// flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-/// softmax_scale, causal=Cfg::causal): out [T, Hq, D] (a new tensor).
+/// softmax_scale, causal=Cfg::causal): out [T, Hq, D] (a new tensor). With Cfg::logit_bias,
+/// attn_bias [Hq, >= max_seqlen_q, >= max_seqlen_k] (the model dtype, contiguous; or one per sequence,
+/// [batch, Hq, ., .]) is added to the sequences' scaled scores, as torch SDPA's float attn_mask (Note
+/// [Attention logit bias]).
 template <class Cfg>
 Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens_q,
                                   const Tensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                  const Tensor& sinks = Tensor()) {
+                                  const Tensor& sinks = Tensor(), const Tensor& attn_bias = Tensor()) {
   using T = typename Cfg::scalar_t;
   constexpr int64_t Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim;
+  if constexpr (LogitBiasOf<Cfg>::value) {
+    static_assert(Cfg::sliding_window == 0 && Cfg::softcap == 0.0 && !detail::kSinks<Cfg>,
+                  "FlashAttnPrefill with a logit bias: no window, soft-capping or sinks (cuDNN's SDPA takes the bias alone)");
+    const int64_t nd = attn_bias.defined() ? attn_bias.dim() : 0, batch = cu_seqlens_q.numel() - 1;
+    FK_CHECK((nd == 3 || (nd == 4 && attn_bias.size(0) == batch)) && attn_bias.size(nd - 3) == Hq &&
+                 attn_bias.size(nd - 2) >= max_seqlen_q && attn_bias.size(nd - 1) >= max_seqlen_k && attn_bias.is_contiguous() &&
+                 attn_bias.dtype() == dtype_of<T>,
+             "FlashAttnPrefill attn_bias " + (attn_bias.defined() ? attn_bias.str() : std::string("(none)")) + ": expected contiguous [" +
+                 std::to_string(Hq) + ", >= " + std::to_string(max_seqlen_q) + ", >= " + std::to_string(max_seqlen_k) + "] " +
+                 dtype_name(dtype_of<T>) + ", or one per sequence [" + std::to_string(batch) + ", ...] (Note [Attention logit bias])");
+  } else {
+    FK_CHECK(!attn_bias.defined(), "FlashAttnPrefill: this task takes no logit bias (Config::logit_bias is false), got " + attn_bias.str());
+  }
   FK_CHECK(q.dim() == 3 && q.size(1) == Hq && q.size(2) == D && q.is_contiguous() && q.dtype() == dtype_of<T>,
            "FlashAttnPrefill q " + q.str());
   FK_CHECK(k.dim() == 3 && k.size(1) == Hkv && k.size(2) == D && k.is_contiguous() && k.dtype() == dtype_of<T> &&
@@ -135,6 +156,12 @@ Tensor flash_attn_prefill_forward(const Tensor& q, const Tensor& k, const Tensor
                 "bidirectional prefill: no window, soft-capping or sinks");
   a.window = static_cast<int>(Cfg::sliding_window);
   a.dtype = detail::attn_dtype<T>();
+  if (attn_bias.defined()) {
+    a.bias = attn_bias.data_ptr();
+    a.bias_per_seq = attn_bias.dim() == 4;
+    a.bias_rows = attn_bias.size(attn_bias.dim() - 2);
+    a.bias_cols = attn_bias.size(attn_bias.dim() - 1);
+  }
   // Soft-capping and sinks: our own kernel, since cuDNN's SDPA refuses a score modifier together
   // with causal/padding masks (Note [Prefill soft-capping] in fk/kernels/flash_prefill.cuh) and
   // has no sink term (Note [Attention sinks]).
@@ -202,6 +229,13 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
       max_len_ = std::max(max_len_, l);
     }
     total_ = cu.back();
+    if constexpr (LogitBiasOf<Cfg>::value) {  // each row's bias offset: its query position, its range's first key
+      std::vector<int32_t> off;
+      for (int64_t l : lens_)
+        for (int64_t p = 0; p < l; ++p) off.push_back(static_cast<int32_t>(p * max_len_));
+      bias_off_ = to_device(off, {total_});
+      bias_ = empty({Cfg::num_heads, max_len_, max_len_}, dtype_of<T>);
+    }
     const double set_bytes = double(total_) * (2 * Cfg::num_heads + 2 * Cfg::num_kv_heads) * Cfg::head_dim * sizeof(T);
     const int n = rotating_sets(set_bytes);
     require_device_memory(set_bytes * n + double(total_) * Cfg::num_heads * Cfg::head_dim * 4, "attention inputs");
@@ -220,23 +254,32 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, s));
     // Sinks around the scores' scale and above it (N(2, 2)), so they matter (Note [Attention sinks]).
     if (module_.sinks.defined()) fill_normal(module_.sinks, mix_seed(seed, 991), 2.f, 2.f);
+    // A logit bias of twice the scores' spread (N(0, 2)), so that it reorders the keys (T5's learned biases span several units).
+    if (bias_.defined()) fill_normal(bias_, mix_seed(seed, 992), 0.f, 2.f);
   }
   void refresh(int s, uint64_t seed) override { fill_normal_each({q_[s], k_[s], v_[s]}, seed); }
   void prepare(int s) override { out_[s] = Tensor(); }
-  void run(int s) override { out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_); }
+  void run(int s) override {
+    if constexpr (LogitBiasOf<Cfg>::value) out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_, bias_);
+    else out_[s] = module_.forward(q_[s], k_[s], v_[s], cu_, cu_, max_len_, max_len_);
+  }
   std::vector<Tensor> inputs(int s) override {
     std::vector<Tensor> in{q_[s], k_[s], v_[s], cu_};
     if (module_.sinks.defined()) in.push_back(module_.sinks);
+    if (bias_.defined()) in.push_back(bias_);
     return in;
   }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({total_, Cfg::num_heads, Cfg::head_dim}, DType::kF32);
+    const Tensor bias_f32 = bias_.defined() ? to_f32(bias_) : Tensor();
     fk::kernels::reference::attention_ref<T>(ref.data<float>(), q_[s].data<T>(), Cfg::num_heads * Cfg::head_dim,
                                              k_[s].data<T>(), v_[s].data<T>(), Cfg::num_kv_heads * Cfg::head_dim,
                                              ref_begin_.data<int32_t>(), ref_len_.data<int32_t>(), total_,
                                              Cfg::num_heads, Cfg::num_kv_heads, Cfg::head_dim,
                                              static_cast<float>(Cfg::softmax_scale), current_stream(),
-                                             static_cast<float>(Cfg::softcap), detail::sinks_ptr<Cfg>(module_.sinks));
+                                             static_cast<float>(Cfg::softcap), detail::sinks_ptr<Cfg>(module_.sinks),
+                                             bias_f32.defined() ? bias_f32.data<float>() : nullptr,
+                                             bias_.defined() ? bias_off_.data<int32_t>() : nullptr, max_len_ * max_len_);
     FK_CHECK_LAUNCH();
     // Outputs are softmax-weighted means of N(0, 1) values. Flash attention rounds the
     // probabilities to the model dtype before P·V, so an output's error scales with the
@@ -257,6 +300,7 @@ template <class Module, class Cfg> class FlashAttnPrefillInstance final : public
   int64_t total_ = 0, max_len_ = 0;
   double pairs_ = 0;
   Tensor cu_, ref_begin_, ref_len_;
+  Tensor bias_, bias_off_;  ///< Cfg::logit_bias: [Hq, max_len, max_len] and each row's offset into a head's plane
   std::vector<Tensor> q_, k_, v_, out_;
 };
 

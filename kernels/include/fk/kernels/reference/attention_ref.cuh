@@ -9,6 +9,9 @@
 // sinks (gpt-oss attention sinks, HF eager_attention_forward of modeling_gpt_oss): the row of
 // scores gets one more logit sinks[h], the softmax runs over both and the sink's probability is
 // dropped, i.e. e^(sinks[h] - max) joins the denominator only (and, with no key, out = 0).
+// bias (Note [Attention logit bias] in fk/kernels/attention.h): fp32, added to the scaled score of
+// row r's key c (the c-th of its range) at bias[h * bias_head_stride + bias_off[r] + c]; the caller
+// puts the row's query position and its range's first key position into bias_off.
 #pragma once
 
 #include <math_constants.h>
@@ -26,7 +29,8 @@ __global__ void __launch_bounds__(kAttnRefThreads)
 attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q_row_stride, const T* __restrict__ k,
                      const T* __restrict__ v, int64_t kv_tok_stride, const int32_t* __restrict__ kv_begin,
                      const int32_t* __restrict__ kv_len, int hq, int hkv, int d, float scale, float softcap,
-                     const float* __restrict__ sinks) {
+                     const float* __restrict__ sinks, const float* __restrict__ bias, const int32_t* __restrict__ bias_off,
+                     int64_t bias_head_stride) {
   __shared__ float qs[kAttnRefMaxD];
   __shared__ float ps[kAttnRefChunk];
   __shared__ float red[32];
@@ -52,6 +56,7 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
       }
       s *= scale;
       if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+      if (bias != nullptr) s += bias[h * bias_head_stride + bias_off[row] + c0 + j];
       ps[j] = s;
       local_max = fmaxf(local_max, s);
     }
@@ -112,12 +117,13 @@ attention_ref_kernel(float* __restrict__ out, const T* __restrict__ q, int64_t q
 template <class T>
 void attention_ref(float* out, const T* q, int64_t q_row_stride, const T* k, const T* v, int64_t kv_tok_stride,
                    const int32_t* kv_begin, const int32_t* kv_len, int64_t rows, int hq, int hkv, int d, float scale,
-                   cudaStream_t stream, float softcap = 0.f, const float* sinks = nullptr) {
+                   cudaStream_t stream, float softcap = 0.f, const float* sinks = nullptr, const float* bias = nullptr,
+                   const int32_t* bias_off = nullptr, int64_t bias_head_stride = 0) {
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), hq);
   detail::attention_ref_kernel<T><<<grid, detail::kAttnRefThreads, 0, stream>>>(out, q, q_row_stride, k, v, kv_tok_stride,
                                                                               kv_begin, kv_len, hq, hkv, d, scale, softcap,
-                                                                              sinks);
+                                                                              sinks, bias, bias_off, bias_head_stride);
 }
 
 }  // namespace fk::kernels::reference
