@@ -91,7 +91,7 @@ int64_t count_unlike_first(const Tensor& t) {
   if (n <= 1) return 0;
   cudaStream_t s = current_stream();
   unsigned long long* d = nullptr;
-  FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(*d), s));
+  d = static_cast<unsigned long long*>(malloc_async_scratch(sizeof(*d), s));
   FK_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 2048));
   switch (dtype_size(t.dtype())) {
@@ -123,7 +123,7 @@ CompareResult compare(const Tensor& actual, const Tensor& expected, const Tolera
   r.numel = actual.numel();
   cudaStream_t s = current_stream();
   Stats* d = nullptr;
-  FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(Stats), s));
+  d = static_cast<Stats*>(malloc_async_scratch(sizeof(Stats), s));
   Stats init{0, 0, ~0ull, 0, 0, 0.f};
   FK_CUDA_CHECK(cudaMemcpyAsync(d, &init, sizeof(Stats), cudaMemcpyHostToDevice, s));
   const int64_t n = r.numel;

@@ -153,7 +153,7 @@ uint64_t fingerprint(const Tensor& t) {
   const int64_t nbytes = static_cast<int64_t>(t.nbytes());
   unsigned long long* d = nullptr;
   cudaStream_t s = current_stream();
-  FK_CUDA_CHECK(cudaMallocAsync(&d, sizeof(*d), s));
+  d = static_cast<unsigned long long*>(malloc_async_scratch(sizeof(*d), s));
   FK_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(*d), s));
   fingerprint_bytes_async(t.data_ptr(), nbytes, d, s);
   unsigned long long h = 0;

@@ -234,6 +234,18 @@ void set_poison_allocations(bool on) { g_poison = on; }
 }  // namespace detail
 
 void release_cached_memory() { allocator().release_all(); }
+
+void* malloc_async_scratch(size_t bytes, cudaStream_t s) {
+  void* p = nullptr;
+  cudaError_t e = cudaMallocAsync(&p, bytes, s);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // the failed attempt's error, handled here
+    release_cached_memory();
+    e = cudaMallocAsync(&p, bytes, s);
+  }
+  FK_CUDA_CHECK(e);
+  return p;
+}
 size_t allocator_reserved_bytes() { return allocator().reserved(); }
 size_t allocator_peak_reserved_bytes() { return allocator().peak(); }
 

@@ -101,6 +101,11 @@ class StreamGuard {
 Tensor empty(Shape shape, DType dtype);
 /// Frees every cached block (synchronises the device); the runner calls it between cases.
 void release_cached_memory();
+/// cudaMallocAsync of a small scratch buffer (the checks' counters); when the device is full, the
+/// caching allocator's unused blocks are released and the allocation tried once more (the caching
+/// allocator may hold nearly all memory after a whole model: session 22's 64-layer case failed on an
+/// 8-byte counter with 78.5 of 79.2 GiB reserved). Free it with cudaFreeAsync.
+void* malloc_async_scratch(size_t bytes, cudaStream_t s);
 /// Bytes the caching allocator holds from cudaMalloc now, and the most it has held.
 size_t allocator_reserved_bytes();
 size_t allocator_peak_reserved_bytes();
