@@ -5,28 +5,9 @@
 namespace fk::tasks {
 
 namespace {
-// One block per row: p = sum_k w[r, k] * table[idx[r, k]] in fp32, rounded to the model dtype, then
-// h[r] = round(h[r] + p) (HF: the weighted sum of embedding rows cast to the hidden dtype, then added).
-template <class T, int kTaps>
-__global__ void add_interpolated_rows_kernel(T* h, int64_t h_stride, const T* table, const int32_t* idx, const float* w, int64_t cols) {
-  const int64_t r = blockIdx.x;
-  int32_t taps[kTaps];
-  float wt[kTaps];
-#pragma unroll
-  for (int k = 0; k < kTaps; ++k) {
-    taps[k] = idx[r * kTaps + k];
-    wt[k] = w[r * kTaps + k];
-  }
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    float p = 0.f;
-#pragma unroll
-    for (int k = 0; k < kTaps; ++k) p += wt[k] * fk::kernels::to_float(table[int64_t(taps[k]) * cols + c]);
-    const float pr = fk::kernels::to_float(fk::kernels::from_float<T>(p));
-    T* dst = h + r * h_stride + c;
-    *dst = fk::kernels::from_float<T>(fk::kernels::to_float(*dst) + pr);
-  }
-}
-// The same with row r's taps at [ptr[r], ptr[r + 1]) (any count).
+// One block per row: p = sum over the row's taps of w * table[idx] in fp32, in order, rounded to the
+// model dtype, then h[r] = round(h[r] + p) (HF: the weighted sum of embedding rows cast to the hidden
+// dtype, then added).
 template <class T>
 __global__ void add_weighted_rows_kernel(T* h, int64_t h_stride, const T* table, const int32_t* ptr, const int32_t* idx, const float* w,
                                          int64_t cols) {
@@ -67,30 +48,6 @@ void add_weighted_rows_(Tensor& h, const Tensor& table, const Tensor& ptr, const
                                                                            ptr.data<int32_t>(), idx.data<int32_t>(), w.data<float>(), cols);
       break;
     default: FK_CHECK(false, "add_weighted_rows_: unsupported dtype " + h.str());
-  }
-  FK_CHECK_LAUNCH();
-}
-
-void add_interpolated_rows_(Tensor& h, const Tensor& table, const Tensor& idx, const Tensor& w) {
-  FK_CHECK(h.dim() == 2 && h.stride(1) == 1 && table.dim() == 2 && table.is_contiguous() && table.size(1) == h.size(1) &&
-               table.dtype() == h.dtype(),
-           "add_interpolated_rows_: rows " + h.str() + " and table " + table.str() + " (same width and dtype)");
-  FK_CHECK(idx.dtype() == DType::kI32 && w.dtype() == DType::kF32 && idx.dim() == 2 && idx.size(1) == 4 && idx.sizes() == w.sizes() &&
-               idx.size(0) == h.size(0) && idx.is_contiguous() && w.is_contiguous(),
-           "add_interpolated_rows_: taps " + idx.str() + " / weights " + w.str() + " (i32 / f32 [rows, 4])");
-  const int64_t n = h.size(0), cols = h.size(1);
-  if (n == 0) return;
-  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, ((cols + 31) / 32) * 32));
-  switch (h.dtype()) {
-    case DType::kBF16:
-      add_interpolated_rows_kernel<bf16, 4><<<n, threads, 0, current_stream()>>>(h.data<bf16>(), h.stride(0), table.data<bf16>(),
-                                                                                idx.data<int32_t>(), w.data<float>(), cols);
-      break;
-    case DType::kF16:
-      add_interpolated_rows_kernel<f16, 4><<<n, threads, 0, current_stream()>>>(h.data<f16>(), h.stride(0), table.data<f16>(),
-                                                                               idx.data<int32_t>(), w.data<float>(), cols);
-      break;
-    default: FK_CHECK(false, "add_interpolated_rows_: unsupported dtype " + h.str());
   }
   FK_CHECK_LAUNCH();
 }

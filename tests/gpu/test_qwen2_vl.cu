@@ -128,22 +128,24 @@ TEST(Harness, VisionPosTaps) {
   const auto same = vision_pos_taps({{1, 4, 4}}, 2, 4);
   const auto pos = fk::tasks::vision_patch_positions({{1, 4, 4}}, 2);
   for (size_t t = 0; t < 16; ++t) {
-    EXPECT_EQ(same.first[4 * t], pos[2 * t] * 4 + pos[2 * t + 1]);
-    EXPECT_FLOAT_EQ(same.second[4 * t], 1.f);
-    EXPECT_FLOAT_EQ(same.second[4 * t + 1] + same.second[4 * t + 2] + same.second[4 * t + 3], 0.f);
+    EXPECT_EQ(same.idx[4 * t], pos[2 * t] * 4 + pos[2 * t + 1]);
+    EXPECT_FLOAT_EQ(same.w[4 * t], 1.f);
+    EXPECT_FLOAT_EQ(same.w[4 * t + 1] + same.w[4 * t + 2] + same.w[4 * t + 3], 0.f);
   }
   // 2 x 2 patches over a 3 x 3 table: corners only (aligned corners); 1 x 2 over 3 x 3: row 0.
   const auto small = vision_pos_taps({{1, 2, 2}}, 2, 3);
-  EXPECT_EQ(small.first[0], 0);       // (0, 0)
-  EXPECT_EQ(small.first[4 * 3], 8);   // (1, 1) -> table (2, 2)
+  EXPECT_EQ(small.idx[0], 0);       // (0, 0)
+  EXPECT_EQ(small.idx[4 * 3], 8);   // (1, 1) -> table (2, 2)
   const auto rows = vision_pos_taps({{1, 4, 2}}, 2, 5);  // row 1 of 4 at 4/3 of the table: taps rows 1 and 2
   const auto rp = fk::tasks::vision_patch_positions({{1, 4, 2}}, 2);
   for (size_t t = 0; t < 8; ++t)
     if (rp[2 * t] == 1 && rp[2 * t + 1] == 0) {
-      EXPECT_EQ(rows.first[4 * t], 5);       // (1, 0)
-      EXPECT_EQ(rows.first[4 * t + 2], 10);  // (2, 0)
-      EXPECT_NEAR(rows.second[4 * t + 2], 1.0 / 3.0, 1e-6);
+      EXPECT_EQ(rows.idx[4 * t], 5);       // (1, 0)
+      EXPECT_EQ(rows.idx[4 * t + 2], 10);  // (2, 0)
+      EXPECT_NEAR(rows.w[4 * t + 2], 1.0 / 3.0, 1e-6);
     }
+  EXPECT_EQ(same.ptr.size(), size_t(17));
+  EXPECT_EQ(same.ptr.back(), 64);  // 4 taps a row
   static_assert(fk::tasks::vision_list_index("8,16,24", 16) == 1);
   static_assert(fk::tasks::vision_list_index("8,16,24", 9) == -1);
   static_assert(fk::tasks::vision_list_size("8,16,24") == 3 && fk::tasks::vision_list_size("") == 0);
@@ -158,7 +160,7 @@ TEST(Kernels, InterpolatedRows_bf16_matches_separable_reference) {
   fill_normal(h, 6);
   Tensor h0 = empty(h.sizes(), DType::kBF16);
   copy_(h0, h);
-  fk::tasks::add_interpolated_rows_(h, table, batch.pos_taps, batch.pos_weights);
+  fk::tasks::add_weighted_rows_(h, table, batch.pos_ptr, batch.pos_idx, batch.pos_w);
   FK_CHECK_LAUNCH();
   const Tensor pos = fk::tasks::ref_interpolated_positions(table, grids, fk::tasks::ref_vision_positions(grids, 2), kSide);
   const Tensor want = fk::tasks::ref::round_to(fk::tasks::ref::add_f32(h0, fk::tasks::ref::round_to(pos, DType::kBF16)), DType::kBF16);

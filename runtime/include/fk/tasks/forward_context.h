@@ -119,13 +119,11 @@ void scatter_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
 /// dst[rows[i]] += src[i] (rounded once to the dtype), rows distinct: Qwen3-VL's deepstack features
 /// into the text model's hidden states at the image tokens (Note [DeepStack]).
 void scatter_add_rows_(Tensor& dst, const Tensor& rows, const Tensor& src);
-/// h[r] += sum_k w[r, k] * table[idx[r, k]] for the 4 taps of each row (idx i32, w f32 [rows, 4], device),
-/// the sum rounded to the model dtype before the add (runtime/src/vision_glue.cu): Qwen3-VL's learned
-/// position grid resampled bilinearly to each image's grid (Note [Interpolated vision positions]).
-void add_interpolated_rows_(Tensor& h, const Tensor& table, const Tensor& idx, const Tensor& w);
-/// The same with a list of taps per row: row r's are idx[ptr[r] .. ptr[r + 1]) with weights w (ptr i32
-/// [rows + 1], idx i32 / w f32 [nnz], device): SigLIP-2's position table resized with antialiasing to
-/// each image's grid, whose rows have as many taps as the shrink factor asks (Note [NaFlex positions]).
+/// h[r] += sum_k w[k] * table[idx[k]] over row r's taps k in [ptr[r], ptr[r + 1]) (ptr i32 [rows + 1],
+/// idx i32 / w f32 [nnz], device), in order, the sum rounded to the model dtype before the add
+/// (runtime/src/vision_glue.cu): a learned position table resampled to each image's grid, Qwen3-VL's
+/// bilinearly (4 taps a row, Note [Interpolated vision positions]), SigLIP-2's with antialiasing (as
+/// many as the shrink asks, Note [NaFlex positions]).
 void add_weighted_rows_(Tensor& h, const Tensor& table, const Tensor& ptr, const Tensor& idx, const Tensor& w);
 
 }  // namespace fk::tasks

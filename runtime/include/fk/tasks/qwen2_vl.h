@@ -170,15 +170,21 @@ inline VisionWindowOrder vision_window_order(const std::vector<VisionGrid>& grid
 // frame, in the processor's order. Production computes the 4 taps and weights of every patch from
 // grid_thw per forward; here VisionBatch does it once on the host (vision_pos_taps) and the model
 // adds sum_k w_k * table[tap_k], rounded to the model dtype, to the patch embedding
-// (add_interpolated_rows_). The references interpolate separably from each patch's (row, column)
+// (add_weighted_rows_). The references interpolate separably from each patch's (row, column)
 // (ref_interpolated_positions), not from the taps.
 
+/// Rows of weighted taps into a table, row r's at [ptr[r], ptr[r + 1]) (add_weighted_rows_): Qwen3-VL's
+/// interpolated positions (4 a row), SigLIP-2's antialiased ones (as many as the shrink asks).
+struct WeightedRows {
+  std::vector<int32_t> ptr{0}, idx;
+  std::vector<float> w;
+};
+
 /// Every patch's 4 bilinear taps into a side x side table and their weights (Note [Interpolated vision
-/// positions]), flattened [T * 4], in the processor's order.
-inline std::pair<std::vector<int32_t>, std::vector<float>> vision_pos_taps(const std::vector<VisionGrid>& grids, int64_t merge,
-                                                                           int64_t side) {
+/// positions]), 4 a row (zero weights kept), in the processor's order.
+inline WeightedRows vision_pos_taps(const std::vector<VisionGrid>& grids, int64_t merge, int64_t side) {
   FK_CHECK(side >= 1, "vision position taps: expected a table of at least one row a side, got " + std::to_string(side));
-  std::pair<std::vector<int32_t>, std::vector<float>> out;
+  WeightedRows out;
   const std::vector<int32_t> pos = vision_patch_positions(grids, merge);
   size_t t = 0;
   for (const VisionGrid& g : grids)
@@ -195,9 +201,10 @@ inline std::pair<std::vector<int32_t>, std::vector<float>> vision_pos_taps(const
       axis(pos[2 * t + 1], g.w, x0, x1, fx);
       for (auto [tap, wt] : {std::pair<int64_t, double>{y0 * side + x0, (1 - fy) * (1 - fx)}, {y0 * side + x1, (1 - fy) * fx},
                              {y1 * side + x0, fy * (1 - fx)}, {y1 * side + x1, fy * fx}}) {
-        out.first.push_back(static_cast<int32_t>(tap));
-        out.second.push_back(static_cast<float>(wt));
+        out.idx.push_back(static_cast<int32_t>(tap));
+        out.w.push_back(static_cast<float>(wt));
       }
+      out.ptr.push_back(static_cast<int32_t>(out.idx.size()));
     }
   return out;
 }
@@ -211,7 +218,7 @@ struct VisionBatch {
   std::vector<int32_t> host_cu, host_cu_window;
   Tensor cu_seqlens, positions;
   Tensor cu_window_seqlens, window_index, reverse_index;  ///< window_units > 0 only (i32)
-  Tensor pos_taps, pos_weights;  ///< pos_side > 0 only: i32 / f32 [T, 4] (Note [Interpolated vision positions])
+  Tensor pos_ptr, pos_idx, pos_w;  ///< pos_side > 0 only: i32 [T + 1], i32 / f32 [4 T] (Note [Interpolated vision positions])
   int64_t max_seqlen = 0, tokens = 0, window_units = 0, max_window_seqlen = 0, pos_side = 0;
 
   VisionBatch() = default;
@@ -228,9 +235,10 @@ struct VisionBatch {
     cu_seqlens = to_device(host_cu, {static_cast<int64_t>(host_cu.size())});
     if (pos_side > 0) {
       FK_CHECK(window_units == 0, "vision grids: interpolated positions with window order are not a tower's");
-      const auto taps = vision_pos_taps(grids, merge, pos_side);
-      pos_taps = to_device(taps.first, {tokens, 4});
-      pos_weights = to_device(taps.second, {tokens, 4});
+      const WeightedRows taps = vision_pos_taps(grids, merge, pos_side);
+      pos_ptr = to_device(taps.ptr, {tokens + 1});
+      pos_idx = to_device(taps.idx, {4 * tokens});
+      pos_w = to_device(taps.w, {4 * tokens});
     }
     std::vector<int32_t> pos = vision_patch_positions(grids, merge);
     if (window_units > 0) {
@@ -394,13 +402,13 @@ template <class Cfg, class M> Tensor qwen3_vl_patch_merger_forward(M& m, const T
 /// processor's order) -> [T, E] (HF last_hidden_state).
 template <class Cfg, class M>
 Tensor qwen3_vl_vision_forward_hidden(M& m, const Tensor& x, const VisionBatch& batch, std::vector<Tensor>* layer_outputs) {
-  FK_CHECK(batch.pos_side == Cfg::pos_side && batch.pos_taps.defined(),
+  FK_CHECK(batch.pos_side == Cfg::pos_side && batch.pos_idx.defined(),
            "Qwen3VLVisionModel: the grids' metadata was built for a position table of " + std::to_string(batch.pos_side) +
                " rows a side, expected " + std::to_string(Cfg::pos_side));
   FK_CHECK(x.dim() == 2 && x.size(0) == batch.tokens,
            "Qwen3VLVisionModel: pixel rows " + x.str() + " do not match the grids' " + std::to_string(batch.tokens) + " patches");
   Tensor h = m.patch_embed.forward(x);
-  add_interpolated_rows_(h, m.pos_embed, batch.pos_taps, batch.pos_weights);
+  add_weighted_rows_(h, m.pos_embed, batch.pos_ptr, batch.pos_idx, batch.pos_w);
   m.deepstack_features.clear();
   for (size_t i = 0; i < m.blocks.size(); ++i) {
     h = m.blocks[i].forward(h, batch.cu_seqlens, batch.positions, batch.max_seqlen);

@@ -75,11 +75,7 @@ inline std::vector<AaAxisTaps> aa_bilinear_axis_taps(int in, int out) {
 }
 
 /// Every patch's taps into a side x side table and their weights (Note [NaFlex positions]), row by
-/// row in the processor's order (each image row-major): row r's taps are [ptr[r], ptr[r + 1]).
-struct WeightedRows {
-  std::vector<int32_t> ptr{0}, idx;
-  std::vector<float> w;
-};
+/// row in the processor's order (each image row-major).
 inline WeightedRows naflex_position_taps(const std::vector<VisionGrid>& grids, int64_t side) {
   FK_CHECK(side >= 1, "NaFlex position taps: expected a table of at least one row a side, got " + std::to_string(side));
   WeightedRows out;
