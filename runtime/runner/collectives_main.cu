@@ -1,0 +1,185 @@
+// fk_collectives: an nccl-tests-style sweep of the job's NCCL collectives (fk/runtime/comm.h), one
+// process per GPU under fk_launch / torchrun / mpirun (issue 23; docs/multi-gpu.md):
+//   fk_launch --nproc 2 -- build/gpu/fk_collectives --op all_reduce --min-bytes 8 --max-bytes 1G
+// For each message size: one checked call whose inputs make every result exactly representable
+// (small integers), the wrong elements counted on every rank (#wrong, summed over the ranks); then
+// --iters calls timed with CUDA events after --warmup (eager, or one CUDA graph of the iters with
+// --graph); the time of a call is each rank's mean, the row reports the slowest rank's. Bandwidths as
+// nccl-tests defines them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n for all_reduce and
+// (n - 1) / n for all_gather / reduce_scatter (bytes: the larger buffer's), n the ranks.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "fk/runtime/comm.h"
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/tensor.h"
+
+namespace {
+
+using fk::Tensor;
+
+/// Fills x[i] = (rank + 1) * (i % 8 + 1) in dtype d (integers below 2^8 x world: exact in bf16 for small worlds).
+__global__ void fill_pattern_kernel(float* f32, __nv_bfloat16* b16, int64_t n, int rank) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float v = float(rank + 1) * float(i % 8 + 1);
+  if (f32) f32[i] = v;
+  else b16[i] = __float2bfloat16(v);
+}
+/// Counts the elements that differ from the expected result: all_gather (gather_mode) holds rank q's
+/// pattern in block q of `block` elements; all_reduce / reduce_scatter hold scale x the pattern at input
+/// index base + i (reduce_scatter's output is the slice at base = rank x count of the input).
+__global__ void count_wrong_kernel(const float* f32, const __nv_bfloat16* b16, int64_t n, float scale, int64_t block, int64_t base,
+                                   int gather_mode, unsigned long long* wrong) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float want;
+  if (gather_mode == 1) want = float(i / block + 1) * float((i % block) % 8 + 1);
+  else want = scale * float((base + i) % 8 + 1);
+  const float got = f32 ? f32[i] : __bfloat162float(b16[i]);
+  if (got != want) atomicAdd(wrong, 1ull);
+}
+
+int64_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string unit(end);
+  const double mult = unit.empty() ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : -1;
+  if (end == s.c_str() || mult < 0 || v <= 0) throw CLI::ValidationError("size", "\"" + s + "\": expected bytes, optionally with K, M or G");
+  return static_cast<int64_t>(v * mult);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fk_collectives: an nccl-tests-style sweep of all_reduce / all_gather / reduce_scatter over the job's ranks"};
+  std::string op = "all_reduce", dtype = "bf16", min_s = "8", max_s = "1G", jsonl;
+  int iters = 20, warmup = 5;
+  double factor = 2.0;
+  bool graph = false;
+  app.add_option("--op", op, "all_reduce, all_gather or reduce_scatter")->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter"}));
+  app.add_option("--dtype", dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}));
+  app.add_option("--min-bytes", min_s, "smallest message (bytes; K, M, G suffixes)");
+  app.add_option("--max-bytes", max_s, "largest message");
+  app.add_option("--factor", factor, "size step")->check(CLI::Range(1.01, 1024.0));
+  app.add_option("--iters", iters, "timed calls per size")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", warmup, "untimed calls first")->check(CLI::Range(0, 100000));
+  app.add_flag("--graph", graph, "time one CUDA graph of the iters calls (production decode captures collectives)");
+  app.add_option("--jsonl", jsonl, "append one JSON line per size (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const fk::dist::DistEnv env = fk::dist::dist_env();
+    fk::dist::TcpStore store(env, std::chrono::seconds(120));
+    fk::dist::Communicator comm(store, std::chrono::seconds(120));
+    const int w = comm.world_size(), r = comm.rank();
+    cudaStream_t s = nullptr;
+    FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    fk::StreamGuard guard(s);
+    const fk::DType dt = dtype == "f32" ? fk::DType::kF32 : fk::DType::kBF16;
+    const int64_t esize = dt == fk::DType::kF32 ? 4 : 2;
+    const double bus = op == "all_reduce" ? 2.0 * (w - 1) / w : double(w - 1) / w;
+    unsigned long long* wrong_d = nullptr;
+    FK_CUDA_CHECK(cudaMalloc(&wrong_d, sizeof(unsigned long long)));
+    if (r == 0)
+      std::printf("# fk_collectives %s %s, %d ranks (%s), %s\n#%12s %12s %10s %10s %10s %8s\n", op.c_str(), dtype.c_str(), w, env.launcher.c_str(),
+                  graph ? "CUDA graph" : "eager", "size (B)", "count", "time (us)", "algbw GB/s", "busbw GB/s", "#wrong");
+    int64_t step = 0;
+    for (double bytes_d = double(parse_bytes(min_s)); bytes_d <= double(parse_bytes(max_s)) * 1.0000001; bytes_d *= factor, ++step) {
+      // count: elements of the per-rank buffer that all_reduce reduces / all_gather sends / reduce_scatter receives, a multiple of w
+      int64_t count = std::max<int64_t>(1, static_cast<int64_t>(bytes_d) / esize);
+      if (op != "all_reduce") count = std::max<int64_t>(1, count / w);
+      const int64_t in_n = op == "reduce_scatter" ? count * w : count, out_n = op == "all_gather" ? count * w : count;
+      Tensor in = fk::empty({in_n}, dt), out = op == "all_reduce" ? in : fk::empty({out_n}, dt);
+      auto fill = [&] {
+        fill_pattern_kernel<<<unsigned((in_n + 255) / 256), 256, 0, s>>>(dt == fk::DType::kF32 ? in.data<float>() : nullptr,
+                                                                          dt == fk::DType::kF32 ? nullptr : in.data<fk::bf16>(), in_n, r);
+        FK_CHECK_LAUNCH();
+      };
+      auto call = [&] {
+        if (op == "all_reduce") comm.all_reduce_(in);
+        else if (op == "all_gather") comm.all_gather(in, out);
+        else comm.reduce_scatter(in, out);
+      };
+      // Checked call.
+      fill();
+      call();
+      FK_CUDA_CHECK(cudaMemsetAsync(wrong_d, 0, sizeof(unsigned long long), s));
+      const float ranks = float(w) * float(w + 1) / 2.f;
+      count_wrong_kernel<<<unsigned((out_n + 255) / 256), 256, 0, s>>>(dt == fk::DType::kF32 ? out.data<float>() : nullptr,
+                                                                        dt == fk::DType::kF32 ? nullptr : out.data<fk::bf16>(), out_n,
+                                                                        ranks, count, op == "reduce_scatter" ? int64_t(r) * count : 0,
+                                                                        op == "all_gather" ? 1 : 0, wrong_d);
+      FK_CHECK_LAUNCH();
+      comm.synchronize(s);
+      unsigned long long wrong = 0;
+      FK_CUDA_CHECK(cudaMemcpy(&wrong, wrong_d, sizeof wrong, cudaMemcpyDeviceToHost));
+      // Timed calls (all_reduce keeps summing in place: the values grow, the time does not depend on them).
+      for (int i = 0; i < warmup; ++i) call();
+      cudaEvent_t e0, e1;
+      FK_CUDA_CHECK(cudaEventCreate(&e0));
+      FK_CUDA_CHECK(cudaEventCreate(&e1));
+      cudaGraphExec_t exec = nullptr;
+      if (graph) {
+        cudaGraph_t g = nullptr;
+        FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < iters; ++i) call();
+        FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+        FK_CUDA_CHECK(cudaGraphDestroy(g));
+        FK_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm the graph
+      }
+      comm.synchronize(s);
+      store.barrier("sweep/" + std::to_string(step) + "/start");
+      FK_CUDA_CHECK(cudaEventRecord(e0, s));
+      if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      else
+        for (int i = 0; i < iters; ++i) call();
+      FK_CUDA_CHECK(cudaEventRecord(e1, s));
+      comm.synchronize(s);
+      float ms = 0;
+      FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      FK_CUDA_CHECK(cudaEventDestroy(e0));
+      FK_CUDA_CHECK(cudaEventDestroy(e1));
+      const double us = 1000.0 * ms / iters;
+      // The slowest rank and the wrong elements of every rank, through the store.
+      const std::string k = "sweep/" + std::to_string(step) + "/";
+      store.set(k + "us/" + std::to_string(r), std::to_string(us));
+      store.add(k + "wrong", static_cast<int64_t>(wrong));
+      store.barrier(k + "done");
+      if (r == 0) {
+        double slowest = 0;
+        std::vector<double> per_rank;
+        for (int q = 0; q < w; ++q) {
+          per_rank.push_back(std::stod(store.get(k + "us/" + std::to_string(q))));
+          slowest = std::max(slowest, per_rank.back());
+        }
+        const int64_t total_wrong = store.add(k + "wrong", 0);
+        const double bytes = double(std::max(in_n, out_n)) * esize, algbw = bytes / (slowest * 1e3);
+        std::printf(" %12lld %12lld %10.2f %10.2f %10.2f %8lld\n", (long long)bytes, (long long)count, slowest, algbw, algbw * bus,
+                    (long long)total_wrong);
+        if (!jsonl.empty()) {
+          nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"dtype", dtype}, {"ranks", w}, {"launcher", env.launcher},
+                           {"graph", graph}, {"bytes", bytes}, {"count", count}, {"us", slowest}, {"us_per_rank", per_rank},
+                           {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus}, {"wrong", total_wrong}, {"iters", iters}};
+          std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";
+        }
+      }
+    }
+    cudaFree(wrong_d);
+    store.barrier("sweep/end");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fk_collectives: %s\n", e.what());
+    return 1;
+  }
+}
