@@ -391,7 +391,7 @@ def check_tower(a, arch, workdir, res, mdt, tag):
         t0 = time.time()
         try:
             if naflex:  # loaded as a checkpoint (the hub's names carry no vision_model. prefix)
-                model = build_from_checkpoint(cfg, {k: v.to(mdt) for k, v in W.items()}, dtype, a.device, a.attn)
+                model = build_from_checkpoint(cfg, W, dtype, a.device, a.attn)  # W is in mdt (check_dtypes above)
             else:
                 with torch.device(a.device):
                     model = model_cls._from_config(cfg, dtype=dtype, attn_implementation=a.attn)

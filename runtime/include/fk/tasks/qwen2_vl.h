@@ -888,6 +888,26 @@ template <class Model, class Cfg> class Qwen2VisionModelInstance final : public 
   Tensor pixels_, ref_positions_, hidden_, merged_;
 };
 
+/// The device metadata (VisionBatch, NaflexBatch) of each distinct batch of grids a tower adapter sees,
+/// built once by make(grids) and kept (no upload per call); grid_thw as the VisionTowerModel interface gives it.
+template <class Batch> class VisionBatchCache {
+ public:
+  template <class Make> const Batch& get(const std::vector<std::array<int64_t, 3>>& grid_thw, Make make) {
+    std::vector<int64_t> key;
+    for (const auto& g : grid_thw) key.insert(key.end(), g.begin(), g.end());
+    std::unique_ptr<Batch>& p = batches_[key];
+    if (!p) {
+      std::vector<VisionGrid> grids;
+      for (const auto& g : grid_thw) grids.push_back({g[0], g[1], g[2]});
+      p = std::make_unique<Batch>(make(std::move(grids)));
+    }
+    return *p;
+  }
+
+ private:
+  std::map<std::vector<int64_t>, std::unique_ptr<Batch>> batches_;
+};
+
 /// The generated Qwen2VisionTransformer behind the VisionTowerModel interface (fk_model, parity).
 template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public VisionTowerModel {
  public:
@@ -910,11 +930,10 @@ template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public V
   }
   Tensor forward(const Tensor& pixel_values, const std::vector<std::array<int64_t, 3>>& grid_thw,
                  std::vector<Tensor>* layer_outputs) override {
-    std::vector<VisionGrid> grids;
-    for (const auto& g : grid_thw) grids.push_back({g[0], g[1], g[2]});
-    const VisionBatch& batch = batch_for(grids);
-    last_ = &batch;
-    return m_.forward_hidden(pixel_values, batch, layer_outputs);
+    last_ = &batches_.get(grid_thw, [](std::vector<VisionGrid> g) {
+      return VisionBatch(std::move(g), Cfg::spatial_merge_size, WindowUnitsOf<Cfg>::value, PosSideOf<Cfg>::value);
+    });
+    return m_.forward_hidden(pixel_values, *last_, layer_outputs);
   }
   /// The merged tokens of the last forward's output (Qwen2.5-VL's order is that forward's grids').
   Tensor merge(const Tensor& hidden_states) override {
@@ -931,18 +950,10 @@ template <class Model, class Cfg> class Qwen2VisionTowerAdapter final : public V
   }
 
  private:
-  /// The device metadata of a batch of grids, built once per distinct batch (no upload per call).
-  const VisionBatch& batch_for(const std::vector<VisionGrid>& grids) {
-    std::vector<int64_t> key;
-    for (const VisionGrid& g : grids) key.insert(key.end(), {g.t, g.h, g.w});
-    std::unique_ptr<VisionBatch>& p = batches_[key];
-    if (!p) p = std::make_unique<VisionBatch>(grids, Cfg::spatial_merge_size, WindowUnitsOf<Cfg>::value, PosSideOf<Cfg>::value);
-    return *p;
-  }
   std::string name_;
   Model m_;
   const VisionBatch* last_ = nullptr;
-  std::map<std::vector<int64_t>, std::unique_ptr<VisionBatch>> batches_;
+  VisionBatchCache<VisionBatch> batches_;
 };
 
 }  // namespace fk::tasks

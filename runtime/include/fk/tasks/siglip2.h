@@ -298,9 +298,7 @@ template <class Model, class Cfg> class Siglip2TowerAdapter final : public Visio
   }
   Tensor forward(const Tensor& pixel_values, const std::vector<std::array<int64_t, 3>>& grid_thw,
                  std::vector<Tensor>* layer_outputs) override {
-    std::vector<VisionGrid> grids;
-    for (const auto& g : grid_thw) grids.push_back({g[0], g[1], g[2]});
-    last_ = &batch_for(grids);
+    last_ = &batches_.get(grid_thw, [](std::vector<VisionGrid> g) { return NaflexBatch(std::move(g), Cfg::pos_side); });
     ForwardContextGuard ctx(&last_->meta);
     return m_.forward(pixel_values, *last_, layer_outputs);
   }
@@ -315,18 +313,10 @@ template <class Model, class Cfg> class Siglip2TowerAdapter final : public Visio
   }
 
  private:
-  /// The device metadata of a batch of grids, built once per distinct batch (no upload per call).
-  const NaflexBatch& batch_for(const std::vector<VisionGrid>& grids) {
-    std::vector<int64_t> key;
-    for (const VisionGrid& g : grids) key.insert(key.end(), {g.t, g.h, g.w});
-    std::unique_ptr<NaflexBatch>& p = batches_[key];
-    if (!p) p = std::make_unique<NaflexBatch>(grids, Cfg::pos_side);
-    return *p;
-  }
   std::string name_;
   Model m_;
   const NaflexBatch* last_ = nullptr;
-  std::map<std::vector<int64_t>, std::unique_ptr<NaflexBatch>> batches_;
+  VisionBatchCache<NaflexBatch> batches_;
 };
 
 }  // namespace fk::tasks
