@@ -9,7 +9,8 @@
 #   PyPI: the nvidia-cudnn-frontend wheel, whose C++ headers are unpacked into .deps/ (nothing of
 #         it is committed). The header-only packages are also mirrored into .deps/include so the
 #         tree can be carried to a machine without them (the GPU machine has no network).
-# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, cuDNN) is expected under /usr/local/cuda.
+# The CUDA toolkit (nvcc, cuBLAS/cuBLASLt, cuDNN, NCCL) is expected under /usr/local/cuda (or NCCL / cuDNN in the
+# system library paths), as on the GPU machine and CI.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps="$root/.deps"
