@@ -68,6 +68,11 @@
 #                           embedding GPU tests, fk_bench over every task of the tower (mixed image sizes included), HF
 #                           parity at 4 blocks (images of three sizes and a two-frame video), fk_model --bench beside HF
 #                           eager / torch.compile with the same weights (bench/peers/hf_vision_perf.py)
+#     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
+#                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
+#     dist                  the multi-GPU checks (issue 23) on every visible GPU, in the foreground: the communicator
+#                           tests at 2 ranks (ctest -R dist_) and at every GPU, then fk_collectives sweeps (all_reduce,
+#                           all_gather, reduce_scatter; eager and one CUDA graph) at 2 ranks and at every GPU
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -134,6 +139,31 @@ for step in "${steps[@]}"; do
       grep -E "tests passed|tests failed|Failed|\*\*\*" "$P/gpu_tests.log" | tail -25
       ;;
     tests@*) bg tests "cd '$b' && CUDA_VISIBLE_DEVICES=${step#*@} ctest -L gpu --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests.log' 2>&1" ;;
+    tests-shard:*@*)
+      k="${step#tests-shard:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
+      bg "tests-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests_$k.log' 2>&1"
+      ;;
+    dist)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      (cd "$b" && ctest -R '^dist_' --output-on-failure --timeout 300) >"$P/dist_tests.log" 2>&1
+      say "dist tests (2 ranks) rc=$?"; grep -E "tests passed|tests failed|Failed|Passed" "$P/dist_tests.log" | tail -5
+      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        if [ "$n" != 2 ]; then
+          timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=-*KilledRank* >"$P/dist_tests_$n.log" 2>&1
+          say "dist tests ($n ranks) rc=$?"; grep -E "PASSED|FAILED|SKIPPED" "$P/dist_tests_$n.log" | sort | uniq -c | head
+          timeout 120 "$b/fk_launch" --nproc "$n" --grace 2 -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=*KilledRank* >"$P/dist_killed_$n.log" 2>&1
+          say "killed-rank test ($n ranks) rc=$?"
+        fi
+        for op in all_reduce all_gather reduce_scatter; do
+          for mode in eager graph; do
+            timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $op --min-bytes 8 --max-bytes 1G \
+              $([ $mode = graph ] && echo --graph) --jsonl "$P/coll_${n}r.jsonl" >"$P/coll_${n}r_${op}_$mode.log" 2>&1
+            say "fk_collectives $n ranks $op $mode rc=$?"
+          done
+        done
+      done
+      ;;
     bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;
     bench-l234@*)
       bg bench-l234 "$(declare -f bench_part); b='$b' P='$P' seed='$seed'; bench_part l2 ${step#*@} --level 2; \
@@ -374,7 +404,7 @@ for step in "${steps[@]}"; do
       inner="$(echo "${step#serial:}" | cut -d@ -f1 | tr '+' '\n' | sed "s/\$/@$g/" | paste -sd, -)"
       case ",$inner," in *",build@"* | *",collect@"* | *",wait"* | *",serial"*)
         echo "gpu_protocol.sh: serial takes background steps only, got $inner" >&2; exit 2 ;; esac
-      bg serial "cd '$root' && FK_PROTOCOL_FOREGROUND=1 FK_SEED='$seed' FK_COMMIT='$FK_COMMIT' OUT='$P/serial-out' scripts/gpu_protocol.sh '$inner'"
+      bg "serial-$g" "cd '$root' && FK_PROTOCOL_FOREGROUND=1 FK_SEED='$seed' FK_COMMIT='$FK_COMMIT' OUT='$P/serial-out' scripts/gpu_protocol.sh '$inner'"
       ;;
     wait:*)
       limit="${step#wait:}"
@@ -390,7 +420,9 @@ for step in "${steps[@]}"; do
       for f in "$P"/l[1-4].log; do
         [ -e "$f" ] && echo "$(basename "$f"): $(grep -c '^\[' "$f") cases; $(tail -n 1 "$f" | cut -c1-160)"
       done
-      [ -e "$P/gpu_tests.log" ] && grep -E "tests passed|tests failed|\*\*\*Failed" "$P/gpu_tests.log" | tail -12
+      for f in "$P"/gpu_tests*.log; do
+        [ -e "$f" ] && echo "$(basename "$f"):" && grep -E "tests passed|tests failed|\*\*\*Failed|\(Failed\)|\(Timeout\)" "$f" | tail -12
+      done
       say "waited"
       ;;
     collect)
