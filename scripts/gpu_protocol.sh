@@ -71,8 +71,10 @@
 #     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
 #     dist                  the multi-GPU checks (issue 23) on every visible GPU, in the foreground: the communicator
-#                           tests at 2 ranks (ctest -R dist_) and at every GPU, then fk_collectives sweeps (all_reduce,
-#                           all_gather, reduce_scatter; eager and one CUDA graph) at 2 ranks and at every GPU
+#                           tests at 2 ranks (ctest -R dist_) and at every GPU, then fk_collectives sweeps (NCCL's
+#                           all_reduce, all_gather, reduce_scatter; the own peer all-reduce, auto / one-shot / two-shot;
+#                           eager and one CUDA graph) and their torch peers (bench/peers/torch_collectives.py: NCCL through
+#                           torch.distributed, symmetric-memory one-shot / two-shot) at 2 ranks and at every GPU
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -155,13 +157,16 @@ for step in "${steps[@]}"; do
           timeout 120 "$b/fk_launch" --nproc "$n" --grace 2 -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=*KilledRank* >"$P/dist_killed_$n.log" 2>&1
           say "killed-rank test ($n ranks) rc=$?"
         fi
-        for op in all_reduce all_gather reduce_scatter; do
+        for op in all_reduce all_reduce_peer all_reduce_one_shot all_reduce_two_shot all_gather reduce_scatter; do
           for mode in eager graph; do
             timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $op --min-bytes 8 --max-bytes 1G \
               $([ $mode = graph ] && echo --graph) --jsonl "$P/coll_${n}r.jsonl" >"$P/coll_${n}r_${op}_$mode.log" 2>&1
             say "fk_collectives $n ranks $op $mode rc=$?"
           done
         done
+        timeout 400 torchrun --nproc-per-node "$n" bench/peers/torch_collectives.py --jsonl "$P/coll_${n}r_torch.jsonl" \
+          >"$P/coll_${n}r_torch.log" 2>&1
+        say "torch peers $n ranks rc=$?"
       done
       ;;
     bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;

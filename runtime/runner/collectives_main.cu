@@ -15,12 +15,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
+#include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/tensor.h"
 
 namespace {
@@ -66,7 +68,12 @@ int main(int argc, char** argv) {
   int iters = 20, warmup = 5;
   double factor = 2.0;
   bool graph = false;
-  app.add_option("--op", op, "all_reduce, all_gather or reduce_scatter")->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter"}));
+  app.add_option("--op", op,
+                 "all_reduce (NCCL), all_gather, reduce_scatter, or the own all-reduce over peer memory: all_reduce_peer (its own "
+                 "choice), all_reduce_one_shot, all_reduce_two_shot")
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_reduce_peer", "all_reduce_one_shot", "all_reduce_two_shot"}));
+  std::string peer_max_s = "8M";
+  app.add_option("--peer-max-bytes", peer_max_s, "the own all-reduce's buffer (its largest message; larger sizes end its sweep)");
   app.add_option("--dtype", dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}));
   app.add_option("--min-bytes", min_s, "smallest message (bytes; K, M, G suffixes)");
   app.add_option("--max-bytes", max_s, "largest message");
@@ -86,7 +93,17 @@ int main(int argc, char** argv) {
     fk::StreamGuard guard(s);
     const fk::DType dt = dtype == "f32" ? fk::DType::kF32 : fk::DType::kBF16;
     const int64_t esize = dt == fk::DType::kF32 ? 4 : 2;
-    const double bus = op == "all_reduce" ? 2.0 * (w - 1) / w : double(w - 1) / w;
+    const bool peer = op.rfind("all_reduce_", 0) == 0, reduce = op == "all_reduce" || peer;
+    const double bus = reduce ? 2.0 * (w - 1) / w : double(w - 1) / w;
+    std::unique_ptr<fk::dist::PeerAllReduce> par;
+    const fk::dist::PeerAllReduce::Algo algo = op == "all_reduce_one_shot"   ? fk::dist::PeerAllReduce::Algo::kOneShot
+                                               : op == "all_reduce_two_shot" ? fk::dist::PeerAllReduce::Algo::kTwoShot
+                                                                             : fk::dist::PeerAllReduce::Algo::kAuto;
+    if (peer) par = std::make_unique<fk::dist::PeerAllReduce>(store, parse_bytes(peer_max_s), std::chrono::seconds(60));
+    // One element all-reduced right before the first timed call lines the ranks' streams up (a host
+    // barrier alone leaves them as far apart as the store's round trips, which a short sweep row shows).
+    Tensor align = fk::empty({1}, fk::DType::kF32);
+    FK_CUDA_CHECK(cudaMemsetAsync(align.data_ptr(), 0, 4, s));
     unsigned long long* wrong_d = nullptr;
     FK_CUDA_CHECK(cudaMalloc(&wrong_d, sizeof(unsigned long long)));
     if (r == 0)
@@ -96,16 +113,18 @@ int main(int argc, char** argv) {
     for (double bytes_d = double(parse_bytes(min_s)); bytes_d <= double(parse_bytes(max_s)) * 1.0000001; bytes_d *= factor, ++step) {
       // count: elements of the per-rank buffer that all_reduce reduces / all_gather sends / reduce_scatter receives, a multiple of w
       int64_t count = std::max<int64_t>(1, static_cast<int64_t>(bytes_d) / esize);
-      if (op != "all_reduce") count = std::max<int64_t>(1, count / w);
+      if (!reduce) count = std::max<int64_t>(1, count / w);
+      if (peer && count * esize > par->max_bytes()) break;
       const int64_t in_n = op == "reduce_scatter" ? count * w : count, out_n = op == "all_gather" ? count * w : count;
-      Tensor in = fk::empty({in_n}, dt), out = op == "all_reduce" ? in : fk::empty({out_n}, dt);
+      Tensor in = fk::empty({in_n}, dt), out = reduce ? in : fk::empty({out_n}, dt);
       auto fill = [&] {
         fill_pattern_kernel<<<unsigned((in_n + 255) / 256), 256, 0, s>>>(dt == fk::DType::kF32 ? in.data<float>() : nullptr,
                                                                           dt == fk::DType::kF32 ? nullptr : in.data<fk::bf16>(), in_n, r);
         FK_CHECK_LAUNCH();
       };
       auto call = [&] {
-        if (op == "all_reduce") comm.all_reduce_(in);
+        if (peer) par->all_reduce_(in, algo);
+        else if (op == "all_reduce") comm.all_reduce_(in);
         else if (op == "all_gather") comm.all_gather(in, out);
         else comm.reduce_scatter(in, out);
       };
@@ -139,6 +158,7 @@ int main(int argc, char** argv) {
       }
       comm.synchronize(s);
       store.barrier("sweep/" + std::to_string(step) + "/start");
+      comm.all_reduce_(align);
       FK_CUDA_CHECK(cudaEventRecord(e0, s));
       if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
       else
@@ -169,6 +189,7 @@ int main(int argc, char** argv) {
                     (long long)total_wrong);
         if (!jsonl.empty()) {
           nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"dtype", dtype}, {"ranks", w}, {"launcher", env.launcher},
+                           {"algo", peer ? fk::dist::algo_name(algo == fk::dist::PeerAllReduce::Algo::kAuto ? par->choose(count * esize) : algo) : "nccl"},
                            {"graph", graph}, {"bytes", bytes}, {"count", count}, {"us", slowest}, {"us_per_rank", per_rank},
                            {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus}, {"wrong", total_wrong}, {"iters", iters}};
           std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";

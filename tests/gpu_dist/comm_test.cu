@@ -1,16 +1,22 @@
 // The job's NCCL communicator (fk/runtime/comm.h, Note [Communicator]) on 2 ranks started by
 // fk_launch (tests/CMakeLists.txt: dist_comm_2ranks, dist_killed_rank_2ranks): all-reduce,
 // all-gather and reduce-scatter against values computed by hand; an aborting rank ends its peer's
-// wait with the abort's reason; a rank killed inside a collective is ended by the launcher.
+// wait with the abort's reason; a rank killed inside a collective is ended by the launcher. The own
+// all-reduce over peer memory (fk/runtime/peer_allreduce.h): bitwise against the host's sum in rank
+// order, both algorithms, every dtype, odd sizes, in and out of place, replayed from a CUDA graph.
 // Every test skips, on every rank alike, where fewer GPUs than ranks are visible.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "fk/runtime/comm.h"
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/peer_allreduce.h"
 
 namespace {
 
@@ -115,6 +121,121 @@ TEST(Communicator, KilledRankInsideACollective) {
   if (c.rank() == 1) raise(SIGKILL);
   c.all_reduce_(t);
   c.synchronize(fk::current_stream());  // never completes: the launcher ends this rank
+}
+
+// ---------------------------------------------------------------------------------------------
+// The own all-reduce over peer memory (Note [Peer all-reduce]).
+
+template <class T> float as_float(T v) { return float(v); }
+template <> float as_float<fk::bf16>(fk::bf16 v) { return __bfloat162float(v); }
+template <> float as_float<fk::f16>(fk::f16 v) { return __half2float(v); }
+template <class T> T from_f(float v) { return T(v); }
+template <> fk::bf16 from_f<fk::bf16>(float v) { return __float2bfloat16(v); }
+template <> fk::f16 from_f<fk::f16>(float v) { return __float2half(v); }
+
+/// Rank q's input of a test: n values of dtype T drawn from seed (q, n), as floats after rounding to T.
+template <class T> std::vector<T> peer_input(int q, int64_t n, uint64_t salt) {
+  std::mt19937_64 g(salt * 1000003ull + uint64_t(q) * 7919ull + uint64_t(n));
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<T> x(static_cast<size_t>(n));
+  for (auto& v : x) v = from_f<T>(d(g));
+  return x;
+}
+/// The sum the kernels compute: fp32, ranks 0..w-1 in order, rounded to T once.
+template <class T> std::vector<T> peer_expected(int w, int64_t n, uint64_t salt) {
+  std::vector<float> acc(static_cast<size_t>(n), 0.f);
+  for (int q = 0; q < w; ++q) {
+    const std::vector<T> x = peer_input<T>(q, n, salt);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] += as_float(x[i]);
+  }
+  std::vector<T> out(acc.size());
+  for (size_t i = 0; i < acc.size(); ++i) out[i] = from_f<T>(acc[i]);
+  return out;
+}
+template <class T> int64_t count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad;
+}
+
+template <class T> void check_peer_sizes(fk::dist::PeerAllReduce& par, int rank, int w) {
+  using Algo = fk::dist::PeerAllReduce::Algo;
+  const int64_t sizes[] = {1, 5, 8, 13, 1000, 4099, 65543, int64_t(1) << 20};
+  uint64_t salt = 1;
+  for (Algo algo : {Algo::kOneShot, Algo::kTwoShot, Algo::kAuto})
+    for (int64_t n : sizes) {
+      if (n * int64_t(sizeof(T)) > par.max_bytes()) continue;
+      ++salt;
+      fk::Tensor t = fk::to_device(peer_input<T>(rank, n, salt), {n});
+      const bool in_place = n % 2 == 1;
+      fk::Tensor out = in_place ? t : fk::empty({n}, fk::dtype_of<T>);
+      par.all_reduce(t, out, algo);
+      FK_CUDA_CHECK(cudaStreamSynchronize(fk::current_stream()));
+      ASSERT_EQ(count_unequal(fk::to_host<T>(out), peer_expected<T>(w, n, salt)), 0)
+          << fk::dist::algo_name(algo) << " n=" << n << (in_place ? " in place" : "") << " rank " << rank;
+    }
+}
+
+TEST(PeerAllReduce, EqualsTheRankOrderSumBitwise) {
+  FK_REQUIRE_RANKS();
+  const fk::dist::DistEnv e = fk::dist::dist_env();
+  fk::dist::PeerAllReduce par(store(), int64_t(4) << 20, 30s);
+  check_peer_sizes<fk::bf16>(par, e.rank, e.world_size);
+  check_peer_sizes<fk::f16>(par, e.rank, e.world_size);
+  check_peer_sizes<float>(par, e.rank, e.world_size);
+}
+
+// Captured once, replayed on new contents: the epochs live on the GPU, so every replay is a new call.
+TEST(PeerAllReduce, ReplaysFromACudaGraph) {
+  FK_REQUIRE_RANKS();
+  using Algo = fk::dist::PeerAllReduce::Algo;
+  const fk::dist::DistEnv e = fk::dist::dist_env();
+  fk::dist::PeerAllReduce par(store(), int64_t(1) << 20, 30s);
+  cudaStream_t s = nullptr;
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    fk::StreamGuard guard(s);
+    const int64_t n = 3000;
+    fk::Tensor a = fk::empty({n}, fk::DType::kBF16), b = fk::empty({n}, fk::DType::kBF16);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    par.all_reduce_(a, Algo::kOneShot);
+    par.all_reduce(a, b, Algo::kTwoShot);  // the sum of the sums: w x the first
+    FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (uint64_t salt = 100; salt < 104; ++salt) {
+      const std::vector<fk::bf16> x = peer_input<fk::bf16>(e.rank, n, salt);
+      FK_CUDA_CHECK(cudaMemcpyAsync(a.data_ptr(), x.data(), x.size() * sizeof(fk::bf16), cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      FK_CUDA_CHECK(cudaStreamSynchronize(s));
+      const std::vector<fk::bf16> want = peer_expected<fk::bf16>(e.world_size, n, salt);
+      ASSERT_EQ(count_unequal(fk::to_host<fk::bf16>(a), want), 0) << "replay " << salt;
+      std::vector<fk::bf16> twice(want.size());
+      for (size_t i = 0; i < want.size(); ++i) twice[i] = __float2bfloat16(__bfloat162float(want[i]) * float(e.world_size));
+      ASSERT_EQ(count_unequal(fk::to_host<fk::bf16>(b), twice), 0) << "replay " << salt;
+    }
+    FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FK_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  FK_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+TEST(PeerAllReduce, RefusesWhatItCannotServeNamingWhy) {
+  FK_REQUIRE_RANKS();
+  fk::dist::PeerAllReduce par(store(), 4096, 30s);
+  auto message = [&](fk::Tensor t) {
+    try {
+      par.all_reduce_(t);
+    } catch (const std::runtime_error& err) {
+      return std::string(err.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message(fk::empty({8}, fk::DType::kI32)).find("dtype i32"), std::string::npos);
+  EXPECT_NE(message(fk::empty({4096}, fk::DType::kF32)).find("above the buffer's 4096"), std::string::npos);
+  EXPECT_NE(message(fk::empty({64}, fk::DType::kBF16).narrow_first(1, 8)).find("16-byte aligned"), std::string::npos);
+  EXPECT_EQ(par.unsupported(fk::empty({2048}, fk::DType::kBF16)), "");
 }
 
 }  // namespace

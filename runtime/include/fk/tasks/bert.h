@@ -17,6 +17,7 @@
 // carry HF transformers' BertModel names (Note [Seeded weights] in fk/tasks/llama.h).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -360,12 +361,16 @@ template <class Cfg, class M> RefTokenHeads ref_token_heads(M& m, const std::vec
 // error of that size times the scores' scale in every score, and where the scores are mostly
 // clipped (a random deep encoder's tokens collapse to nearly one vector, so one sign can hold for
 // all of them) the relative L2 of the few small survivors says nothing. The lexical weights are
-// therefore held elementwise to atol = 2 x max_rel_l2 x RMS(pre-activation scores) (plus the
-// depth rtol), without a relative-L2 bound; the token_classifier kind itself is checked at its own
-// level on well-conditioned scores (TokenClassifierInstance).
-inline Tolerance relu_output_tolerance(const Tolerance& depth, double pre_rms) {
+// therefore held elementwise, without a relative-L2 bound, to atol = (2 + sqrt(2 ln n)) x
+// max_rel_l2 x RMS(pre-activation scores) (plus the depth rtol): max_rel_l2 x RMS bounds the RMS of
+// the scores' errors, and the largest of n such errors runs to about sqrt(2 ln n) times their RMS
+// (the extreme of n normal draws: 4.3 at n = 12352). With 2 alone, fk_bench refused BGE-M3's
+// 24-layer random model on fresh inputs (H100, session 24: up to 306 of 2612 weights over it at
+// rel_l2 0.094, while HF parity with the real weights passes at 0.024 of 0.050). The token_classifier
+// kind itself is checked at its own level on well-conditioned scores (TokenClassifierInstance).
+inline Tolerance relu_output_tolerance(const Tolerance& depth, double pre_rms, int64_t n) {
   Tolerance t = depth;
-  t.atol = 2.0 * depth.max_rel_l2 * pre_rms;
+  t.atol = (2.0 + std::sqrt(2.0 * std::log(double(std::max<int64_t>(n, 2))))) * depth.max_rel_l2 * pre_rms;
   t.max_rel_l2 = std::numeric_limits<double>::infinity();
   return t;
 }
@@ -611,7 +616,7 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     if constexpr (Cfg::multi_vector > 0 || Cfg::sparse) {
       const RefTokenHeads heads = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first);
       if constexpr (Cfg::multi_vector > 0) out.push_back({"token_vectors", vectors_, heads.vectors, tol});
-      if constexpr (Cfg::sparse) out.push_back({"lexical_weights", weights_, heads.weights, relu_output_tolerance(tol, heads.pre_rms)});
+      if constexpr (Cfg::sparse) out.push_back({"lexical_weights", weights_, heads.weights, relu_output_tolerance(tol, heads.pre_rms, heads.weights.numel())});
     }
     return out;
   }
