@@ -164,6 +164,13 @@ for step in "${steps[@]}"; do
             say "fk_collectives $n ranks $op $mode rc=$?"
           done
         done
+        for op in all_reduce_add_rms_norm nccl_add_rms_norm; do
+          for mode in eager graph; do
+            timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $op --hidden 4096 --min-bytes 8K --max-bytes 2M \
+              $([ $mode = graph ] && echo --graph) --jsonl "$P/coll_${n}r.jsonl" >"$P/coll_${n}r_${op}_$mode.log" 2>&1
+            say "fk_collectives $n ranks $op $mode rc=$?"
+          done
+        done
         timeout 400 torchrun --nproc-per-node "$n" bench/peers/torch_collectives.py --jsonl "$P/coll_${n}r_torch.jsonl" \
           >"$P/coll_${n}r_torch.log" 2>&1
         say "torch peers $n ranks rc=$?"

@@ -23,6 +23,8 @@
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/peer_allreduce.h"
+#include "fk/runtime/peer_allreduce_fused.cuh"
+#include "fk/kernels/rms_norm.cuh"
 #include "fk/runtime/tensor.h"
 
 namespace {
@@ -51,6 +53,39 @@ __global__ void count_wrong_kernel(const float* f32, const __nv_bfloat16* b16, i
   if (got != want) atomicAdd(wrong, 1ull);
 }
 
+/// Counts the elements where a and b differ bitwise (2-byte elements).
+__global__ void count_unequal_kernel(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* wrong) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n && a[i] != b[i]) atomicAdd(wrong, 1ull);
+}
+
+/// The all-reduce + residual add + RMSNorm of a decode step for one hidden size: kFused, the own
+/// all-reduce fused with them; kNccl, NCCL's all-reduce then fused_add_rms_norm (the unfused production
+/// path); kNormOnly, fused_add_rms_norm alone (the tail of the fused op's reference).
+enum class NormMode { kFused, kNccl, kNormOnly };
+template <int kHidden> void add_rms_norm_call(NormMode mode, fk::dist::PeerAllReduce* par, fk::dist::Communicator& comm, Tensor& x, Tensor& res,
+                                              const Tensor& weight, int64_t rows) {
+  if (mode == NormMode::kFused) {
+    fk::dist::all_reduce_add_rms_norm<kHidden, fk::bf16>(*par, x, res, weight, 1e-5f, x);
+    return;
+  }
+  if (mode == NormMode::kNccl) comm.all_reduce_(x);
+  fk::kernels::fused_add_rms_norm<kHidden, fk::bf16>(x.data<fk::bf16>(), kHidden, res.data<fk::bf16>(), kHidden, weight.data<fk::bf16>(), rows,
+                                                     1e-5f, fk::current_stream());
+  FK_CHECK_LAUNCH();
+}
+using AddRmsNormCall = void (*)(NormMode, fk::dist::PeerAllReduce*, fk::dist::Communicator&, Tensor&, Tensor&, const Tensor&, int64_t);
+AddRmsNormCall add_rms_norm_for(int hidden) {
+  switch (hidden) {
+    case 2048: return &add_rms_norm_call<2048>;
+    case 4096: return &add_rms_norm_call<4096>;
+    case 5120: return &add_rms_norm_call<5120>;
+    case 7168: return &add_rms_norm_call<7168>;
+    case 8192: return &add_rms_norm_call<8192>;
+    default: return nullptr;
+  }
+}
+
 int64_t parse_bytes(const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -70,8 +105,13 @@ int main(int argc, char** argv) {
   bool graph = false;
   app.add_option("--op", op,
                  "all_reduce (NCCL), all_gather, reduce_scatter, or the own all-reduce over peer memory: all_reduce_peer (its own "
-                 "choice), all_reduce_one_shot, all_reduce_two_shot")
-      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_reduce_peer", "all_reduce_one_shot", "all_reduce_two_shot"}));
+                 "choice), all_reduce_one_shot, all_reduce_two_shot; all_reduce_add_rms_norm (the own all-reduce fused with the residual "
+                 "add and RMSNorm, rows of --hidden) and nccl_add_rms_norm (NCCL's all-reduce, then fused_add_rms_norm)")
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_reduce_peer", "all_reduce_one_shot", "all_reduce_two_shot",
+                             "all_reduce_add_rms_norm", "nccl_add_rms_norm"}));
+  int hidden = 4096;
+  app.add_option("--hidden", hidden, "the row size of the *_add_rms_norm ops (2048, 4096, 5120, 7168, 8192)")
+      ->check(CLI::IsMember({2048, 4096, 5120, 7168, 8192}));
   std::string peer_max_s = "8M";
   app.add_option("--peer-max-bytes", peer_max_s, "the own all-reduce's buffer (its largest message; larger sizes end its sweep)");
   app.add_option("--dtype", dtype, "bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}));
@@ -93,13 +133,16 @@ int main(int argc, char** argv) {
     fk::StreamGuard guard(s);
     const fk::DType dt = dtype == "f32" ? fk::DType::kF32 : fk::DType::kBF16;
     const int64_t esize = dt == fk::DType::kF32 ? 4 : 2;
-    const bool peer = op.rfind("all_reduce_", 0) == 0, reduce = op == "all_reduce" || peer;
+    const bool norm = op.find("add_rms_norm") != std::string::npos, fused = op == "all_reduce_add_rms_norm";
+    if (norm && dtype != "bf16") throw std::runtime_error("--op " + op + ": bf16 only");
+    const bool peer = op.rfind("all_reduce_", 0) == 0 && !norm, reduce = op == "all_reduce" || peer || norm;
     const double bus = reduce ? 2.0 * (w - 1) / w : double(w - 1) / w;
     std::unique_ptr<fk::dist::PeerAllReduce> par;
     const fk::dist::PeerAllReduce::Algo algo = op == "all_reduce_one_shot"   ? fk::dist::PeerAllReduce::Algo::kOneShot
                                                : op == "all_reduce_two_shot" ? fk::dist::PeerAllReduce::Algo::kTwoShot
                                                                              : fk::dist::PeerAllReduce::Algo::kAuto;
-    if (peer) par = std::make_unique<fk::dist::PeerAllReduce>(store, parse_bytes(peer_max_s), std::chrono::seconds(60));
+    if (peer || norm) par = std::make_unique<fk::dist::PeerAllReduce>(store, parse_bytes(peer_max_s), std::chrono::seconds(60));
+    const AddRmsNormCall add_rms_norm = add_rms_norm_for(hidden);
     // One element all-reduced right before the first timed call lines the ranks' streams up (a host
     // barrier alone leaves them as far apart as the store's round trips, which a short sweep row shows).
     Tensor align = fk::empty({1}, fk::DType::kF32);
@@ -114,7 +157,8 @@ int main(int argc, char** argv) {
       // count: elements of the per-rank buffer that all_reduce reduces / all_gather sends / reduce_scatter receives, a multiple of w
       int64_t count = std::max<int64_t>(1, static_cast<int64_t>(bytes_d) / esize);
       if (!reduce) count = std::max<int64_t>(1, count / w);
-      if (peer && count * esize > par->max_bytes()) break;
+      if (norm) count = std::max<int64_t>(1, count / hidden) * hidden;
+      if ((peer || norm) && count * esize > par->max_bytes()) break;
       const int64_t in_n = op == "reduce_scatter" ? count * w : count, out_n = op == "all_gather" ? count * w : count;
       Tensor in = fk::empty({in_n}, dt), out = reduce ? in : fk::empty({out_n}, dt);
       auto fill = [&] {
@@ -122,22 +166,53 @@ int main(int argc, char** argv) {
                                                                           dt == fk::DType::kF32 ? nullptr : in.data<fk::bf16>(), in_n, r);
         FK_CHECK_LAUNCH();
       };
+      Tensor res, weight;
+      if (norm) {
+        res = fk::empty({in_n}, dt);
+        weight = fk::empty({hidden}, dt);
+        fill_pattern_kernel<<<unsigned((in_n + 255) / 256), 256, 0, s>>>(nullptr, res.data<fk::bf16>(), in_n, 3);
+        fill_pattern_kernel<<<unsigned((hidden + 255) / 256), 256, 0, s>>>(nullptr, weight.data<fk::bf16>(), hidden, 0);
+        FK_CHECK_LAUNCH();
+      }
       auto call = [&] {
-        if (peer) par->all_reduce_(in, algo);
+        if (norm) add_rms_norm(fused ? NormMode::kFused : NormMode::kNccl, par.get(), comm, in, res, weight, count / hidden);
+        else if (peer) par->all_reduce_(in, algo);
         else if (op == "all_reduce") comm.all_reduce_(in);
         else if (op == "all_gather") comm.all_gather(in, out);
         else comm.reduce_scatter(in, out);
       };
       // Checked call.
       fill();
-      call();
+      if (!norm) call();
       FK_CUDA_CHECK(cudaMemsetAsync(wrong_d, 0, sizeof(unsigned long long), s));
       const float ranks = float(w) * float(w + 1) / 2.f;
-      count_wrong_kernel<<<unsigned((out_n + 255) / 256), 256, 0, s>>>(dt == fk::DType::kF32 ? out.data<float>() : nullptr,
-                                                                        dt == fk::DType::kF32 ? nullptr : out.data<fk::bf16>(), out_n,
-                                                                        ranks, count, op == "reduce_scatter" ? int64_t(r) * count : 0,
-                                                                        op == "all_gather" ? 1 : 0, wrong_d);
-      FK_CHECK_LAUNCH();
+      bool checked = true;
+      if (norm) {
+        // The fused op against the peer all-reduce followed by fused_add_rms_norm on the same inputs, bitwise (x and the
+        // residual); the NCCL path is what such references are made of and is not checked (#wrong -1).
+        checked = fused;
+        if (fused) {
+          Tensor x2 = fk::empty({in_n}, dt), r2 = fk::empty({in_n}, dt);
+          FK_CUDA_CHECK(cudaMemcpyAsync(x2.data_ptr(), in.data_ptr(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
+          FK_CUDA_CHECK(cudaMemcpyAsync(r2.data_ptr(), res.data_ptr(), res.nbytes(), cudaMemcpyDeviceToDevice, s));
+          call();
+          par->all_reduce_(x2, fk::dist::PeerAllReduce::Algo::kOneShot);
+          add_rms_norm(NormMode::kNormOnly, nullptr, comm, x2, r2, weight, count / hidden);
+          FK_CUDA_CHECK(cudaMemsetAsync(wrong_d, 0, sizeof(unsigned long long), s));
+          count_unequal_kernel<<<unsigned((in_n + 255) / 256), 256, 0, s>>>(reinterpret_cast<const uint16_t*>(in.data_ptr()),
+                                                                             reinterpret_cast<const uint16_t*>(x2.data_ptr()), in_n, wrong_d);
+          count_unequal_kernel<<<unsigned((in_n + 255) / 256), 256, 0, s>>>(reinterpret_cast<const uint16_t*>(res.data_ptr()),
+                                                                             reinterpret_cast<const uint16_t*>(r2.data_ptr()), in_n, wrong_d);
+          FK_CHECK_LAUNCH();
+          comm.synchronize(s);
+        }
+      } else {
+        count_wrong_kernel<<<unsigned((out_n + 255) / 256), 256, 0, s>>>(dt == fk::DType::kF32 ? out.data<float>() : nullptr,
+                                                                          dt == fk::DType::kF32 ? nullptr : out.data<fk::bf16>(), out_n,
+                                                                          ranks, count, op == "reduce_scatter" ? int64_t(r) * count : 0,
+                                                                          op == "all_gather" ? 1 : 0, wrong_d);
+        FK_CHECK_LAUNCH();
+      }
       comm.synchronize(s);
       unsigned long long wrong = 0;
       FK_CUDA_CHECK(cudaMemcpy(&wrong, wrong_d, sizeof wrong, cudaMemcpyDeviceToHost));
@@ -183,15 +258,16 @@ int main(int argc, char** argv) {
           per_rank.push_back(std::stod(store.get(k + "us/" + std::to_string(q))));
           slowest = std::max(slowest, per_rank.back());
         }
-        const int64_t total_wrong = store.add(k + "wrong", 0);
+        const int64_t total_wrong = checked ? store.add(k + "wrong", 0) : -1;
         const double bytes = double(std::max(in_n, out_n)) * esize, algbw = bytes / (slowest * 1e3);
         std::printf(" %12lld %12lld %10.2f %10.2f %10.2f %8lld\n", (long long)bytes, (long long)count, slowest, algbw, algbw * bus,
                     (long long)total_wrong);
         if (!jsonl.empty()) {
           nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"dtype", dtype}, {"ranks", w}, {"launcher", env.launcher},
-                           {"algo", peer ? fk::dist::algo_name(algo == fk::dist::PeerAllReduce::Algo::kAuto ? par->choose(count * esize) : algo) : "nccl"},
+                           {"algo", peer ? fk::dist::algo_name(algo == fk::dist::PeerAllReduce::Algo::kAuto ? par->choose(count * esize) : algo) : fused ? "one_shot" : "nccl"},
                            {"graph", graph}, {"bytes", bytes}, {"count", count}, {"us", slowest}, {"us_per_rank", per_rank},
                            {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus}, {"wrong", total_wrong}, {"iters", iters}};
+          if (norm) j["hidden"] = hidden, j["rows"] = count / hidden;
           std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";
         }
       }

@@ -144,6 +144,11 @@ PeerAllReduce::Algo PeerAllReduce::choose(int64_t bytes) const {
   return world_ == 2 || bytes <= kTwoShotFrom ? Algo::kOneShot : Algo::kTwoShot;
 }
 
+void PeerAllReduce::require(const Tensor& t, const std::string& what) const {
+  const std::string why = unsupported(t);
+  if (!why.empty()) throw std::runtime_error("peer all-reduce (rank " + std::to_string(rank_) + "): " + what + ": " + why);
+}
+
 void PeerAllReduce::all_reduce_(Tensor& t, Algo algo) { all_reduce(t, t, algo); }
 
 void PeerAllReduce::all_reduce(const Tensor& in, Tensor& out, Algo algo) {

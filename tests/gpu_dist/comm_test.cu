@@ -16,7 +16,9 @@
 
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
+#include "fk/kernels/rms_norm.cuh"
 #include "fk/runtime/peer_allreduce.h"
+#include "fk/runtime/peer_allreduce_fused.cuh"
 
 namespace {
 
@@ -219,6 +221,33 @@ TEST(PeerAllReduce, ReplaysFromACudaGraph) {
     FK_CUDA_CHECK(cudaGraphDestroy(g));
   }
   FK_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// The fused all-reduce + residual add + RMSNorm equals the peer all-reduce followed by
+// fused_add_rms_norm bitwise (the output and the residual), at decode and prefill-like row counts.
+TEST(PeerAllReduce, FusedAddRmsNormEqualsTheUnfusedPair) {
+  FK_REQUIRE_RANKS();
+  const fk::dist::DistEnv e = fk::dist::dist_env();
+  if (e.world_size != 2 && e.world_size != 4 && e.world_size != 8) GTEST_SKIP() << "the fused kernel serves 2, 4 or 8 ranks";
+  fk::dist::PeerAllReduce par(store(), int64_t(4) << 20, 30s);
+  constexpr int H = 4096;
+  for (int64_t rows : {1, 7, 64, 100}) {
+    const int64_t n = rows * H;
+    const uint64_t salt = 500 + uint64_t(rows);
+    fk::Tensor x = fk::to_device(peer_input<fk::bf16>(e.rank, n, salt), {rows, H});
+    fk::Tensor res = fk::to_device(peer_input<fk::bf16>(99, n, salt), {rows, H});  // the residual is the same on every rank
+    const fk::Tensor w = fk::to_device(peer_input<fk::bf16>(98, H, salt), {H});
+    fk::Tensor x2 = fk::to_device(fk::to_host<fk::bf16>(x), {rows, H}), res2 = fk::to_device(fk::to_host<fk::bf16>(res), {rows, H});
+    fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, x, res, w, 1e-5f, x);
+    par.all_reduce_(x2, fk::dist::PeerAllReduce::Algo::kOneShot);
+    fk::kernels::fused_add_rms_norm<H, fk::bf16>(x2.data<fk::bf16>(), H, res2.data<fk::bf16>(), H, w.data<fk::bf16>(), rows, 1e-5f,
+                                                 fk::current_stream());
+    FK_CUDA_CHECK(cudaStreamSynchronize(fk::current_stream()));
+    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(x), fk::to_host<fk::bf16>(x2)), 0) << rows << " rows: the normed output";
+    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(res), fk::to_host<fk::bf16>(res2)), 0) << rows << " rows: the residual";
+  }
+  fk::Tensor bad = fk::empty({3, 100}, fk::DType::kBF16);
+  EXPECT_THROW((fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, bad, bad, bad, 1e-5f, bad)), std::runtime_error);
 }
 
 TEST(PeerAllReduce, RefusesWhatItCannotServeNamingWhy) {

@@ -25,6 +25,13 @@
 // that half) has ended, kernels on one stream running one after another. A block that waits longer
 // than the timeout prints which rank it waited for and traps (the process ends with a CUDA error
 // rather than hanging on a dead peer).
+//
+// The fused all-reduce + residual add + RMSNorm (vLLM's AllReduceFusionPass pattern: all_reduce then
+// fused_add_rms_norm) is the one-shot kernel over whole rows: block b copies rows b, b + grid, ...
+// into its staging half, meets the peers, and for each of those rows sums the ranks' copies (fp32,
+// rank order, rounded to T as the all-reduce's output is), then runs fused_add_rms_norm's arithmetic
+// with its thread layout (RmsNormShape) and its block reduction, so its outputs equal the unfused
+// pair's bitwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +40,7 @@
 #include <cstdio>
 
 #include "fk/kernels/common.cuh"
+#include "fk/kernels/rms_norm.cuh"
 
 namespace fk::kernels::peer_ar {
 
@@ -189,6 +197,70 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) two_shot_k
     if (c == a.rank) continue;
     const T* theirs = result<T>(a, c, epoch);
     for (int64_t i = chunk_begin(c) + first; i < chunk_begin(c + 1); i += stride) copy_pack(out, theirs, i, a.n);
+  }
+  end_call(a, epoch);
+}
+
+/// x [rows, kHidden] all-reduced, then residual += x (rounded to T), out = RMSNorm(residual) x weight;
+/// blockDim = RmsNormShape<kHidden, T>::kThreads. out may be x.
+template <int kHidden, class T, int W>
+__global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads)
+    one_shot_add_rms_norm_kernel(Args a, const T* x, T* residual, const T* __restrict__ weight, T* out, int64_t rows, float eps) {
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+  constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
+  __shared__ float scratch[32];
+  const uint32_t epoch = begin_call(a);
+  T* mine = staging<T>(a, a.rank, epoch);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x)
+    for (int vi = threadIdx.x; vi < S::kVecs; vi += blockDim.x)
+      *reinterpret_cast<uint4*>(mine + row * kHidden + vi * kN) = __ldcg(reinterpret_cast<const uint4*>(x + row * kHidden + vi * kN));
+  block_barrier<W>(a, 0, epoch);
+  const T* src[W];
+#pragma unroll
+  for (int p = 0; p < W; ++p) src[p] = staging<T>(a, p, epoch);
+  Vec16<T> w[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
+  }
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Vec16<T> v[kV];
+    float sumsq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+        float acc[kN] = {};
+#pragma unroll
+        for (int p = 0; p < W; ++p) add_pack(acc, src[p] + row * kHidden, vi, kHidden);
+        Vec16<T> r;
+        *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual + row * kHidden + vi * kN));
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          float z = to_float(from_float<T>(acc[j]));  // the all-reduce's output, in T
+          z += to_float(r.v[j]);
+          v[i].v[j] = from_float<T>(z);  // the residual, kept in T (fused_add_rms_norm)
+          sumsq += z * z;
+        }
+        *reinterpret_cast<uint4*>(residual + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
+      }
+    }
+    const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
+    const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+        Vec16<T> o;
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
+        }
+        *reinterpret_cast<uint4*>(out + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&o);
+      }
+    }
   }
   end_call(a, epoch);
 }

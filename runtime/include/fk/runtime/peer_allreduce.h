@@ -39,6 +39,13 @@ class PeerAllReduce {
   /// out = the sum over the ranks of in (out may be in; same shape and dtype).
   void all_reduce(const Tensor& in, Tensor& out, Algo algo = Algo::kAuto);
 
+  /// For the fused kernels (fk/runtime/peer_allreduce_fused.cuh): every rank's buffer as mapped
+  /// here, this rank, the kernels' wait bound; require() throws naming `what` where unsupported(t).
+  char* const* buffers() const { return mapped_; }
+  int rank() const { return rank_; }
+  uint64_t timeout_ns() const { return timeout_ns_; }
+  void require(const Tensor& t, const std::string& what) const;
+
  private:
   TcpStore& store_;
   int rank_ = 0, world_ = 1, device_ = 0, generation_ = 0;

@@ -1,0 +1,59 @@
+// The all-reduce fused with what follows it in a tensor-parallel layer (issue 23), over the peer
+// all-reduce's buffers (fk/runtime/peer_allreduce.h; the kernel and Note [Peer all-reduce] in
+// fk/kernels/peer_allreduce.cuh). Production counterpart: vLLM's AllReduceFusionPass (all_reduce
+// followed by fused_add_rms_norm, replaced by FlashInfer's trtllm_allreduce_fusion with the
+// residual-RMSNorm pattern). Specialised on the hidden size, as the generated tasks are.
+#pragma once
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "fk/kernels/peer_allreduce.cuh"
+#include "fk/runtime/cuda_check.h"
+#include "fk/runtime/peer_allreduce.h"
+
+namespace fk::dist {
+
+/// x [rows, kHidden] summed over the ranks; then residual += that sum (in T), out = RMSNorm(residual)
+/// x weight (vLLM's fused_add_rms_norm: statistics in fp32, the residual kept in T). Equal bitwise to
+/// par.all_reduce_(x) followed by fk::kernels::fused_add_rms_norm<kHidden>. out may be x. Every rank
+/// makes the same call; enqueued on fk::current_stream(), capturable.
+template <int kHidden, class T>
+void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+  par.require(x, "all_reduce_add_rms_norm's input");
+  par.require(residual, "all_reduce_add_rms_norm's residual");
+  par.require(out, "all_reduce_add_rms_norm's output");
+  const int64_t rows = x.numel() / kHidden;
+  if (x.dtype() != dtype_of<T> || x.numel() != rows * kHidden || residual.numel() != x.numel() || out.numel() != x.numel() ||
+      residual.dtype() != x.dtype() || out.dtype() != x.dtype() || weight.numel() != kHidden || weight.dtype() != x.dtype())
+    throw std::runtime_error("all_reduce_add_rms_norm<" + std::to_string(kHidden) + ", " + dtype_name(dtype_of<T>) + ">: x " + x.str() +
+                             ", residual " + residual.str() + ", weight " + weight.str() + ", out " + out.str() +
+                             " (rows of the hidden size, one dtype, the weight [hidden])");
+  if (rows == 0) return;
+  namespace par_k = fk::kernels::peer_ar;
+  par_k::Args a{};
+  for (int p = 0; p < par.world_size(); ++p) a.base[p] = par.buffers()[p];
+  a.rank = par.rank();
+  a.n = x.numel();
+  a.half_bytes = par.max_bytes();
+  a.timeout_ns = par.timeout_ns();
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, par_k::kMaxBlocks));
+  const cudaStream_t s = current_stream();
+  const T* xp = x.data<T>();
+  T *rp = residual.data<T>(), *op = out.data<T>();
+  const T* wp = weight.data<T>();
+  switch (par.world_size()) {
+#define FK_FUSED_CASE(W) \
+  case W: par_k::one_shot_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps); break;
+    FK_FUSED_CASE(2)
+    FK_FUSED_CASE(4)
+    FK_FUSED_CASE(8)
+#undef FK_FUSED_CASE
+    default: throw std::runtime_error("all_reduce_add_rms_norm: world size " + std::to_string(par.world_size()) + " (2, 4 or 8 expected)");
+  }
+  FK_CHECK_LAUNCH();
+}
+
+}  // namespace fk::dist
