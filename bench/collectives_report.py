@@ -21,6 +21,7 @@ def main():
     a = ap.parse_args()
     # (ranks, graph, bytes) -> {column: us}
     t = defaultdict(dict)
+    fused = defaultdict(dict)
     env = {}
     for path in a.jsonl:
         for line in open(path):
@@ -28,6 +29,9 @@ def main():
             if "us" not in r:
                 continue
             if r.get("tool") == "fk_collectives":
+                if r["op"] in ("all_reduce_add_rms_norm", "nccl_add_rms_norm"):
+                    fused[(r["ranks"], bool(r["graph"]), int(r["bytes"]))][r["op"]] = (r["us"], r.get("rows"), r.get("hidden"), r.get("wrong"))
+                    continue
                 if r["op"] == "all_reduce":
                     col = "fk_nccl"
                 elif r["op"].startswith("all_reduce_"):
@@ -75,6 +79,30 @@ def main():
                         verdicts.append((ranks, b, target))
                 fmt = lambda x: f"{x:.2f}" if isinstance(x, float) else "-"  # noqa: E731
                 out.append(f"| {k[2]} | " + " | ".join(fmt(v.get(c)) for c in cols) + f" | {fmt(r_n)} | {fmt(r_s)} | {target} |")
+            out.append("")
+    for ranks in sorted({k[0] for k in fused}):
+        for graph in (True, False):
+            rows = sorted(k for k in fused if k[0] == ranks and k[1] == graph)
+            if not rows:
+                continue
+            out += [f"## All-reduce + residual add + RMSNorm, {ranks} ranks, {'CUDA graph' if graph else 'eager'} (target: fused <= 1.1 x "
+                    "the all-reduce alone)", "",
+                    "| rows x hidden | bytes | fused (own) | own all-reduce alone | NCCL all-reduce alone | NCCL + fused_add_rms_norm | "
+                    "fused / all-reduce alone | #wrong | target |", "|---|---|---|---|---|---|---|---|---|"]
+            for k in rows:
+                f = fused[k]
+                us, nrows, hidden, wrong = f.get("all_reduce_add_rms_norm", (None, None, None, None))
+                nccl_norm = f.get("nccl_add_rms_norm", (None,))[0]
+                alone = t.get(k, {}).get("own_peer")
+                nccl = min([t.get(k, {})[c] for c in ("fk_nccl", "torch_nccl_all_reduce") if c in t.get(k, {})], default=None)
+                ratio = us / alone if us and alone else None
+                target = ""
+                if ratio is not None and graph:
+                    target = "met" if ratio <= 1.1 else "MISSED"
+                    verdicts.append((ranks, k[2], target + " (fused)"))
+                fmt = lambda x: f"{x:.2f}" if isinstance(x, float) else "-"  # noqa: E731
+                out.append(f"| {nrows} x {hidden} | {k[2]} | {fmt(us)} | {fmt(alone)} | {fmt(nccl)} | {fmt(nccl_norm)} | {fmt(ratio)} | "
+                           f"{wrong} | {target} |")
             out.append("")
     missed = [v for v in verdicts if v[2].startswith("MISSED")]
     out.insert(4, f"Targets (graph mode): {len(verdicts) - len(missed)} of {len(verdicts)} sizes met"

@@ -25,9 +25,20 @@ int g_generation = 0;
 // more ranks one-shot's traffic grows with n and two-shot takes over above kTwoShotFrom bytes (the
 // crossover vLLM and PyTorch's symmetric memory use too, to be confirmed by fk_collectives' sweep).
 constexpr int64_t kTwoShotFrom = int64_t(256) << 10;
+// The Lamport one-shot (Note [Lamport all-reduce]) saves the flag round trip and the NVLink reads of
+// the pulling one-shot, for W - 1 pushed copies of the message; it serves messages up to this size.
+constexpr int64_t kLamportUpTo = int64_t(512) << 10;
 constexpr int kMaxGrid = 32;
 
+__global__ void lamport_clear_kernel(uint32_t* p, int64_t words) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words; i += int64_t(gridDim.x) * blockDim.x) p[i] = par::kLamportClear;
+}
+
 template <class T, int W> void launch(PeerAllReduce::Algo algo, const par::Args& a, const void* in, void* out, cudaStream_t s) {
+  if (algo == PeerAllReduce::Algo::kLamport) {
+    par::lamport_kernel<T, W><<<par::kLamportGrid, par::kThreads, 0, s>>>(a, static_cast<const T*>(in), static_cast<T*>(out));
+    return;
+  }
   constexpr int64_t N = 16 / sizeof(T);
   const int64_t packs = (a.n + N - 1) / N;
   const int64_t per_block_work = algo == PeerAllReduce::Algo::kTwoShot ? (packs + W - 1) / W : packs;
@@ -55,13 +66,15 @@ const char* algo_name(PeerAllReduce::Algo a) {
   switch (a) {
     case PeerAllReduce::Algo::kOneShot: return "one_shot";
     case PeerAllReduce::Algo::kTwoShot: return "two_shot";
+    case PeerAllReduce::Algo::kLamport: return "lamport";
     default: return "auto";
   }
 }
 
-PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::milliseconds timeout)
+PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::milliseconds timeout, int64_t lamport_bytes)
     : store_(store), rank_(store.env().rank), world_(store.env().world_size), generation_(g_generation++),
       max_bytes_((std::max<int64_t>(max_bytes, 16) + 4095) / 4096 * 4096),
+      lamport_bytes_(std::min(max_bytes_, (std::max<int64_t>(lamport_bytes, 16) + 4095) / 4096 * 4096)),
       timeout_ns_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count())) {
   const std::string who = "peer all-reduce (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")";
   const DistEnv& env = store.env();
@@ -93,9 +106,12 @@ PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::mi
       throw std::runtime_error(who + ": GPU " + bus + " cannot access rank " + std::to_string(p) + "'s GPU " + theirs +
                                " directly (no NVLink / peer-to-peer path): use the NCCL all-reduce");
   }
-  const size_t total = static_cast<size_t>(par::kSignalBytes + 4 * max_bytes_);
+  const int64_t lamport_total = 3 * int64_t(world_) * lamport_bytes_;
+  const size_t total = static_cast<size_t>(par::kSignalBytes + 4 * max_bytes_ + lamport_total);
   FK_CUDA_CHECK(cudaMalloc(&own_, total));
   FK_CUDA_CHECK(cudaMemset(own_, 0, static_cast<size_t>(par::kSignalBytes)));
+  lamport_clear_kernel<<<256, 256>>>(reinterpret_cast<uint32_t*>(own_ + par::kSignalBytes + 4 * max_bytes_), lamport_total / 4);
+  FK_CHECK_LAUNCH();
   FK_CUDA_CHECK(cudaDeviceSynchronize());
   cudaIpcMemHandle_t h;
   FK_CUDA_CHECK(cudaIpcGetMemHandle(&h, own_));
@@ -141,6 +157,7 @@ std::string PeerAllReduce::unsupported(const Tensor& t) const {
 }
 
 PeerAllReduce::Algo PeerAllReduce::choose(int64_t bytes) const {
+  if (bytes <= std::min(kLamportUpTo, lamport_bytes_)) return Algo::kLamport;
   return world_ == 2 || bytes <= kTwoShotFrom ? Algo::kOneShot : Algo::kTwoShot;
 }
 
@@ -159,11 +176,15 @@ void PeerAllReduce::all_reduce(const Tensor& in, Tensor& out, Algo algo) {
   if (in.numel() == 0) return;
   const int64_t bytes = in.numel() * static_cast<int64_t>(dtype_size(in.dtype()));
   if (algo == Algo::kAuto) algo = choose(bytes);
+  if (algo == Algo::kLamport && bytes > lamport_bytes_)
+    throw std::runtime_error("peer all-reduce (rank " + std::to_string(rank_) + "): " + std::to_string(bytes) +
+                             " bytes, above the Lamport buffer's " + std::to_string(lamport_bytes_));
   par::Args a{};
   for (int p = 0; p < world_; ++p) a.base[p] = mapped_[p];
   a.rank = rank_;
   a.n = in.numel();
   a.half_bytes = max_bytes_;
+  a.lamport_bytes = lamport_bytes_;
   a.timeout_ns = timeout_ns_;
   const cudaStream_t s = current_stream();
   switch (in.dtype()) {

@@ -164,9 +164,9 @@ template <class T> void check_peer_sizes(fk::dist::PeerAllReduce& par, int rank,
   using Algo = fk::dist::PeerAllReduce::Algo;
   const int64_t sizes[] = {1, 5, 8, 13, 1000, 4099, 65543, int64_t(1) << 20};
   uint64_t salt = 1;
-  for (Algo algo : {Algo::kOneShot, Algo::kTwoShot, Algo::kAuto})
+  for (Algo algo : {Algo::kOneShot, Algo::kTwoShot, Algo::kLamport, Algo::kAuto})
     for (int64_t n : sizes) {
-      if (n * int64_t(sizeof(T)) > par.max_bytes()) continue;
+      if (n * int64_t(sizeof(T)) > (algo == Algo::kLamport ? par.lamport_bytes() : par.max_bytes())) continue;
       ++salt;
       fk::Tensor t = fk::to_device(peer_input<T>(rank, n, salt), {n});
       const bool in_place = n % 2 == 1;
@@ -202,7 +202,7 @@ TEST(PeerAllReduce, ReplaysFromACudaGraph) {
     cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
     FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    par.all_reduce_(a, Algo::kOneShot);
+    par.all_reduce_(a, Algo::kLamport);
     par.all_reduce(a, b, Algo::kTwoShot);  // the sum of the sums: w x the first
     FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
     FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
@@ -263,6 +263,14 @@ TEST(PeerAllReduce, RefusesWhatItCannotServeNamingWhy) {
   };
   EXPECT_NE(message(fk::empty({8}, fk::DType::kI32)).find("dtype i32"), std::string::npos);
   EXPECT_NE(message(fk::empty({4096}, fk::DType::kF32)).find("above the buffer's 4096"), std::string::npos);
+  fk::dist::PeerAllReduce small_lamport(store(), 16384, 30s, 4096);
+  try {
+    fk::Tensor big = fk::empty({2048}, fk::DType::kF32);  // within the 16 KiB buffer, above the 4 KiB Lamport slot
+    small_lamport.all_reduce_(big, fk::dist::PeerAllReduce::Algo::kLamport);
+    ADD_FAILURE() << "a Lamport call above its slot went through";
+  } catch (const std::runtime_error& err) {
+    EXPECT_NE(std::string(err.what()).find("above the Lamport buffer's 4096"), std::string::npos) << err.what();
+  }
   EXPECT_NE(message(fk::empty({64}, fk::DType::kBF16).narrow_first(1, 8)).find("16-byte aligned"), std::string::npos);
   EXPECT_EQ(par.unsupported(fk::empty({2048}, fk::DType::kBF16)), "");
 }

@@ -52,7 +52,11 @@ constexpr int kThreads = 512;
 struct Signals {
   uint32_t flag[2][kMaxBlocks][kMaxRanks];  ///< [phase][block][from rank]: the last epoch that rank's block reached
   uint32_t epoch[kMaxBlocks];                ///< this rank's calls per block (only its own blocks touch it)
+  uint32_t lamport_epoch[kMaxBlocks];        ///< the same for the Lamport kernel (Note [Lamport all-reduce])
+  int64_t lamport_bytes[kMaxBlocks];         ///< the message bytes of the block's previous Lamport call
 };
+/// The Lamport kernel's grid: fixed, so that every block counts every call (Note [Lamport all-reduce]).
+constexpr int kLamportGrid = 16;
 /// Bytes before the staging halves (the signal area, rounded up).
 constexpr int64_t kSignalBytes = (sizeof(Signals) + 4095) / 4096 * 4096;
 
@@ -61,6 +65,7 @@ struct Args {
   int rank;
   int64_t n;              ///< elements
   int64_t half_bytes;     ///< the size of one staging / result half (the largest message)
+  int64_t lamport_bytes;  ///< the size of one Lamport slot (the Lamport kernel's largest message)
   uint64_t timeout_ns;
 };
 
@@ -263,6 +268,165 @@ __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>:
     }
   }
   end_call(a, epoch);
+}
+
+
+// Note [Lamport all-reduce]
+// The one-shot above pulls: a barrier (a flag written to every peer, the peers' flags awaited), then
+// reads over NVLink, each a round trip. The Lamport variant pushes and needs no flag: every rank
+// writes its input straight into its own slot of every peer's receive buffer, and a reader spins on
+// the values themselves until none is the sentinel, which a writer never sends: negative zero for
+// bf16 / f16 (sent as +0, the same in any sum), for f32 the bits 0x80008000 (a denormal of -4.6e-41,
+// sent as +0), so that one 32-bit pattern 0x80008000 clears a buffer for every dtype. Three buffers rotate with the call's epoch: call k writes
+// buffer k % 3 and clears (to the sentinel) the slots of buffer (k - 1) % 3 it read in the previous
+// call. A peer writes into that buffer again only in call k + 2, which it starts after seeing this
+// rank's writes of call k + 1, issued after call k (and its clearing) ended. A rank's own slot is
+// never written: its own values come from its input. The sum is in rank order 0..n-1 in fp32, as
+// the one-shot's, so both give the same bits. Every block must count every call (the epoch picks
+// the buffer), hence one fixed grid; each block remembers the previous call's bytes to clear them.
+// The production counterpart is TensorRT-LLM's Lamport one-shot all-reduce (in vLLM through
+// FlashInfer's trtllm_allreduce_fusion); PyTorch's symmetric-memory one_shot_all_reduce pulls.
+
+template <class T> struct Sentinel;
+template <> struct Sentinel<__nv_bfloat16> { static constexpr uint32_t kBits = 0x8000u; using U = uint16_t; };
+template <> struct Sentinel<__half> { static constexpr uint32_t kBits = 0x8000u; using U = uint16_t; };
+template <> struct Sentinel<float> { static constexpr uint32_t kBits = 0x80008000u; using U = uint32_t; };
+/// Every Lamport buffer's cleared state, one word for every dtype.
+constexpr uint32_t kLamportClear = 0x80008000u;
+
+template <class T> __device__ __forceinline__ T lamport_clean(T v) {
+  using U = typename Sentinel<T>::U;
+  U u;
+  memcpy(&u, &v, sizeof u);
+  if (u == U(Sentinel<T>::kBits)) u = 0;
+  memcpy(&v, &u, sizeof u);
+  return v;
+}
+template <class T> __device__ __forceinline__ bool is_sentinel(T v) {
+  using U = typename Sentinel<T>::U;
+  U u;
+  memcpy(&u, &v, sizeof u);
+  return u == U(Sentinel<T>::kBits);
+}
+__device__ __forceinline__ uint4 ld_volatile16(const void* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+template <class T> __device__ __forceinline__ T ld_volatile(const T* p) {
+  using U = typename Sentinel<T>::U;
+  U u;
+  if constexpr (sizeof(U) == 2) asm volatile("ld.volatile.global.u16 %0, [%1];" : "=h"(u) : "l"(p) : "memory");
+  else asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(u) : "l"(p) : "memory");
+  T v;
+  memcpy(&v, &u, sizeof u);
+  return v;
+}
+template <class T> __device__ __forceinline__ T* lamport_slot(const Args& a, int rank, uint32_t buffer, int slot, int world) {
+  return reinterpret_cast<T*>(a.base[rank] + kSignalBytes + 4 * a.half_bytes + (int64_t(buffer) * world + slot) * a.lamport_bytes);
+}
+__device__ __forceinline__ void lamport_timeout(const Args& a, uint64_t t0, int peer, uint32_t epoch) {
+  if (global_timer_ns() - t0 > a.timeout_ns) {
+    printf("fk peer all-reduce (Lamport): rank %d block %d waited %.1f s for rank %d's values of call %u; a peer is gone or the ranks' calls differ\n",
+           a.rank, int(blockIdx.x), double(a.timeout_ns) * 1e-9, peer, epoch);
+    __trap();
+  }
+}
+
+/// Lamport one-shot: out = the sum over the ranks of in (out may be in); grid = kLamportGrid.
+template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_kernel(Args a, const T* in, T* out) {
+  constexpr int N = Vec16<T>::kN;
+  Signals* sig = reinterpret_cast<Signals*>(a.base[a.rank]);
+  __shared__ uint32_t s_epoch;
+  __shared__ int64_t s_prev_bytes;
+  if (threadIdx.x == 0) {
+    s_epoch = sig->lamport_epoch[blockIdx.x] + 1;
+    s_prev_bytes = sig->lamport_bytes[blockIdx.x];
+  }
+  __syncthreads();
+  const uint32_t epoch = s_epoch, buf = epoch % 3u, prev = (epoch + 2u) % 3u;
+  const int64_t full = a.n / N, stride = int64_t(gridDim.x) * blockDim.x, first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  // 1. Push: this rank's values into its slot of every peer's buffer `buf`.
+  for (int64_t i = first; i < full; i += stride) {
+    Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(in + i * N);
+#pragma unroll
+    for (int k = 0; k < N; ++k) v.v[k] = lamport_clean(v.v[k]);
+#pragma unroll
+    for (int p = 0; p < W; ++p)
+      if (p != a.rank) *reinterpret_cast<Vec16<T>*>(lamport_slot<T>(a, p, buf, a.rank, W) + i * N) = v;
+  }
+  for (int64_t e = full * N + first; e < a.n; e += stride) {
+    const T v = lamport_clean(in[e]);
+#pragma unroll
+    for (int p = 0; p < W; ++p)
+      if (p != a.rank) lamport_slot<T>(a, p, buf, a.rank, W)[e] = v;
+  }
+  // 2. Clear what the previous call read here (its peers' slots of buffer `prev`; whole 16-byte words,
+  //    whatever that call's dtype: the previous call has ended, and no peer writes `prev` before call k + 2).
+  {
+    const int64_t words = (s_prev_bytes + 15) / 16;
+    const uint4 z = make_uint4(kLamportClear, kLamportClear, kLamportClear, kLamportClear);
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      if (p == a.rank) continue;
+      uint4* slot = reinterpret_cast<uint4*>(lamport_slot<T>(a, a.rank, prev, p, W));
+      for (int64_t i = first; i < words; i += stride) slot[i] = z;
+    }
+  }
+  // 3. Sum in rank order once every peer's values are here.
+  for (int64_t i = first; i < full; i += stride) {
+    float acc[N] = {};
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      Vec16<T> v;
+      if (p == a.rank) {
+        v = *reinterpret_cast<const Vec16<T>*>(in + i * N);
+#pragma unroll
+        for (int k = 0; k < N; ++k) v.v[k] = lamport_clean(v.v[k]);
+      } else {
+        const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + i * N;
+        const uint64_t t0 = global_timer_ns();
+        for (uint32_t spin = 0;; ++spin) {
+          *reinterpret_cast<uint4*>(&v) = ld_volatile16(src);
+          bool ready = true;
+#pragma unroll
+          for (int k = 0; k < N; ++k) ready &= !is_sentinel(v.v[k]);
+          if (ready) break;
+          if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < N; ++k) acc[k] += to_float(v.v[k]);
+    }
+    Vec16<T> o;
+#pragma unroll
+    for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(acc[k]);
+    *reinterpret_cast<Vec16<T>*>(out + i * N) = o;
+  }
+  for (int64_t e = full * N + first; e < a.n; e += stride) {
+    float acc = 0.f;
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      T v;
+      if (p == a.rank) v = lamport_clean(in[e]);
+      else {
+        const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + e;
+        const uint64_t t0 = global_timer_ns();
+        for (uint32_t spin = 0;; ++spin) {
+          v = ld_volatile(src);
+          if (!is_sentinel(v)) break;
+          if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
+        }
+      }
+      acc += to_float(v);
+    }
+    out[e] = from_float<T>(acc);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sig->lamport_epoch[blockIdx.x] = epoch;
+    sig->lamport_bytes[blockIdx.x] = a.n * int64_t(sizeof(T));
+  }
 }
 
 }  // namespace fk::kernels::peer_ar

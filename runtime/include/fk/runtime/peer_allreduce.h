@@ -2,8 +2,9 @@
 // two-shot kernels (Note [Peer all-reduce] in fk/kernels/peer_allreduce.cuh), buffers registered
 // once and mapped by every rank, capturable in CUDA graphs. As vLLM's CustomAllreduce, it serves
 // the ranks of one host whose GPUs reach each other directly; messages larger than its buffer, or
-// GPUs without peer access, go to NCCL (Communicator::all_reduce_). The choice between one-shot and
-// two-shot (kAuto) is by world size and message size (Note [Peer all-reduce choice]).
+// GPUs without peer access, go to NCCL (Communicator::all_reduce_). The choice between the Lamport
+// one-shot, one-shot and two-shot (kAuto) is by world size and message size (Note [Peer all-reduce
+// choice]).
 #pragma once
 
 #include <chrono>
@@ -16,17 +17,20 @@ namespace fk::dist {
 
 class PeerAllReduce {
  public:
-  enum class Algo { kAuto, kOneShot, kTwoShot };
+  enum class Algo { kAuto, kOneShot, kTwoShot, kLamport };
   /// Joins every rank of store.env() (all on this host, the current device being the rank's GPU):
   /// allocates and maps the buffers (messages up to max_bytes). Throws naming the reason where the
   /// GPUs cannot reach each other or the ranks span hosts. `timeout` bounds the join and each
   /// kernel's wait for a peer (past it the kernel traps).
-  PeerAllReduce(TcpStore& store, int64_t max_bytes = int64_t(8) << 20, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// lamport_bytes: the Lamport kernel's largest message (Note [Lamport all-reduce]; at most max_bytes).
+  PeerAllReduce(TcpStore& store, int64_t max_bytes = int64_t(8) << 20, std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                int64_t lamport_bytes = int64_t(1) << 20);
   ~PeerAllReduce();
   PeerAllReduce(const PeerAllReduce&) = delete;
   PeerAllReduce& operator=(const PeerAllReduce&) = delete;
 
   int64_t max_bytes() const { return max_bytes_; }
+  int64_t lamport_bytes() const { return lamport_bytes_; }
   int world_size() const { return world_; }
   /// Why t cannot go through this all-reduce ("" when it can): dtype bf16 / f16 / f32, contiguous,
   /// 16-byte aligned, at most max_bytes.
@@ -49,7 +53,7 @@ class PeerAllReduce {
  private:
   TcpStore& store_;
   int rank_ = 0, world_ = 1, device_ = 0, generation_ = 0;
-  int64_t max_bytes_ = 0;
+  int64_t max_bytes_ = 0, lamport_bytes_ = 0;
   uint64_t timeout_ns_ = 0;
   char* own_ = nullptr;
   char* mapped_[8] = {};

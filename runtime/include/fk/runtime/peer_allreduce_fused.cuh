@@ -37,6 +37,7 @@ void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& 
   a.rank = par.rank();
   a.n = x.numel();
   a.half_bytes = par.max_bytes();
+  a.lamport_bytes = par.lamport_bytes();
   a.timeout_ns = par.timeout_ns();
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, par_k::kMaxBlocks));
