@@ -46,7 +46,7 @@ def main():
                 col = r["peer"]
                 env.update({k: r[k] for k in ("torch", "nccl", "gpu") if k in r})
             t[(r["ranks"], bool(r["graph"]), int(r["bytes"]))][col] = r["us"]
-    cols = ["own_peer", "own_one_shot", "own_two_shot", "fk_nccl", "torch_nccl_all_reduce", "symm_one_shot", "symm_two_shot",
+    cols = ["own_peer", "own_lamport", "own_one_shot", "own_two_shot", "fk_nccl", "torch_nccl_all_reduce", "symm_one_shot", "symm_two_shot",
             "symm_one_shot_copy"]
     out = ["# All-reduce: the own peer all-reduce beside NCCL and PyTorch symmetric memory (bf16, us per call)", "",
            f"Environment: {json.dumps(env)}. NCCL = the faster of fk's and torch.distributed's NCCL call. "

@@ -148,6 +148,8 @@ int main(int argc, char** argv) {
     // barrier alone leaves them as far apart as the store's round trips, which a short sweep row shows).
     Tensor align = fk::empty({1}, fk::DType::kF32);
     FK_CUDA_CHECK(cudaMemsetAsync(align.data_ptr(), 0, 4, s));
+    comm.all_reduce_(align);  // NCCL's first call sets up its connections: not inside the first row
+    comm.synchronize(s);
     unsigned long long* wrong_d = nullptr;
     FK_CUDA_CHECK(cudaMalloc(&wrong_d, sizeof(unsigned long long)));
     if (r == 0)
