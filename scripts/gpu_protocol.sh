@@ -157,7 +157,7 @@ for step in "${steps[@]}"; do
           timeout 120 "$b/fk_launch" --nproc "$n" --grace 2 -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=*KilledRank* >"$P/dist_killed_$n.log" 2>&1
           say "killed-rank test ($n ranks) rc=$?"
         fi
-        for op in all_reduce all_reduce_peer all_reduce_one_shot all_reduce_two_shot all_gather reduce_scatter; do
+        for op in all_reduce all_reduce_peer all_reduce_lamport all_reduce_one_shot all_reduce_two_shot all_gather reduce_scatter; do
           for mode in eager graph; do
             timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $op --min-bytes 8 --max-bytes 1G \
               $([ $mode = graph ] && echo --graph) --jsonl "$P/coll_${n}r.jsonl" >"$P/coll_${n}r_${op}_$mode.log" 2>&1

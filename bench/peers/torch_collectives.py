@@ -11,9 +11,9 @@ Peers, each over the same sizes (8 B to --max-bytes, x2), eager and as one CUDA 
   symm_two_shot        torch.ops.symm_mem.two_shot_all_reduce_ (in place), the same
   symm_one_shot_copy   the input copied into the symmetric buffer first, then one-shot (what vLLM's
                        SymmMemCommunicator does per call; fk's own all-reduce copies inside its kernel)
-symm_* run up to --symm-max-bytes (the buffer). Method: the ranks lined up by a one-element
-all-reduce right before the first timed call, CUDA events around --iters calls after --warmup, each
-rank's mean; the row is the slowest rank's (a MAX all-reduce). busbw as nccl-tests: algbw x 2 (n-1)/n
+symm_* run up to --symm-max-bytes (the buffer). Method (fk_collectives'): CUDA events around --iters
+calls after --warmup, --runs times, each run started by a one-element all-reduce that lines the ranks
+up; a rank's time per call is the median of its runs; the row is the slowest rank's. busbw as nccl-tests: algbw x 2 (n-1)/n
 for all-reduce, x (n-1)/n for all-gather / reduce-scatter (bytes: the larger buffer's). A peer that
 raises is written as an error row. NCCL_NVLS_ENABLE=0 is set (no NVLink multicast).
 """
@@ -32,7 +32,7 @@ def parse_bytes(s):
     return int(float(s[:-1]) * mult[s[-1]]) if s[-1] in mult else int(s)
 
 
-def timed(fn, iters, warmup, graph, align):
+def timed(fn, iters, warmup, graph, align, runs):
     for _ in range(warmup):
         fn()
     g = None
@@ -47,19 +47,23 @@ def timed(fn, iters, warmup, graph, align):
             for _ in range(iters):
                 fn()
         g.replay()
-    torch.cuda.synchronize()
-    dist.barrier()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    dist.all_reduce(align)
-    e0.record()
-    if g is not None:
-        g.replay()
-    else:
-        for _ in range(iters):
-            fn()
-    e1.record()
-    torch.cuda.synchronize()
-    us = torch.tensor([e0.elapsed_time(e1) * 1000.0 / iters], device="cuda", dtype=torch.float64)
+    runs_us = []
+    for _ in range(runs):
+        torch.cuda.synchronize()
+        dist.barrier()
+        dist.all_reduce(align)
+        e0.record()
+        if g is not None:
+            g.replay()
+        else:
+            for _ in range(iters):
+                fn()
+        e1.record()
+        torch.cuda.synchronize()
+        runs_us.append(e0.elapsed_time(e1) * 1000.0 / iters)
+    runs_us.sort()
+    us = torch.tensor([runs_us[len(runs_us) // 2]], device="cuda", dtype=torch.float64)
     per_rank = [torch.zeros_like(us) for _ in range(dist.get_world_size())]
     dist.all_gather(per_rank, us)
     return [float(x.item()) for x in per_rank]
@@ -73,6 +77,7 @@ def main():
     ap.add_argument("--symm-max-bytes", default="64M")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--peers", default="torch_nccl_all_reduce,torch_nccl_all_gather,torch_nccl_reduce_scatter,"
                     "symm_one_shot,symm_two_shot,symm_one_shot_copy")
     ap.add_argument("--modes", default="eager,graph")
@@ -85,7 +90,7 @@ def main():
     dt = torch.bfloat16
     align = torch.zeros(1, device="cuda")
     env = {"torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())), "gpu": torch.cuda.get_device_name(),
-           "ranks": w, "dtype": "bf16", "iters": a.iters}
+           "ranks": w, "dtype": "bf16", "iters": a.iters, "runs": a.runs}
     symm = None
     symm_max = parse_bytes(a.symm_max_bytes)
     peers = a.peers.split(",")
@@ -132,7 +137,7 @@ def main():
                                 view.copy_(src)
                                 return torch.ops.symm_mem.one_shot_all_reduce(view, "sum", group_name)
                         bus, nbytes = 2.0 * (w - 1) / w, n * 2
-                    per_rank = timed(fn, a.iters, a.warmup, mode == "graph", align)
+                    per_rank = timed(fn, a.iters, a.warmup, mode == "graph", align, a.runs)
                     us = max(per_rank)
                     row.update(bytes=nbytes, us=us, us_per_rank=per_rank, algbw_gbps=nbytes / (us * 1e3),
                                busbw_gbps=nbytes / (us * 1e3) * bus)

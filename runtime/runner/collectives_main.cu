@@ -4,7 +4,8 @@
 // For each message size: one checked call whose inputs make every result exactly representable
 // (small integers), the wrong elements counted on every rank (#wrong, summed over the ranks); then
 // --iters calls timed with CUDA events after --warmup (eager, or one CUDA graph of the iters with
-// --graph); the time of a call is each rank's mean, the row reports the slowest rank's. Bandwidths as
+// --graph), --runs times, each run started by a one-element NCCL all-reduce that lines the ranks'
+// streams up; a rank's time per call is the median over its runs, the row reports the slowest rank's. Bandwidths as
 // nccl-tests defines them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n for all_reduce and
 // (n - 1) / n for all_gather / reduce_scatter (bytes: the larger buffer's), n the ranks.
 #include <cuda_runtime.h>
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
   app.add_option("--factor", factor, "size step")->check(CLI::Range(1.01, 1024.0));
   app.add_option("--iters", iters, "timed calls per size")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed calls first")->check(CLI::Range(0, 100000));
+  int runs = 5;
+  app.add_option("--runs", runs, "timed repetitions of the iters calls per size; a rank's time is their median")->check(CLI::Range(1, 1000));
   app.add_flag("--graph", graph, "time one CUDA graph of the iters calls (production decode captures collectives)");
   app.add_option("--jsonl", jsonl, "append one JSON line per size (rank 0)");
   CLI11_PARSE(app, argc, argv);
@@ -237,20 +240,26 @@ int main(int argc, char** argv) {
         FK_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm the graph
       }
       comm.synchronize(s);
-      store.barrier("sweep/" + std::to_string(step) + "/start");
-      comm.all_reduce_(align);
-      FK_CUDA_CHECK(cudaEventRecord(e0, s));
-      if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
-      else
-        for (int i = 0; i < iters; ++i) call();
-      FK_CUDA_CHECK(cudaEventRecord(e1, s));
-      comm.synchronize(s);
-      float ms = 0;
-      FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      // `runs` timed repetitions, each lined up anew; a rank's time is the median of its runs.
+      std::vector<double> run_us;
+      for (int rep = 0; rep < runs; ++rep) {
+        store.barrier("sweep/" + std::to_string(step) + "/start/" + std::to_string(rep));
+        comm.all_reduce_(align);
+        FK_CUDA_CHECK(cudaEventRecord(e0, s));
+        if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        else
+          for (int i = 0; i < iters; ++i) call();
+        FK_CUDA_CHECK(cudaEventRecord(e1, s));
+        comm.synchronize(s);
+        float ms = 0;
+        FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        run_us.push_back(1000.0 * ms / iters);
+      }
       if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
       FK_CUDA_CHECK(cudaEventDestroy(e0));
       FK_CUDA_CHECK(cudaEventDestroy(e1));
-      const double us = 1000.0 * ms / iters;
+      std::sort(run_us.begin(), run_us.end());
+      const double us = run_us[run_us.size() / 2];
       // The slowest rank and the wrong elements of every rank, through the store.
       const std::string k = "sweep/" + std::to_string(step) + "/";
       store.set(k + "us/" + std::to_string(r), std::to_string(us));
@@ -271,7 +280,7 @@ int main(int argc, char** argv) {
           nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"dtype", dtype}, {"ranks", w}, {"launcher", env.launcher},
                            {"algo", peer ? fk::dist::algo_name(algo == fk::dist::PeerAllReduce::Algo::kAuto ? par->choose(count * esize) : algo) : fused ? "one_shot" : "nccl"},
                            {"graph", graph}, {"bytes", bytes}, {"count", count}, {"us", slowest}, {"us_per_rank", per_rank},
-                           {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus}, {"wrong", total_wrong}, {"iters", iters}};
+                           {"algbw_gbps", algbw}, {"busbw_gbps", algbw * bus}, {"wrong", total_wrong}, {"iters", iters}, {"runs", runs}};
           if (norm) j["hidden"] = hidden, j["rows"] = count / hidden;
           std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";
         }

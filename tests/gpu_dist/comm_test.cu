@@ -231,6 +231,7 @@ TEST(PeerAllReduce, FusedAddRmsNormEqualsTheUnfusedPair) {
   if (e.world_size != 2 && e.world_size != 4 && e.world_size != 8) GTEST_SKIP() << "the fused kernel serves 2, 4 or 8 ranks";
   fk::dist::PeerAllReduce par(store(), int64_t(4) << 20, 30s);
   constexpr int H = 4096;
+  for (auto algo : {fk::dist::PeerAllReduce::Algo::kLamport, fk::dist::PeerAllReduce::Algo::kOneShot})
   for (int64_t rows : {1, 7, 64, 100}) {
     const int64_t n = rows * H;
     const uint64_t salt = 500 + uint64_t(rows);
@@ -238,13 +239,15 @@ TEST(PeerAllReduce, FusedAddRmsNormEqualsTheUnfusedPair) {
     fk::Tensor res = fk::to_device(peer_input<fk::bf16>(99, n, salt), {rows, H});  // the residual is the same on every rank
     const fk::Tensor w = fk::to_device(peer_input<fk::bf16>(98, H, salt), {H});
     fk::Tensor x2 = fk::to_device(fk::to_host<fk::bf16>(x), {rows, H}), res2 = fk::to_device(fk::to_host<fk::bf16>(res), {rows, H});
-    fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, x, res, w, 1e-5f, x);
+    fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, x, res, w, 1e-5f, x, algo);
     par.all_reduce_(x2, fk::dist::PeerAllReduce::Algo::kOneShot);
     fk::kernels::fused_add_rms_norm<H, fk::bf16>(x2.data<fk::bf16>(), H, res2.data<fk::bf16>(), H, w.data<fk::bf16>(), rows, 1e-5f,
                                                  fk::current_stream());
     FK_CUDA_CHECK(cudaStreamSynchronize(fk::current_stream()));
-    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(x), fk::to_host<fk::bf16>(x2)), 0) << rows << " rows: the normed output";
-    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(res), fk::to_host<fk::bf16>(res2)), 0) << rows << " rows: the residual";
+    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(x), fk::to_host<fk::bf16>(x2)), 0)
+        << fk::dist::algo_name(algo) << ", " << rows << " rows: the normed output";
+    EXPECT_EQ(count_unequal(fk::to_host<fk::bf16>(res), fk::to_host<fk::bf16>(res2)), 0)
+        << fk::dist::algo_name(algo) << ", " << rows << " rows: the residual";
   }
   fk::Tensor bad = fk::empty({3, 100}, fk::DType::kBF16);
   EXPECT_THROW((fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, bad, bad, bad, 1e-5f, bad)), std::runtime_error);

@@ -429,4 +429,115 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_ke
   }
 }
 
+/// The Lamport form of one_shot_add_rms_norm_kernel: x pushed into every peer's buffer, the sums formed
+/// as they arrive (Note [Lamport all-reduce]), then fused_add_rms_norm's arithmetic as above; grid =
+/// kLamportGrid, blockDim = RmsNormShape<kHidden, T>::kThreads. out may be x.
+template <int kHidden, class T, int W>
+__global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads)
+    lamport_add_rms_norm_kernel(Args a, const T* x, T* residual, const T* __restrict__ weight, T* out, int64_t rows, float eps) {
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+  constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
+  __shared__ float scratch[32];
+  Signals* sig = reinterpret_cast<Signals*>(a.base[a.rank]);
+  __shared__ uint32_t s_epoch;
+  __shared__ int64_t s_prev_bytes;
+  if (threadIdx.x == 0) {
+    s_epoch = sig->lamport_epoch[blockIdx.x] + 1;
+    s_prev_bytes = sig->lamport_bytes[blockIdx.x];
+  }
+  __syncthreads();
+  const uint32_t epoch = s_epoch, buf = epoch % 3u, prev = (epoch + 2u) % 3u;
+  // 1. Push this block's rows.
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x)
+    for (int vi = threadIdx.x; vi < S::kVecs; vi += blockDim.x) {
+      Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) v.v[k] = lamport_clean(v.v[k]);
+#pragma unroll
+      for (int p = 0; p < W; ++p)
+        if (p != a.rank) *reinterpret_cast<Vec16<T>*>(lamport_slot<T>(a, p, buf, a.rank, W) + row * kHidden + vi * kN) = v;
+    }
+  // 2. Clear what the previous call read here.
+  {
+    const int64_t words = (s_prev_bytes + 15) / 16, stride = int64_t(gridDim.x) * blockDim.x;
+    const uint4 z = make_uint4(kLamportClear, kLamportClear, kLamportClear, kLamportClear);
+#pragma unroll
+    for (int p = 0; p < W; ++p) {
+      if (p == a.rank) continue;
+      uint4* slot = reinterpret_cast<uint4*>(lamport_slot<T>(a, a.rank, prev, p, W));
+      for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) slot[i] = z;
+    }
+  }
+  // 3. Per row: the sum as the values arrive, the residual add, the norm.
+  Vec16<T> w[kV];
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
+  }
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Vec16<T> v[kV];
+    float sumsq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+        float acc[kN] = {};
+#pragma unroll
+        for (int p = 0; p < W; ++p) {
+          Vec16<T> pv;
+          if (p == a.rank) {
+            pv = *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN);
+#pragma unroll
+            for (int k = 0; k < kN; ++k) pv.v[k] = lamport_clean(pv.v[k]);
+          } else {
+            const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + row * kHidden + vi * kN;
+            const uint64_t t0 = global_timer_ns();
+            for (uint32_t spin = 0;; ++spin) {
+              *reinterpret_cast<uint4*>(&pv) = ld_volatile16(src);
+              bool ready = true;
+#pragma unroll
+              for (int k = 0; k < kN; ++k) ready &= !is_sentinel(pv.v[k]);
+              if (ready) break;
+              if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
+            }
+          }
+#pragma unroll
+          for (int k = 0; k < kN; ++k) acc[k] += to_float(pv.v[k]);
+        }
+        Vec16<T> r;
+        *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual + row * kHidden + vi * kN));
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          float z = to_float(from_float<T>(acc[j]));
+          z += to_float(r.v[j]);
+          v[i].v[j] = from_float<T>(z);
+          sumsq += z * z;
+        }
+        *reinterpret_cast<uint4*>(residual + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
+      }
+    }
+    const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
+    const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      const int vi = threadIdx.x + i * S::kThreads;
+      if (vi < S::kVecs) {
+        Vec16<T> o;
+#pragma unroll
+        for (int j = 0; j < kN; ++j) {
+          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
+        }
+        *reinterpret_cast<uint4*>(out + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&o);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    sig->lamport_epoch[blockIdx.x] = epoch;
+    sig->lamport_bytes[blockIdx.x] = rows * int64_t(kHidden) * int64_t(sizeof(T));
+  }
+}
+
 }  // namespace fk::kernels::peer_ar

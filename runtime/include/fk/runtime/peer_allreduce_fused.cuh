@@ -18,9 +18,11 @@ namespace fk::dist {
 /// x [rows, kHidden] summed over the ranks; then residual += that sum (in T), out = RMSNorm(residual)
 /// x weight (vLLM's fused_add_rms_norm: statistics in fp32, the residual kept in T). Equal bitwise to
 /// par.all_reduce_(x) followed by fk::kernels::fused_add_rms_norm<kHidden>. out may be x. Every rank
-/// makes the same call; enqueued on fk::current_stream(), capturable.
+/// makes the same call; enqueued on fk::current_stream(), capturable. algo: kLamport (the default
+/// where the rows fit the Lamport slot; Note [Lamport all-reduce]) or kOneShot (pulling).
 template <int kHidden, class T>
-void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out) {
+void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& residual, const Tensor& weight, float eps, Tensor& out,
+                             PeerAllReduce::Algo algo = PeerAllReduce::Algo::kAuto) {
   par.require(x, "all_reduce_add_rms_norm's input");
   par.require(residual, "all_reduce_add_rms_norm's residual");
   par.require(out, "all_reduce_add_rms_norm's output");
@@ -40,14 +42,25 @@ void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& 
   a.lamport_bytes = par.lamport_bytes();
   a.timeout_ns = par.timeout_ns();
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rows, par_k::kMaxBlocks));
+  const int64_t bytes = x.numel() * static_cast<int64_t>(sizeof(T));
+  if (algo == PeerAllReduce::Algo::kAuto) algo = bytes <= par.lamport_bytes() ? PeerAllReduce::Algo::kLamport : PeerAllReduce::Algo::kOneShot;
+  if (algo != PeerAllReduce::Algo::kLamport && algo != PeerAllReduce::Algo::kOneShot)
+    throw std::runtime_error(std::string("all_reduce_add_rms_norm: algorithm ") + algo_name(algo) + " (lamport or one_shot expected)");
+  if (algo == PeerAllReduce::Algo::kLamport && bytes > par.lamport_bytes())
+    throw std::runtime_error("all_reduce_add_rms_norm: " + std::to_string(bytes) + " bytes, above the Lamport buffer's " +
+                             std::to_string(par.lamport_bytes()));
+  const bool lamport = algo == PeerAllReduce::Algo::kLamport;
+  const unsigned grid = lamport ? par_k::kLamportGrid : static_cast<unsigned>(std::min<int64_t>(rows, par_k::kMaxBlocks));
   const cudaStream_t s = current_stream();
   const T* xp = x.data<T>();
   T *rp = residual.data<T>(), *op = out.data<T>();
   const T* wp = weight.data<T>();
   switch (par.world_size()) {
-#define FK_FUSED_CASE(W) \
-  case W: par_k::one_shot_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps); break;
+#define FK_FUSED_CASE(W)                                                                                      \
+  case W:                                                                                                     \
+    if (lamport) par_k::lamport_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps); \
+    else par_k::one_shot_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps);         \
+    break;
     FK_FUSED_CASE(2)
     FK_FUSED_CASE(4)
     FK_FUSED_CASE(8)
