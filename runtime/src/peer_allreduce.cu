@@ -89,22 +89,30 @@ PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::mi
   device_ = env.local_rank % devices;  // the Communicator's choice (Note [Communicator])
   FK_CUDA_CHECK(cudaSetDevice(device_));
   const std::string k = "fk/peer_ar/" + std::to_string(generation_) + "/";
-  // Every GPU must reach every other directly (NVLink or PCIe peer-to-peer).
+  // Every GPU must reach every other directly (NVLink or PCIe peer-to-peer). Each rank publishes its
+  // verdict before any buffer is mapped, so that all ranks give up together, naming the first reason.
   char bus[64] = {};
   FK_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device_));
   store_.set(k + "bus/" + std::to_string(rank_), bus);
-  for (int p = 0; p < world_; ++p) {
+  std::string problem;
+  for (int p = 0; p < world_ && problem.empty(); ++p) {
     if (p == rank_) continue;
     const std::string theirs = store_.get(k + "bus/" + std::to_string(p));
-    int dev = -1;
-    if (cudaDeviceGetByPCIBusId(&dev, theirs.c_str()) != cudaSuccess)
-      throw std::runtime_error(who + ": rank " + std::to_string(p) + "'s GPU (" + theirs + ") is not visible to this process (CUDA_VISIBLE_DEVICES " +
-                               "must show every local GPU to every rank)");
-    int can = 0;
-    FK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device_, dev));
-    if (!can)
-      throw std::runtime_error(who + ": GPU " + bus + " cannot access rank " + std::to_string(p) + "'s GPU " + theirs +
-                               " directly (no NVLink / peer-to-peer path): use the NCCL all-reduce");
+    int dev = -1, can = 0;
+    if (cudaDeviceGetByPCIBusId(&dev, theirs.c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      problem = "rank " + std::to_string(p) + "'s GPU (" + theirs + ") is not visible to rank " + std::to_string(rank_) +
+                " (CUDA_VISIBLE_DEVICES must show every local GPU to every rank)";
+    } else if (cudaDeviceCanAccessPeer(&can, device_, dev) != cudaSuccess || !can) {
+      (void)cudaGetLastError();
+      problem = std::string("GPU ") + bus + " (rank " + std::to_string(rank_) + ") cannot access rank " + std::to_string(p) + "'s GPU " +
+                theirs + " directly (no NVLink / peer-to-peer path): use the NCCL all-reduce";
+    }
+  }
+  store_.set(k + "verdict/" + std::to_string(rank_), problem.empty() ? "ok" : problem);
+  for (int p = 0; p < world_; ++p) {
+    const std::string v = store_.get(k + "verdict/" + std::to_string(p));
+    if (v != "ok") throw std::runtime_error(who + ": " + v);
   }
   const int64_t lamport_total = 3 * int64_t(world_) * lamport_bytes_;
   const size_t total = static_cast<size_t>(par::kSignalBytes + 4 * max_bytes_ + lamport_total);

@@ -19,6 +19,7 @@
 #include "fk/kernels/rms_norm.cuh"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
+#include "fk/runtime/parallel_state.h"
 
 namespace {
 
@@ -251,6 +252,64 @@ TEST(PeerAllReduce, FusedAddRmsNormEqualsTheUnfusedPair) {
   }
   fk::Tensor bad = fk::empty({3, 100}, fk::DType::kBF16);
   EXPECT_THROW((fk::dist::all_reduce_add_rms_norm<H, fk::bf16>(par, bad, bad, bad, 1e-5f, bad)), std::runtime_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The group coordinator (fk/runtime/parallel_state.h, Note [Group all-reduce choice]).
+
+TEST(GroupCoordinator, AllReduceGatherScatter) {
+  FK_REQUIRE_RANKS();
+  fk::dist::GroupCoordinator g(store(), 30s, /*use_peer=*/true, /*peer_max_bytes=*/64 << 10);
+  const int w = g.world_size(), r = g.rank();
+  EXPECT_TRUE(g.peer() != nullptr) << g.peer_unavailable();
+  const float ranks = float(w * (w + 1) / 2);
+  // Small (the peer all-reduce) and large (above its 64 KiB: NCCL), in place and out of place.
+  for (int64_t n : {int64_t(1000), int64_t(1) << 18}) {
+    fk::Tensor t = fk::to_device(std::vector<float>(size_t(n), float(r + 1)), {n});
+    const fk::Tensor sum = g.all_reduce(t);
+    g.all_reduce_(t);
+    g.synchronize(fk::current_stream());
+    for (float v : host_of<float>(sum)) ASSERT_EQ(v, ranks) << n;
+    for (float v : host_of<float>(t)) ASSERT_EQ(v, ranks) << n;
+  }
+  // all_gather along the last dimension: rank q's [3, 5] block lands in columns [5q, 5q + 5).
+  std::vector<float> x(15);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) x[size_t(i * 5 + j)] = float(r * 100 + i * 10 + j);
+  const fk::Tensor gathered = g.all_gather_last_dim(fk::to_device(x, {3, 5}));
+  g.synchronize(fk::current_stream());
+  ASSERT_EQ(gathered.sizes(), (fk::Shape{3, 5 * w}));
+  const std::vector<float> gh = host_of<float>(gathered);
+  for (int i = 0; i < 3; ++i)
+    for (int q = 0; q < w; ++q)
+      for (int j = 0; j < 5; ++j) ASSERT_EQ(gh[size_t(i * 5 * w + q * 5 + j)], float(q * 100 + i * 10 + j)) << i << "," << q << "," << j;
+  // reduce_scatter along the first dimension: rank r keeps rows [2r, 2r + 2) summed over the ranks.
+  std::vector<float> z(size_t(2 * w * 4));
+  for (int row = 0; row < 2 * w; ++row)
+    for (int j = 0; j < 4; ++j) z[size_t(row * 4 + j)] = float((r + 1) * (row + 1));
+  const fk::Tensor part = g.reduce_scatter_first_dim(fk::to_device(z, {2 * w, 4}));
+  g.synchronize(fk::current_stream());
+  ASSERT_EQ(part.sizes(), (fk::Shape{2, 4}));
+  const std::vector<float> ph = host_of<float>(part);
+  for (int row = 0; row < 2; ++row)
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(ph[size_t(row * 4 + j)], ranks * float(2 * r + row + 1));
+}
+
+TEST(GroupCoordinator, TpGroupIsInstalledOrNamesHowToStartOne) {
+  FK_REQUIRE_RANKS();
+  EXPECT_EQ(fk::dist::tp_world_size(), 1);
+  try {
+    fk::dist::tp_group();
+    ADD_FAILURE() << "tp_group() without a group";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("fk_launch --nproc N"), std::string::npos) << e.what();
+  }
+  fk::dist::GroupCoordinator g(store(), 30s, /*use_peer=*/false);
+  fk::dist::set_tp_group(&g);
+  EXPECT_EQ(fk::dist::tp_world_size(), g.world_size());
+  EXPECT_EQ(&fk::dist::tp_group(), &g);
+  EXPECT_EQ(g.peer(), nullptr);
+  fk::dist::set_tp_group(nullptr);
 }
 
 TEST(PeerAllReduce, RefusesWhatItCannotServeNamingWhy) {

@@ -1,0 +1,66 @@
+// The job's process groups as tasks use them (issue 23): the counterpart of vLLM's GroupCoordinator
+// (vllm.distributed.parallel_state: get_tp_group().all_reduce / all_gather / reduce_scatter), on top
+// of the NCCL communicator (fk/runtime/comm.h) and the own all-reduce over peer memory
+// (fk/runtime/peer_allreduce.h).
+//
+// Note [Group all-reduce choice]
+// As vLLM's device communicator picks its custom all-reduce where it serves the message and NCCL
+// otherwise, all_reduce goes to the own peer all-reduce (its own choice of Lamport, one-shot or
+// two-shot) when every rank is on one host with peer access (decided once, by every rank alike: the
+// peer all-reduce's constructor agrees through the store) and the message fits its buffer, and to
+// NCCL otherwise. Both sum in a fixed order on every rank, so every rank holds the same result.
+// all_gather / reduce_scatter are NCCL's. A task sharded for tensor parallelism reaches the group
+// through tp_group(), which names how to start one when the process has none.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "fk/runtime/comm.h"
+#include "fk/runtime/peer_allreduce.h"
+
+namespace fk::dist {
+
+class GroupCoordinator {
+ public:
+  /// Every rank of store.env(); `use_peer` false: NCCL only. peer_max_bytes: the peer all-reduce's buffer.
+  GroupCoordinator(TcpStore& store, std::chrono::milliseconds timeout, bool use_peer = true, int64_t peer_max_bytes = int64_t(8) << 20);
+  ~GroupCoordinator();
+  GroupCoordinator(const GroupCoordinator&) = delete;
+  GroupCoordinator& operator=(const GroupCoordinator&) = delete;
+
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  Communicator& nccl() { return *comm_; }
+  /// The own all-reduce, or nullptr where it cannot serve this job (peer_unavailable() says why).
+  PeerAllReduce* peer() { return peer_.get(); }
+  const std::string& peer_unavailable() const { return peer_why_; }
+
+  /// The sum over the ranks, in place (Note [Group all-reduce choice]); enqueued on fk::current_stream().
+  void all_reduce_(Tensor& t);
+  /// vLLM's GroupCoordinator.all_reduce: a new tensor (the input is left as it was).
+  Tensor all_reduce(const Tensor& input);
+  /// vLLM's all_gather(input, dim=-1): every rank's [rows, n] side by side, [rows, world * n] in rank
+  /// order (2-D, contiguous).
+  Tensor all_gather_last_dim(const Tensor& input);
+  /// vLLM's reduce_scatter(input, dim=0): [rows, ...] summed over the ranks, this rank's rows / world.
+  Tensor reduce_scatter_first_dim(const Tensor& input);
+  /// Waits for the stream's collectives, bounded (Communicator::synchronize).
+  void synchronize(cudaStream_t stream) { comm_->synchronize(stream); }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<PeerAllReduce> peer_;
+  std::string peer_why_;
+};
+
+/// The process's tensor-parallel group (vLLM's get_tp_group()). Throws, naming how to start ranks,
+/// when none was installed.
+GroupCoordinator& tp_group();
+/// Installs (or, with nullptr, removes) the tensor-parallel group; the caller keeps it alive.
+void set_tp_group(GroupCoordinator* group);
+/// The tensor-parallel size: the group's world size, 1 when there is none.
+int tp_world_size();
+
+}  // namespace fk::dist
