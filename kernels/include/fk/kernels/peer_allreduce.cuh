@@ -206,6 +206,61 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) two_shot_k
   end_call(a, epoch);
 }
 
+/// The tail both fused kernels share, for one row: acc holds this thread's all-reduced sums (fp32,
+/// its vectors of the row); they are rounded to T (the all-reduce's output), the residual is added
+/// and kept in T (written back), and RMSNorm x weight goes to out, with fused_add_rms_norm's thread
+/// layout, arithmetic and block reduction.
+template <int kHidden, class T>
+__device__ __forceinline__ void add_rms_norm_row(
+    float (&acc)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread][Vec16<T>::kN], T* residual_row,
+    const Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], T* out_row, float eps, float* scratch) {
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+  constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
+  Vec16<T> v[kV];
+  float sumsq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) {
+      Vec16<T> r;
+      *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual_row + vi * kN));
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        float z = to_float(from_float<T>(acc[i][j]));  // the all-reduce's output, in T
+        z += to_float(r.v[j]);
+        v[i].v[j] = from_float<T>(z);  // the residual, kept in T (fused_add_rms_norm)
+        sumsq += z * z;
+      }
+      *reinterpret_cast<uint4*>(residual_row + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
+    }
+  }
+  const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
+  const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) {
+      Vec16<T> o;
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+        const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
+        o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
+      }
+      *reinterpret_cast<uint4*>(out_row + vi * kN) = *reinterpret_cast<const uint4*>(&o);
+    }
+  }
+}
+
+template <int kHidden, class T>
+__device__ __forceinline__ void load_weight(Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], const T* weight) {
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+#pragma unroll
+  for (int i = 0; i < S::kVecPerThread; ++i) {
+    const int vi = threadIdx.x + i * S::kThreads;
+    if (vi < S::kVecs) w[i] = load16(weight + vi * S::kVecElems);
+  }
+}
+
 /// x [rows, kHidden] all-reduced, then residual += x (rounded to T), out = RMSNorm(residual) x weight;
 /// blockDim = RmsNormShape<kHidden, T>::kThreads. out may be x.
 template <int kHidden, class T, int W>
@@ -224,52 +279,20 @@ __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>:
 #pragma unroll
   for (int p = 0; p < W; ++p) src[p] = staging<T>(a, p, epoch);
   Vec16<T> w[kV];
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
-  }
+  load_weight<kHidden, T>(w, weight);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    Vec16<T> v[kV];
-    float sumsq = 0.f;
+    float acc[kV][kN] = {};
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
       const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) {
-        float acc[kN] = {};
+      if (vi < S::kVecs)
 #pragma unroll
-        for (int p = 0; p < W; ++p) add_pack(acc, src[p] + row * kHidden, vi, kHidden);
-        Vec16<T> r;
-        *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual + row * kHidden + vi * kN));
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          float z = to_float(from_float<T>(acc[j]));  // the all-reduce's output, in T
-          z += to_float(r.v[j]);
-          v[i].v[j] = from_float<T>(z);  // the residual, kept in T (fused_add_rms_norm)
-          sumsq += z * z;
-        }
-        *reinterpret_cast<uint4*>(residual + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
-      }
+        for (int p = 0; p < W; ++p) add_pack(acc[i], src[p] + row * kHidden, vi, kHidden);
     }
-    const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
-    const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
-#pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) {
-        Vec16<T> o;
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
-          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
-        }
-        *reinterpret_cast<uint4*>(out + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&o);
-      }
-    }
+    add_rms_norm_row<kHidden, T>(acc, residual + row * kHidden, w, out + row * kHidden, eps, scratch);
   }
   end_call(a, epoch);
 }
-
 
 // Note [Lamport all-reduce]
 // The one-shot above pulls: a barrier (a flag written to every peer, the peers' flags awaited), then
@@ -277,8 +300,8 @@ __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>:
 // writes its input straight into its own slot of every peer's receive buffer, and a reader spins on
 // the values themselves until none is the sentinel, which a writer never sends: negative zero for
 // bf16 / f16 (sent as +0, the same in any sum), for f32 the bits 0x80008000 (a denormal of -4.6e-41,
-// sent as +0), so that one 32-bit pattern 0x80008000 clears a buffer for every dtype. Three buffers rotate with the call's epoch: call k writes
-// buffer k % 3 and clears (to the sentinel) the slots of buffer (k - 1) % 3 it read in the previous
+// sent as +0), so that one 32-bit pattern 0x80008000 clears a buffer for every dtype. Three buffers
+// rotate with the call's epoch: call k writes buffer k % 3 and clears (to the sentinel) the slots of buffer (k - 1) % 3 it read in the previous
 // call. A peer writes into that buffer again only in call k + 2, which it starts after seeing this
 // rank's writes of call k + 1, issued after call k (and its clearing) ended. A rank's own slot is
 // never written: its own values come from its input. The sum is in rank order 0..n-1 in fp32, as
@@ -333,75 +356,96 @@ __device__ __forceinline__ void lamport_timeout(const Args& a, uint64_t t0, int 
   }
 }
 
-/// Lamport one-shot: out = the sum over the ranks of in (out may be in); grid = kLamportGrid.
-template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_kernel(Args a, const T* in, T* out) {
-  constexpr int N = Vec16<T>::kN;
-  Signals* sig = reinterpret_cast<Signals*>(a.base[a.rank]);
+/// One Lamport call as a block sees it: its epoch, the buffer it writes, the one it clears, and the
+/// previous call's bytes.
+struct LamportCall {
+  uint32_t epoch, buf, prev;
+  int64_t prev_bytes;
+};
+__device__ __forceinline__ LamportCall lamport_begin(const Args& a) {
   __shared__ uint32_t s_epoch;
   __shared__ int64_t s_prev_bytes;
+  const Signals* sig = reinterpret_cast<const Signals*>(a.base[a.rank]);
   if (threadIdx.x == 0) {
     s_epoch = sig->lamport_epoch[blockIdx.x] + 1;
     s_prev_bytes = sig->lamport_bytes[blockIdx.x];
   }
   __syncthreads();
-  const uint32_t epoch = s_epoch, buf = epoch % 3u, prev = (epoch + 2u) % 3u;
-  const int64_t full = a.n / N, stride = int64_t(gridDim.x) * blockDim.x, first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  // 1. Push: this rank's values into its slot of every peer's buffer `buf`.
-  for (int64_t i = first; i < full; i += stride) {
-    Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(in + i * N);
-#pragma unroll
-    for (int k = 0; k < N; ++k) v.v[k] = lamport_clean(v.v[k]);
-#pragma unroll
-    for (int p = 0; p < W; ++p)
-      if (p != a.rank) *reinterpret_cast<Vec16<T>*>(lamport_slot<T>(a, p, buf, a.rank, W) + i * N) = v;
+  return {s_epoch, s_epoch % 3u, (s_epoch + 2u) % 3u, s_prev_bytes};
+}
+__device__ __forceinline__ void lamport_end(const Args& a, const LamportCall& c, int64_t bytes) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Signals* sig = reinterpret_cast<Signals*>(a.base[a.rank]);
+    sig->lamport_epoch[blockIdx.x] = c.epoch;
+    sig->lamport_bytes[blockIdx.x] = bytes;
   }
-  for (int64_t e = full * N + first; e < a.n; e += stride) {
+}
+/// Clears what the previous call read here (the peers' slots of buffer c.prev; whole 16-byte words,
+/// whatever that call's dtype: it has ended, and no peer writes c.prev before call k + 2).
+template <int W> __device__ __forceinline__ void lamport_clear_previous(const Args& a, const LamportCall& c) {
+  const int64_t words = (c.prev_bytes + 15) / 16, stride = int64_t(gridDim.x) * blockDim.x;
+  const uint4 z = make_uint4(kLamportClear, kLamportClear, kLamportClear, kLamportClear);
+#pragma unroll
+  for (int p = 0; p < W; ++p) {
+    if (p == a.rank) continue;
+    uint4* slot = reinterpret_cast<uint4*>(lamport_slot<char>(a, a.rank, c.prev, p, W));
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) slot[i] = z;
+  }
+}
+/// This rank's 16 bytes at element e, cleaned of the sentinel, into its slot of every peer's buffer.
+template <class T, int W> __device__ __forceinline__ void lamport_push(const Args& a, const LamportCall& c, int64_t e, Vec16<T> v) {
+#pragma unroll
+  for (int k = 0; k < Vec16<T>::kN; ++k) v.v[k] = lamport_clean(v.v[k]);
+#pragma unroll
+  for (int p = 0; p < W; ++p)
+    if (p != a.rank) *reinterpret_cast<Vec16<T>*>(lamport_slot<T>(a, p, c.buf, a.rank, W) + e) = v;
+}
+/// Rank p's 16 bytes at element e: this rank's own from `own` (cleaned as pushed), a peer's once they
+/// have arrived in this rank's buffer.
+template <class T, int W>
+__device__ __forceinline__ Vec16<T> lamport_take(const Args& a, const LamportCall& c, int p, int64_t e, const T* own) {
+  Vec16<T> v;
+  if (p == a.rank) {
+    v = *reinterpret_cast<const Vec16<T>*>(own + e);
+#pragma unroll
+    for (int k = 0; k < Vec16<T>::kN; ++k) v.v[k] = lamport_clean(v.v[k]);
+    return v;
+  }
+  const T* src = lamport_slot<T>(a, a.rank, c.buf, p, W) + e;
+  const uint64_t t0 = global_timer_ns();
+  for (uint32_t spin = 0;; ++spin) {
+    *reinterpret_cast<uint4*>(&v) = ld_volatile16(src);
+    bool ready = true;
+#pragma unroll
+    for (int k = 0; k < Vec16<T>::kN; ++k) ready &= !is_sentinel(v.v[k]);
+    if (ready) return v;
+    if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, c.epoch);
+  }
+}
+
+/// Lamport one-shot: out = the sum over the ranks of in (out may be in); grid = kLamportGrid.
+template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_kernel(Args a, const T* in, T* out) {
+  constexpr int N = Vec16<T>::kN;
+  const LamportCall c = lamport_begin(a);
+  const int64_t full = a.n / N, stride = int64_t(gridDim.x) * blockDim.x, first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = first; i < full; i += stride) lamport_push<T, W>(a, c, i * N, *reinterpret_cast<const Vec16<T>*>(in + i * N));
+  for (int64_t e = full * N + first; e < a.n; e += stride) {  // the last partial 16 bytes, element by element
     const T v = lamport_clean(in[e]);
 #pragma unroll
     for (int p = 0; p < W; ++p)
-      if (p != a.rank) lamport_slot<T>(a, p, buf, a.rank, W)[e] = v;
+      if (p != a.rank) lamport_slot<T>(a, p, c.buf, a.rank, W)[e] = v;
   }
-  // 2. Clear what the previous call read here (its peers' slots of buffer `prev`; whole 16-byte words,
-  //    whatever that call's dtype: the previous call has ended, and no peer writes `prev` before call k + 2).
-  {
-    const int64_t words = (s_prev_bytes + 15) / 16;
-    const uint4 z = make_uint4(kLamportClear, kLamportClear, kLamportClear, kLamportClear);
-#pragma unroll
-    for (int p = 0; p < W; ++p) {
-      if (p == a.rank) continue;
-      uint4* slot = reinterpret_cast<uint4*>(lamport_slot<T>(a, a.rank, prev, p, W));
-      for (int64_t i = first; i < words; i += stride) slot[i] = z;
-    }
-  }
-  // 3. Sum in rank order once every peer's values are here.
+  lamport_clear_previous<W>(a, c);
   for (int64_t i = first; i < full; i += stride) {
     float acc[N] = {};
 #pragma unroll
     for (int p = 0; p < W; ++p) {
-      Vec16<T> v;
-      if (p == a.rank) {
-        v = *reinterpret_cast<const Vec16<T>*>(in + i * N);
-#pragma unroll
-        for (int k = 0; k < N; ++k) v.v[k] = lamport_clean(v.v[k]);
-      } else {
-        const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + i * N;
-        const uint64_t t0 = global_timer_ns();
-        for (uint32_t spin = 0;; ++spin) {
-          *reinterpret_cast<uint4*>(&v) = ld_volatile16(src);
-          bool ready = true;
-#pragma unroll
-          for (int k = 0; k < N; ++k) ready &= !is_sentinel(v.v[k]);
-          if (ready) break;
-          if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
-        }
-      }
+      const Vec16<T> v = lamport_take<T, W>(a, c, p, i * N, in);
 #pragma unroll
       for (int k = 0; k < N; ++k) acc[k] += to_float(v.v[k]);
     }
-    Vec16<T> o;
-#pragma unroll
-    for (int k = 0; k < N; ++k) o.v[k] = from_float<T>(acc[k]);
-    *reinterpret_cast<Vec16<T>*>(out + i * N) = o;
+    store_pack(out, acc, i, a.n);
   }
   for (int64_t e = full * N + first; e < a.n; e += stride) {
     float acc = 0.f;
@@ -410,134 +454,53 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_ke
       T v;
       if (p == a.rank) v = lamport_clean(in[e]);
       else {
-        const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + e;
+        const T* src = lamport_slot<T>(a, a.rank, c.buf, p, W) + e;
         const uint64_t t0 = global_timer_ns();
         for (uint32_t spin = 0;; ++spin) {
           v = ld_volatile(src);
           if (!is_sentinel(v)) break;
-          if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
+          if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, c.epoch);
         }
       }
       acc += to_float(v);
     }
     out[e] = from_float<T>(acc);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    sig->lamport_epoch[blockIdx.x] = epoch;
-    sig->lamport_bytes[blockIdx.x] = a.n * int64_t(sizeof(T));
-  }
+  lamport_end(a, c, a.n * int64_t(sizeof(T)));
 }
 
 /// The Lamport form of one_shot_add_rms_norm_kernel: x pushed into every peer's buffer, the sums formed
-/// as they arrive (Note [Lamport all-reduce]), then fused_add_rms_norm's arithmetic as above; grid =
-/// kLamportGrid, blockDim = RmsNormShape<kHidden, T>::kThreads. out may be x.
+/// as they arrive (Note [Lamport all-reduce]), then add_rms_norm_row; grid = kLamportGrid, blockDim =
+/// RmsNormShape<kHidden, T>::kThreads. out may be x.
 template <int kHidden, class T, int W>
 __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads)
     lamport_add_rms_norm_kernel(Args a, const T* x, T* residual, const T* __restrict__ weight, T* out, int64_t rows, float eps) {
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
   constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
   __shared__ float scratch[32];
-  Signals* sig = reinterpret_cast<Signals*>(a.base[a.rank]);
-  __shared__ uint32_t s_epoch;
-  __shared__ int64_t s_prev_bytes;
-  if (threadIdx.x == 0) {
-    s_epoch = sig->lamport_epoch[blockIdx.x] + 1;
-    s_prev_bytes = sig->lamport_bytes[blockIdx.x];
-  }
-  __syncthreads();
-  const uint32_t epoch = s_epoch, buf = epoch % 3u, prev = (epoch + 2u) % 3u;
-  // 1. Push this block's rows.
+  const LamportCall c = lamport_begin(a);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x)
-    for (int vi = threadIdx.x; vi < S::kVecs; vi += blockDim.x) {
-      Vec16<T> v = *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN);
-#pragma unroll
-      for (int k = 0; k < kN; ++k) v.v[k] = lamport_clean(v.v[k]);
-#pragma unroll
-      for (int p = 0; p < W; ++p)
-        if (p != a.rank) *reinterpret_cast<Vec16<T>*>(lamport_slot<T>(a, p, buf, a.rank, W) + row * kHidden + vi * kN) = v;
-    }
-  // 2. Clear what the previous call read here.
-  {
-    const int64_t words = (s_prev_bytes + 15) / 16, stride = int64_t(gridDim.x) * blockDim.x;
-    const uint4 z = make_uint4(kLamportClear, kLamportClear, kLamportClear, kLamportClear);
-#pragma unroll
-    for (int p = 0; p < W; ++p) {
-      if (p == a.rank) continue;
-      uint4* slot = reinterpret_cast<uint4*>(lamport_slot<T>(a, a.rank, prev, p, W));
-      for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) slot[i] = z;
-    }
-  }
-  // 3. Per row: the sum as the values arrive, the residual add, the norm.
+    for (int vi = threadIdx.x; vi < S::kVecs; vi += blockDim.x)
+      lamport_push<T, W>(a, c, row * kHidden + vi * kN, *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN));
+  lamport_clear_previous<W>(a, c);
   Vec16<T> w[kV];
-#pragma unroll
-  for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) w[i] = load16(weight + vi * kN);
-  }
+  load_weight<kHidden, T>(w, weight);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    Vec16<T> v[kV];
-    float sumsq = 0.f;
+    float acc[kV][kN] = {};
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
       const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) {
-        float acc[kN] = {};
+      if (vi < S::kVecs)
 #pragma unroll
         for (int p = 0; p < W; ++p) {
-          Vec16<T> pv;
-          if (p == a.rank) {
-            pv = *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN);
+          const Vec16<T> v = lamport_take<T, W>(a, c, p, row * kHidden + vi * kN, x);
 #pragma unroll
-            for (int k = 0; k < kN; ++k) pv.v[k] = lamport_clean(pv.v[k]);
-          } else {
-            const T* src = lamport_slot<T>(a, a.rank, buf, p, W) + row * kHidden + vi * kN;
-            const uint64_t t0 = global_timer_ns();
-            for (uint32_t spin = 0;; ++spin) {
-              *reinterpret_cast<uint4*>(&pv) = ld_volatile16(src);
-              bool ready = true;
-#pragma unroll
-              for (int k = 0; k < kN; ++k) ready &= !is_sentinel(pv.v[k]);
-              if (ready) break;
-              if ((spin & 1023u) == 1023u) lamport_timeout(a, t0, p, epoch);
-            }
-          }
-#pragma unroll
-          for (int k = 0; k < kN; ++k) acc[k] += to_float(pv.v[k]);
+          for (int k = 0; k < kN; ++k) acc[i][k] += to_float(v.v[k]);
         }
-        Vec16<T> r;
-        *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual + row * kHidden + vi * kN));
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          float z = to_float(from_float<T>(acc[j]));
-          z += to_float(r.v[j]);
-          v[i].v[j] = from_float<T>(z);
-          sumsq += z * z;
-        }
-        *reinterpret_cast<uint4*>(residual + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
-      }
     }
-    const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
-    const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
-#pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs) {
-        Vec16<T> o;
-#pragma unroll
-        for (int j = 0; j < kN; ++j) {
-          const float normed = to_float(from_float<T>(to_float(v[i].v[j]) * inv_rms));
-          o.v[j] = from_float<T>(normed * to_float(w[i].v[j]));
-        }
-        *reinterpret_cast<uint4*>(out + row * kHidden + vi * kN) = *reinterpret_cast<const uint4*>(&o);
-      }
-    }
+    add_rms_norm_row<kHidden, T>(acc, residual + row * kHidden, w, out + row * kHidden, eps, scratch);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    sig->lamport_epoch[blockIdx.x] = epoch;
-    sig->lamport_bytes[blockIdx.x] = rows * int64_t(kHidden) * int64_t(sizeof(T));
-  }
+  lamport_end(a, c, rows * int64_t(kHidden) * int64_t(sizeof(T)));
 }
 
 }  // namespace fk::kernels::peer_ar
