@@ -17,6 +17,8 @@ struct Config {
   static constexpr int64_t out_features = 1536;
   static constexpr bool has_bias = true;
   static constexpr bool returns_bias = true;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -36,7 +38,7 @@ class MergedColumnParallelLinear {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
   }
 
   fk::Tensor weight;

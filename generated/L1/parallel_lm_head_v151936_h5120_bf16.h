@@ -15,6 +15,8 @@ struct Config {
   static constexpr int64_t out_features = 151936;
   static constexpr bool has_bias = false;
   static constexpr bool returns_bias = false;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -24,7 +26,7 @@ struct Config {
 class ParallelLMHead {
  public:
   explicit ParallelLMHead(int64_t num_embeddings, int64_t embedding_dim) : ParallelLMHead(fk::tasks::from_config) {
-    FK_CHECK((num_embeddings == 151936 && embedding_dim == 5120), "parallel_lm_head_v151936_h5120_bf16 is specialised on other constructor arguments");
+    FK_CHECK((fk::tasks::vocab_shard_rows(num_embeddings, fk::dist::tp_world_size()) == 151936 && embedding_dim == 5120), "parallel_lm_head_v151936_h5120_bf16 is specialised on other constructor arguments");
   }
   /// Builds the module from the inlined constants (used by the harness).
   explicit ParallelLMHead(fk::tasks::FromConfig)
@@ -34,7 +36,7 @@ class ParallelLMHead {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
   }
 
   fk::Tensor weight;

@@ -15,6 +15,8 @@ struct Config {
   static constexpr int64_t out_features = 5120;
   static constexpr bool has_bias = false;
   static constexpr bool returns_bias = true;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -24,7 +26,7 @@ struct Config {
 class RowParallelLinear {
  public:
   explicit RowParallelLinear(int64_t input_size, int64_t output_size, bool bias) : RowParallelLinear(fk::tasks::from_config) {
-    FK_CHECK((input_size == 27648 && output_size == 5120 && bias == false), "row_parallel_linear_k27648_n5120_nobias_bf16 is specialised on other constructor arguments");
+    FK_CHECK((input_size == 27648 * 1 && output_size == 5120 && bias == false), "row_parallel_linear_k27648_n5120_nobias_bf16 is specialised on other constructor arguments");
   }
   /// Builds the module from the inlined constants (used by the harness).
   explicit RowParallelLinear(fk::tasks::FromConfig)
@@ -34,7 +36,7 @@ class RowParallelLinear {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward<Config>(input, weight, bias));
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
   }
 
   fk::Tensor weight;

@@ -17,22 +17,24 @@ struct Config {
   static constexpr int embedding_dim = 3584;
   /// Rows are multiplied by this, rounded to scalar_t first (Gemma's sqrt(hidden_size)); 0: none.
   static constexpr double embed_scale = 0;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
-/// Mirrors vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding
-/// (tensor-parallel size 1): __init__(num_embeddings, embedding_dim) / forward(input_) -> weight[input_]
-/// (times embed_scale when Config::embed_scale != 0).
+/// Mirrors vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding: __init__(num_embeddings, embedding_dim) / forward(input_) -> weight[input_]
+/// (times embed_scale when Config::embed_scale != 0). At Config::tp_size > 1 it holds this rank's
+/// Config::num_embeddings rows of the padded vocabulary (fk::tasks::embedding_forward_tp).
 class VocabParallelEmbedding {
  public:
   VocabParallelEmbedding(int64_t num_embeddings, int64_t embedding_dim)
       : num_embeddings(num_embeddings),
         embedding_dim(embedding_dim),
-        weight(fk::empty({num_embeddings, embedding_dim}, fk::dtype_of<Config::scalar_t>)) {
-    FK_CHECK(num_embeddings == Config::num_embeddings && embedding_dim == Config::embedding_dim,
-             "vocab_parallel_embedding_v152064_h3584_bf16 is specialised on num_embeddings 152064, embedding_dim 3584");
+        weight(fk::empty({Config::num_embeddings, embedding_dim}, fk::dtype_of<Config::scalar_t>)) {
+    FK_CHECK(fk::tasks::vocab_shard_rows(num_embeddings, Config::tp_size) == Config::num_embeddings && embedding_dim == Config::embedding_dim,
+             "vocab_parallel_embedding_v152064_h3584_bf16 is specialised on num_embeddings 152064 (per rank of 1), embedding_dim 3584");
   }
-  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward<Config>(input_, weight); }
+  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward_tp<Config>(input_, weight); }
   /// The factor rows are multiplied by (0: none), for references.
   static float embed_scale() { return fk::tasks::embed_scale_of<Config>(); }
 

@@ -24,6 +24,8 @@ struct Config {
   static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
   static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::f16;
 };
 

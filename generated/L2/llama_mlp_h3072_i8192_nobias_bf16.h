@@ -19,6 +19,8 @@ struct Config {
   static constexpr int64_t hidden_size = 3072;
   static constexpr int64_t intermediate_size = 8192;
   static constexpr bool mlp_bias = false;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 

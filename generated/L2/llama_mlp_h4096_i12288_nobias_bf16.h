@@ -18,6 +18,8 @@ struct Config {
   static constexpr int64_t hidden_size = 4096;
   static constexpr int64_t intermediate_size = 12288;
   static constexpr bool mlp_bias = false;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 

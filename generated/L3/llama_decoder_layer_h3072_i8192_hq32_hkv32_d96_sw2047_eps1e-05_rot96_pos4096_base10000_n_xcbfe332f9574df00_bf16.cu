@@ -17,6 +17,7 @@ FK_REGISTER_TASK((fk::TaskInfo{
     { {"b1_kv4094", "decode", {{"batch", 1}, {"kv_len", 4094}}}, {"b8_kv4094", "decode", {{"batch", 8}, {"kv_len", 4094}}}, {"b32_kv4094", "decode", {{"batch", 32}, {"kv_len", 4094}}}, {"b64_kv4094", "decode", {{"batch", 64}, {"kv_len", 4094}}}, {"b1_s4094", "prefill", {{"batch", 1}, {"seq_len", 4094}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<LlamaDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
     }}));
 

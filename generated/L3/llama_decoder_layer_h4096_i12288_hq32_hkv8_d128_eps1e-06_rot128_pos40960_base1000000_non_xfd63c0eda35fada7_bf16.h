@@ -48,6 +48,8 @@ struct Config {
   static constexpr int64_t intermediate_size = 12288;
   static constexpr bool mlp_bias = false;
   static constexpr double residual_multiplier = 1;  // branch scale before each residual add (1: none)
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 

@@ -11,16 +11,21 @@
 
 namespace fk::generated::gemma_for_causal_lm_l42_v256000_tied_h3584_i14336_hq16_hkv8_d256_cap50_eps1e_06_rot256_p_xd0b16ca44dacfdc0_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "gemma_for_causal_lm_l42_v256000_tied_h3584_i14336_hq16_hkv8_d256_cap50_eps1e-06_rot256_p_xd0b16ca44dacfdc0_bf16", 4, "gemma_for_causal_lm", "vllm.model_executor.models.gemma3.Gemma3ForCausalLM / gemma2.Gemma2ForCausalLM", "generated/L4/gemma_for_causal_lm_l42_v256000_tied_h3584_i14336_hq16_hkv8_d256_cap50_eps1e-06_rot256_p_xd0b16ca44dacfdc0_bf16.cu",
     { "google/gemma-2-9b-it" },
     { {"b1_kv8192", "decode", {{"batch", 1}, {"kv_len", 8192}}}, {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}}, {"b32_kv8192", "decode", {{"batch", 32}, {"kv_len", 8192}}}, {"b64_kv8192", "decode", {{"batch", 64}, {"kv_len", 8192}}}, {"b1_s8192", "prefill", {{"batch", 1}, {"seq_len", 8192}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<GemmaForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<GemmaForCausalLM, Config>>("gemma_for_causal_lm_l42_v256000_tied_h3584_i14336_hq16_hkv8_d256_cap50_eps1e-06_rot256_p_xd0b16ca44dacfdc0_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::gemma_for_causal_lm_l42_v256000_tied_h3584_i14336_hq16_hkv8_d256_cap50_eps1e_06_rot256_p_xd0b16ca44dacfdc0_bf16

@@ -12,16 +12,21 @@
 
 namespace fk::generated::gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rb_xf11e93b04a8c28c5_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rb_xf11e93b04a8c28c5_bf16", 4, "gpt_oss_for_causal_lm", "vllm.model_executor.models.gpt_oss.GptOssForCausalLM", "generated/L4/gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rb_xf11e93b04a8c28c5_bf16.cu",
     { "openai/gpt-oss-20b" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<GptOssForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<GptOssForCausalLM, Config>>("gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rb_xf11e93b04a8c28c5_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::gpt_oss_for_causal_lm_l24_v201088_untied_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rb_xf11e93b04a8c28c5_bf16

@@ -11,16 +11,21 @@
 
 namespace fk::generated::llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e_06_rot128_pos32_x7a29ca453f6f039c_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos32_x7a29ca453f6f039c_bf16", 4, "llama_for_causal_lm", "vllm.model_executor.models.llama.LlamaForCausalLM", "generated/L4/llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos32_x7a29ca453f6f039c_bf16.cu",
     { "Qwen/Qwen2.5-7B-Instruct" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<LlamaForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<LlamaForCausalLM, Config>>("llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos32_x7a29ca453f6f039c_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_for_causal_lm_l28_v152064_untied_h3584_i18944_hq28_hkv4_d128_eps1e_06_rot128_pos32_x7a29ca453f6f039c_bf16

@@ -11,16 +11,21 @@
 
 namespace fk::generated::llama_for_causal_lm_l32_v32064_untied_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e_05_rot96_p_xcc8e8b91951b85a7_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_for_causal_lm_l32_v32064_untied_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e-05_rot96_p_xcc8e8b91951b85a7_bf16", 4, "llama_for_causal_lm", "vllm.model_executor.models.llama.LlamaForCausalLM", "generated/L4/llama_for_causal_lm_l32_v32064_untied_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e-05_rot96_p_xcc8e8b91951b85a7_bf16.cu",
     { "microsoft/Phi-3-mini-4k-instruct" },
     { {"b1_kv4094", "decode", {{"batch", 1}, {"kv_len", 4094}}}, {"b8_kv4094", "decode", {{"batch", 8}, {"kv_len", 4094}}}, {"b32_kv4094", "decode", {{"batch", 32}, {"kv_len", 4094}}}, {"b64_kv4094", "decode", {{"batch", 64}, {"kv_len", 4094}}}, {"b1_s4094", "prefill", {{"batch", 1}, {"seq_len", 4094}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<LlamaForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<LlamaForCausalLM, Config>>("llama_for_causal_lm_l32_v32064_untied_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e-05_rot96_p_xcc8e8b91951b85a7_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_for_causal_lm_l32_v32064_untied_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e_05_rot96_p_xcc8e8b91951b85a7_bf16

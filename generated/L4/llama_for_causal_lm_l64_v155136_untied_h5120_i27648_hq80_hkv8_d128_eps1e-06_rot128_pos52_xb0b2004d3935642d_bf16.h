@@ -56,6 +56,8 @@ struct Config {
   static constexpr double embedding_multiplier = 1;
   static constexpr double residual_multiplier = 1;
   static constexpr double logits_scaling = 1;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -126,6 +128,7 @@ class LlamaForCausalLM {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
   fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
     fk::Tensor logits = lm_head.forward(hidden_states);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
     if constexpr (Config::logits_scaling != 1.0) fk::tasks::scale_<Config>(logits, 1.0 / Config::logits_scaling);
     return logits;
   }

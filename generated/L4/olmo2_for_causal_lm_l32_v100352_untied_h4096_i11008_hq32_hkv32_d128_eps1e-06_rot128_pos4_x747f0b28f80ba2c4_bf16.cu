@@ -11,16 +11,21 @@
 
 namespace fk::generated::olmo2_for_causal_lm_l32_v100352_untied_h4096_i11008_hq32_hkv32_d128_eps1e_06_rot128_pos4_x747f0b28f80ba2c4_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "olmo2_for_causal_lm_l32_v100352_untied_h4096_i11008_hq32_hkv32_d128_eps1e-06_rot128_pos4_x747f0b28f80ba2c4_bf16", 4, "olmo2_for_causal_lm", "vllm.model_executor.models.olmo2.Olmo2ForCausalLM", "generated/L4/olmo2_for_causal_lm_l32_v100352_untied_h4096_i11008_hq32_hkv32_d128_eps1e-06_rot128_pos4_x747f0b28f80ba2c4_bf16.cu",
     { "allenai/OLMo-2-1124-7B" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<Olmo2ForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<Olmo2ForCausalLM, Config>>("olmo2_for_causal_lm_l32_v100352_untied_h4096_i11008_hq32_hkv32_d128_eps1e-06_rot128_pos4_x747f0b28f80ba2c4_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::olmo2_for_causal_lm_l32_v100352_untied_h4096_i11008_hq32_hkv32_d128_eps1e_06_rot128_pos4_x747f0b28f80ba2c4_bf16

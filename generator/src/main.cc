@@ -3,6 +3,7 @@
 // fk_generator_lib, whose passes sit in generator/src/passes/ and tools in generator/src/tools/).
 #include <algorithm>
 #include <iostream>
+#include <set>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
@@ -84,6 +85,12 @@ int main(int argc, char** argv) {
   add->add_flag("--drop-special-tokens", add_choices.drop_special_tokens,
                 "with --multi-vector / --sparse: the token vectors skip each sequence's first token and the sparse weights its "
                 "first and last (BOS/EOS), as vLLM's BgeM3EmbeddingModel and FlagEmbedding do");
+  std::vector<std::string> add_layouts;
+  add->add_option("--parallel", add_layouts,
+                  "decoder LLMs: also generate the tasks of these tensor- / expert-parallel layouts (tp2, tp4, ep2, tp2_ep2, ...; "
+                  "Note [Parallel layouts]): per-rank constants inlined, one model per layout (<org>/<model>@tp2); recorded likewise")
+      ->expected(1, -1)
+      ->delimiter(',');
   add->footer(kExitCodes);
 
   auto* gen = app.add_subcommand("generate", "Regenerate generated/ (task headers and sources + manifest); writes only changed files, removes stale ones");
@@ -193,6 +200,17 @@ int main(int argc, char** argv) {
       std::cerr << "fastkernels add: --head-bias and --drop-special-tokens apply to the token heads: pass --multi-vector N and/or --sparse\n";
       return kUsage;
     }
+    std::set<ParallelLayout> layouts;
+    for (const std::string& l : add_layouts) {
+      const auto layout = parse_layout(l);
+      if (!layout || !layout->sharded() || (layout->tp > 1 && layout->ep > 1 && layout->tp != layout->ep)) {
+        std::cerr << "fastkernels add: --parallel " << l
+                  << ": expected a layout such as tp2, tp8, ep2 or tp2_ep2 (sizes 2 to 64; tp and ep equal when both are given)\n";
+        return kUsage;
+      }
+      layouts.insert(*layout);
+    }
+    add_choices.parallel.assign(layouts.begin(), layouts.end());
     return cmd_add(*root, add_path, add_name, add_choices);
   }
   if (*scaffold) {

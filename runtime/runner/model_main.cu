@@ -81,8 +81,9 @@ template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& na
 const fk::TaskInfo* find_model(const std::string& arch) {
   for (const fk::TaskInfo* t : fk::all_tasks())
     if (t->level == 4 && (t->make_model || t->make_encoder || t->make_image_encoder || t->make_vision_tower) &&
-        std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end())
+        std::find(t->archs.begin(), t->archs.end(), arch) != t->archs.end()) {
       return t;
+    }
   return nullptr;
 }
 
@@ -1153,7 +1154,9 @@ int main(int argc, char** argv) {
                            : t->make_encoder         ? "embedding"
                            : t->make_image_encoder   ? "image-encoder"
                                                      : "vision-tower";
-      for (const auto& a : t->archs) std::cout << a << "  " << runner << "  " << t->name << "\n";
+      for (const auto& a : t->archs)
+        std::cout << a << "  " << runner << "  " << t->name << (t->tp_size > 1 ? "  (tensor-parallel " + std::to_string(t->tp_size) + ": not run by fk_model yet)" : "")
+                  << "\n";
     }
     return fk::kExitOk;
   }
@@ -1185,6 +1188,11 @@ int main(int argc, char** argv) {
   const fk::TaskInfo* task = find_model(o.arch);
   if (!task) {
     std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
+    return fk::kExitUsage;
+  }
+  if (task->tp_size > 1) {
+    std::cerr << "fk_model: " << o.arch << " (" << task->name << ") is sharded for " << task->tp_size
+              << "-way tensor parallelism; fk_model does not run tensor-parallel models yet (issue 23: fk_model --tp)\n";
     return fk::kExitUsage;
   }
   if ((task->make_encoder || task->make_image_encoder || task->make_vision_tower) && (!o.greedy.empty() || !o.teacher_forced.empty())) {

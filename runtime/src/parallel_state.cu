@@ -96,4 +96,10 @@ void set_tp_group(GroupCoordinator* group) { g_tp_group = group; }
 
 int tp_world_size() { return g_tp_group == nullptr ? 1 : g_tp_group->world_size(); }
 
+int tp_rank() { return tp_group().rank(); }
+
+void tp_all_reduce_(Tensor& t) { tp_group().all_reduce_(t); }
+
+Tensor tp_all_gather_last_dim(const Tensor& t) { return tp_group().all_gather_last_dim(t); }
+
 }  // namespace fk::dist

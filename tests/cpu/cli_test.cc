@@ -125,6 +125,32 @@ TEST(Cli, AddServesFloat32AndUnknownModelTypesOnlyAsAskedAndRecordsIt) {
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
 }
 
+TEST(Cli, AddRecordsParallelLayoutsAndGeneratesEach) {
+  TempDir tmp;
+  make_repo(fixtures() / "golden" / "root", tmp.path());
+  std::string out;
+  const std::string cfg =
+      "{\"vocab_size\": 320, \"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128,\n"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 1, \"max_position_embeddings\": 1024,"
+      " \"torch_dtype\": \"bfloat16\"}\n";
+  spit(tmp.path() / "in" / "config.json", cfg);
+  const std::string add = bin() + " add --root " + q(tmp.path()) + " --name acme/tp " + q(tmp.path() / "in" / "config.json");
+  EXPECT_EQ(run(add + " --parallel tp2,tp0", &out), 2) << out;
+  EXPECT_NE(out.find("--parallel tp0: expected a layout such as tp2"), std::string::npos) << out;
+  EXPECT_EQ(run(add + " --parallel tp3", &out), 1) << out;  // 4 heads do not split 3 ways
+  EXPECT_NE(out.find("$.num_attention_heads: expected a multiple of the layout's tp_size"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path() / "hf_configs" / "acme" / "tp"));
+  ASSERT_EQ(run(add + " --parallel tp4,tp2", &out), 0) << out;
+  EXPECT_EQ(slurp(tmp.path() / "hf_configs" / "acme" / "tp" / "fastkernels.json"),
+            "{\n  \"parallel\": [\n    {\n      \"tp\": 2\n    },\n    {\n      \"tp\": 4\n    }\n  ]\n}\n");
+  const std::string manifest = slurp(tmp.path() / "generated" / "manifest.json");
+  for (const char* id : {"\"acme/tp\"", "\"acme/tp@tp2\"", "\"acme/tp@tp4\""}) EXPECT_NE(manifest.find(id), std::string::npos) << id;
+  EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "row_parallel_linear_k32_n64_nobias_tp2_bf16.h"));
+  EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "row_parallel_linear_k16_n64_nobias_tp4_bf16.h"));
+  EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "qkv_parallel_linear_h64_d16_hq1_hkv1_nobias_bf16.h"));  // KV replicated at 4
+  EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
+}
+
 TEST(Cli, AddRecordsAPoolingChoiceForEmbeddingModels) {
   TempDir tmp;
   make_repo(fixtures() / "golden" / "root", tmp.path());

@@ -197,8 +197,9 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // those four plus its MLP, gate_up_silu and attention_o_proj (7). Qwen2.5-VL's tower: its gated MLP (a llama_mlp
   // with biases), block, merger and model (4: the attention is Qwen2-VL's task). Qwen3-VL's tower: the attention at its
   // width, its MLP, block, the merger and the deepstack merger, the model (6). SigLIP-2 so400m/16 NaFlex's tower: the
-  // model (1: its layers and head are so400m/14's tasks).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1);
+  // model (1: its layers and head are so400m/14's tasks). Llama-3.1-8B at TP 2, 4 and 8 (Note [Parallel layouts]): the
+  // seven modules of each layout (21: per-rank constants, and the communicating ones spell the layout).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
@@ -209,12 +210,12 @@ TEST(Composites, PlaceholdersPerKind) {
   };
   EXPECT_EQ(keys("llama_mlp_h4096_i14336_nobias_bf16"),
             (std::vector<std::string>{"includes", "gate_up_proj_t", "gate_up_proj_task", "act_fn_t", "act_fn_task", "down_proj_t",
-                                      "down_proj_task", "hidden_size", "intermediate_size", "mlp_bias", "class_name",
+                                      "down_proj_task", "hidden_size", "intermediate_size", "mlp_bias", "tp_size", "class_name",
                                       "hidden_act"}));
   EXPECT_EQ(keys("attention_o_proj_hq32_hkv8_d128_h4096_nobias_bf16"),
             (std::vector<std::string>{"includes", "attn_prefill_t", "attn_prefill_task", "attn_decode_t", "attn_decode_task",
                                       "o_proj_t", "o_proj_task", "num_heads", "num_kv_heads", "head_dim", "hidden_size",
-                                      "o_proj_bias", "sliding_window", "softmax_scale", "softcap", "sinks", "class_name"}));
+                                      "o_proj_bias", "sliding_window", "softmax_scale", "softcap", "sinks", "tp_size", "class_name"}));
   auto mlp = placeholders("llama_mlp_h4096_i14336_nobias_bf16");
   EXPECT_EQ(mlp["includes"],
             "#include \"L1/merged_column_parallel_linear_k4096_n14336_14336_nobias_bf16.h\"\n"

@@ -152,7 +152,7 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
             "store_kvcache, swigluoai_and_mul, token_classifier, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"llama_mlp\" "
             "(a composite kind: declare it in $.modules)\n"
             "generator/descriptors/x.json: $.forward[2].bind.intermediate_size: unknown name 'ffn' in expression \"ffn\" "
-            "(names: the family's fields and constants)\n");
+            "(names: the family's fields and constants, tp_size, ep_size)\n");
 }
 
 TEST(Descriptors, AVariantNeedsNoCode) {

@@ -230,6 +230,111 @@ std::string run_with(const std::string& text, const UserChoices& choices, Genera
   return diag.text();
 }
 
+// --- Note [Parallel layouts]: per-rank constants, names, refusals -------------------------------
+const OpInstance* op_named(const LoweredModel& m, const std::string& name) {
+  for (const OpInstance& op : m.ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+const ModuleInstance* module_named(const LoweredModel& m, const std::string& name) {
+  for (const ModuleInstance& mod : m.modules)
+    if (mod.name == name) return &mod;
+  return nullptr;
+}
+
+TEST(ParallelLayouts, PerRankConstantsAndNamesAtTp2To16) {
+  // Llama-3.1-8B's shape: 32 heads, 8 KV heads, intermediate 14336, vocabulary 128256.
+  const std::string text = R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 128256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{2, 1}, {4, 1}, {8, 1}, {16, 1}};
+  Generation g;
+  ASSERT_EQ(run_with(text, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 5u);
+  EXPECT_EQ(g.lowered[0].id, "t/t");
+  const int64_t tps[] = {2, 4, 8, 16};
+  for (size_t i = 0; i < 4; ++i) {
+    const LoweredModel& m = g.lowered[i + 1];
+    const int64_t tp = tps[i];
+    EXPECT_EQ(m.id, "t/t@tp" + std::to_string(tp));
+    const OpInstance* qkv = op_named(m, "blk.1.qkv_proj");
+    ASSERT_TRUE(qkv);
+    EXPECT_EQ(qkv->params.at("num_heads"), Value(32 / tp));
+    EXPECT_EQ(qkv->params.at("num_kv_heads"), Value(std::max<int64_t>(1, 8 / tp)));  // replicated from tp 8 on
+    const OpInstance* o = op_named(m, "blk.1.o_proj");
+    EXPECT_EQ(o->params.at("input_size"), Value(4096 / tp));
+    EXPECT_EQ(o->params.at("tp_size"), Value(tp));
+    EXPECT_EQ(op_named(m, "blk.1.down_proj")->params.at("input_size"), Value(14336 / tp));
+    EXPECT_EQ(op_named(m, "blk.1.act_fn")->params.at("intermediate_size"), Value(14336 / tp));
+    EXPECT_EQ(op_named(m, "embed_tokens")->params.at("num_embeddings"), Value(128256 / tp));
+    EXPECT_EQ(op_named(m, "lm_head")->params.at("num_embeddings"), Value(128256 / tp));
+    const ModuleInstance* model = module_named(m, "model");
+    ASSERT_TRUE(model);
+    EXPECT_EQ(model->params.at("vocab_size"), Value(int64_t{128256}));  // the gathered logits' width
+    EXPECT_EQ(model->params.at("tp_size"), Value(tp));
+    // Communicating kinds spell the layout; local ones do not (shared with any model of that shape).
+    EXPECT_EQ(o->kind->name(o->params, "bf16"), "row_parallel_linear_k" + std::to_string(4096 / tp) + "_n4096_nobias_tp" + std::to_string(tp) + "_bf16");
+    EXPECT_EQ(qkv->kind->name(qkv->params, "bf16"),
+              "qkv_parallel_linear_h4096_d128_hq" + std::to_string(32 / tp) + "_hkv" + std::to_string(std::max<int64_t>(1, 8 / tp)) + "_nobias_bf16");
+  }
+  // Unsharded, nothing changes: no suffix, the full sizes.
+  const OpInstance* o1 = op_named(g.lowered[0], "blk.1.o_proj");
+  EXPECT_EQ(o1->kind->name(o1->params, "bf16"), "row_parallel_linear_k4096_n4096_nobias_bf16");
+}
+
+TEST(ParallelLayouts, IndivisibleLayoutsAndUnshardedFamiliesAreRefusedNamingTheField) {
+  const std::string text = R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 128256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{3, 1}};
+  const std::string out = run_with(text, c);
+  EXPECT_NE(out.find("t/config.json: $.num_attention_heads: expected a multiple of the layout's tp_size (the heads are split over the "
+                     "tensor-parallel ranks), got 32 (layout tp3 recorded in t/fastkernels.json)"),
+            std::string::npos)
+      << out;
+  // 48 heads and 12 KV heads at TP 8: the heads divide, the KV heads neither divide nor replicate evenly.
+  const std::string odd = R"({"model_type": "llama", "hidden_size": 6144, "intermediate_size": 16384, "num_attention_heads": 48,
+    "num_key_value_heads": 12, "num_hidden_layers": 2, "vocab_size": 128256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"})";
+  c.parallel = {{8, 1}};
+  const std::string kv = run_with(odd, c);
+  EXPECT_NE(kv.find("t/config.json: $.num_key_value_heads: expected a multiple or a divisor of the layout's tp_size (KV heads split over "
+                    "the ranks, or replicated as vLLM's QKVParallelLinear does), got 12 (layout tp8 recorded in t/fastkernels.json)"),
+            std::string::npos)
+      << kv;
+  // BERT has no sharded forward: its descriptor never reads tp_size.
+  const std::string bert = slurp(source_dir() / "hf_configs/google-bert/bert-base-uncased/config.json");
+  c.parallel = {{2, 1}};
+  c.dtype = "bfloat16";
+  EXPECT_NE(run_with(bert, c).find("t/fastkernels.json: $.parallel: layout tp2: family bert has no tensor-parallel forward"), std::string::npos)
+      << run_with(bert, c);
+}
+
+TEST(ParallelLayouts, SidecarSyntax) {
+  Diagnostics d;
+  UserChoices c = parse_user_choices("x/fastkernels.json", R"({"parallel": [{"tp": 4}, {"tp": 2}, {"ep": 2}, {"tp": 2, "ep": 2}]})", d);
+  EXPECT_TRUE(d.ok()) << d.text();
+  ASSERT_EQ(c.parallel.size(), 4u);
+  EXPECT_EQ(c.parallel[0].suffix(), "ep2");  // sorted by (tp, ep)
+  EXPECT_EQ(c.parallel[1].suffix(), "tp2");
+  EXPECT_EQ(c.parallel[2].suffix(), "tp2_ep2");
+  EXPECT_EQ(c.parallel[3].suffix(), "tp4");
+  EXPECT_EQ(user_choices_text(c), "{\n  \"parallel\": [\n    {\n      \"ep\": 2\n    },\n    {\n      \"tp\": 2\n    },\n    {\n      \"ep\": 2,\n"
+                                  "      \"tp\": 2\n    },\n    {\n      \"tp\": 4\n    }\n  ]\n}\n");
+  for (const char* bad : {R"({"parallel": [{"tp": 0}]})", R"({"parallel": [{"pp": 2}]})", R"({"parallel": [{"tp": 1}]})",
+                          R"({"parallel": [{"tp": 2}, {"tp": 2}]})", R"({"parallel": [{"tp": 2, "ep": 4}]})", R"({"parallel": {"tp": 2}})"}) {
+    Diagnostics e;
+    parse_user_choices("x/fastkernels.json", bad, e);
+    EXPECT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.text().find("x/fastkernels.json: $.parallel"), std::string::npos) << e.text();
+  }
+  EXPECT_EQ(parse_layout("tp8")->tp, 8);
+  EXPECT_EQ(parse_layout("tp2_ep2")->ep, 2);
+  EXPECT_FALSE(parse_layout("tp"));
+  EXPECT_FALSE(parse_layout(""));
+}
+
 TEST(UserConfigs, PythonNonFiniteLiteralsInKeysNoForwardPassReads) {
   const std::string text = std::string(R"({"model_type": "llama", "initializer_range": NaN, "attention_dropout": -Infinity,
     "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16"}, "cap": Infinity}, "label2id": {"NaN": 0}, )") + kBase + "}";
@@ -774,7 +879,7 @@ TEST(UserConfigs, ChoicesFileIsStrict) {
             "f.json: $.dequantize: expected boolean, got \"yes\"\n"
             "f.json: $.dtype: expected \"bfloat16\" or \"float16\", got \"float32\"\n"
             "f.json: $.force: unknown key \"force\" (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, "
-            "image_size, multi_vector, sparse, head_bias, drop_special_tokens, component)\n");
+            "image_size, multi_vector, sparse, head_bias, drop_special_tokens, component, parallel)\n");
   EXPECT_EQ(c.allow_unknown, std::vector<std::string>{"a"});
   UserChoices w;
   w.dequantize = true;

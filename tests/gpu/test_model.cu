@@ -20,7 +20,7 @@ namespace {
 std::vector<const fk::TaskInfo*> models() {
   std::vector<const fk::TaskInfo*> out;
   for (const fk::TaskInfo* t : fk::all_tasks())
-    if (t->level == 4 && t->make_model) out.push_back(t);
+    if (t->level == 4 && t->make_model && t->tp_size == 1) out.push_back(t);  // sharded models run in a tensor-parallel group
   return out;
 }
 

@@ -453,11 +453,16 @@ class Loader {
     for (const auto& [k, _] : d_.constants) known.insert(k);
     if (d_.fields.count("rope_scaling"))
       for (const auto& n : rope_scaling_names()) known.insert(n);
+    // The parallel layout's sizes (Note [Parallel layouts] in fk/gen/config.h): 1 unsharded.
+    for (const char* n : {"tp_size", "ep_size"}) {
+      if (d_.fields.count(n) || d_.constants.count(n)) err("$", std::string("\"") + n + "\" is the parallel layout's, not a field or constant name");
+      known.insert(n);
+    }
     for (const auto& e : exprs_)
       for (const auto& id : e.expr.identifiers()) {
         d_.identifiers.insert(id);
         if (!known.count(id) && !(e.in_layer && id == "layer"))
-          err(e.path, "unknown name '" + id + "' in expression \"" + e.expr.text() + "\" (names: the family's fields and constants" +
+          err(e.path, "unknown name '" + id + "' in expression \"" + e.expr.text() + "\" (names: the family's fields and constants, tp_size, ep_size" +
                           std::string(d_.fields.count("rope_scaling") ? ", rope_scaling.*" : "") + (e.in_layer ? ", layer" : "") + ")");
       }
   }

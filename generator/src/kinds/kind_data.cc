@@ -253,7 +253,10 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   std::vector<std::string> derived;
   for (const ParamSpec& ps : k.params)
     if (ps.is_constant && !omit.count(ps.name)) derived.push_back(ps.name);
-  k.placeholders = [e, derived, extra, &hooks](const Params& p) {
+  k.placeholders = [e, derived, extra, specs, &hooks](const Params& given) {
+    Params p = given;  // a parameter with a default may be left out here too
+    for (const ParamSpec& ps : specs)
+      if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& n : derived) {
       auto over = std::find_if(extra.begin(), extra.end(), [&](const auto& x) { return x.first == n; });

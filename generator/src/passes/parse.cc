@@ -421,7 +421,7 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
   }
   if (!root.is_object()) {
     diag.error(file + ": $: expected object with dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, "
-               "head_bias, drop_special_tokens and/or component, got " +
+               "head_bias, drop_special_tokens, component and/or parallel, got " +
                got(root));
     return c;
   }
@@ -468,13 +468,40 @@ UserChoices parse_user_choices(const std::string& file, const std::string& text,
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65536)
         diag.error(file + ": " + path + ": expected the width of the token vectors (1 to 65536), got " + got(v));
       else c.multi_vector = v.get<int64_t>();
+    } else if (k == "parallel") {
+      std::set<ParallelLayout> seen;
+      if (!v.is_array()) diag.error(file + ": " + path + ": expected an array of {\"tp\": n, \"ep\": m} layouts, got " + got(v));
+      for (size_t i = 0; v.is_array() && i < v.size(); ++i) {
+        const std::string at = path + "[" + std::to_string(i) + "]";
+        const json& l = v[i];
+        ParallelLayout layout;
+        bool ok = l.is_object() && !l.empty();
+        if (ok)
+          for (auto it = l.begin(); it != l.end(); ++it) {
+            const std::string& lk = it.key();
+            const json& lv = it.value();
+            const int64_t n = lv.is_number_integer() ? lv.template get<int64_t>() : 0;
+            if ((lk != "tp" && lk != "ep") || n < 1 || n > 64) ok = false;
+            else (lk == "tp" ? layout.tp : layout.ep) = n;
+          }
+        if (!ok) {
+          diag.error(file + ": " + at + ": expected {\"tp\": n} and/or {\"ep\": m} with integers 1 to 64, got " + got(l));
+          continue;
+        }
+        if (!layout.sharded()) diag.error(file + ": " + at + ": a layout with tp and ep 1 is the unsharded model, always generated (remove it)");
+        else if (layout.tp > 1 && layout.ep > 1 && layout.tp != layout.ep)
+          diag.error(file + ": " + at + ": tp " + std::to_string(layout.tp) + " and ep " + std::to_string(layout.ep) +
+                     " on one job: expected equal sizes (the experts spread over the tensor-parallel ranks) or one of them 1");
+        else if (!seen.insert(layout).second) diag.error(file + ": " + at + ": layout " + layout.suffix() + " twice");
+      }
+      c.parallel.assign(seen.begin(), seen.end());
     } else if (k == "sparse" || k == "head_bias" || k == "drop_special_tokens") {
       if (!v.is_boolean()) diag.error(file + ": " + path + ": expected boolean, got " + got(v));
       else (k == "sparse" ? c.sparse : k == "head_bias" ? c.head_bias : c.drop_special_tokens) = v.get<bool>();
     } else {
       diag.error(file + ": " + path + ": unknown key " + json_quote(k) +
                   " (expected dequantize, allow_unknown, dtype, served_as, pooling, normalize, image_size, multi_vector, sparse, head_bias, "
-                 "drop_special_tokens, component)");
+                 "drop_special_tokens, component, parallel)");
     }
   }
   if (c.normalize && c.pooling.empty() && root.contains("normalize"))
@@ -508,7 +535,34 @@ std::string user_choices_text(const UserChoices& c) {
   if (c.head_bias) j["head_bias"] = true;
   if (c.drop_special_tokens) j["drop_special_tokens"] = true;
   if (!c.component.empty()) j["component"] = c.component;
+  if (!c.parallel.empty()) {
+    json layouts = json::array();
+    for (const ParallelLayout& l : c.parallel) {
+      json o = json::object();
+      if (l.tp > 1) o["tp"] = l.tp;
+      if (l.ep > 1) o["ep"] = l.ep;
+      layouts.push_back(o);
+    }
+    j["parallel"] = layouts;
+  }
   return j.dump(2) + "\n";
+}
+
+std::string ParallelLayout::suffix() const {
+  std::string s;
+  if (tp > 1) s = "tp" + std::to_string(tp);
+  if (ep > 1) s += (s.empty() ? "" : "_") + std::string("ep") + std::to_string(ep);
+  return s;
+}
+
+std::optional<ParallelLayout> parse_layout(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_match(text, m, std::regex("(?:tp([1-9][0-9]?))?(?:_?ep([1-9][0-9]?))?")) || text.empty()) return std::nullopt;
+  ParallelLayout l;
+  if (m[1].matched) l.tp = std::stoll(m[1].str());
+  if (m[2].matched) l.ep = std::stoll(m[2].str());
+  if (l.tp > 64 || l.ep > 64) return std::nullopt;
+  return l;
 }
 
 std::string python_json_text(const std::string& text) { return mark_nonfinite_literals(text); }

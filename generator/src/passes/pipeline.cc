@@ -17,6 +17,9 @@ Generation run_pipeline(const std::filesystem::path& root, const std::vector<Con
     auto resolved = resolve(*parsed, c.id, g.descriptors, diag, c.choices);
     if (!resolved) continue;
     g.resolved.push_back(*resolved);
+    // Note [Parallel layouts]: once more per recorded layout.
+    for (const ParallelLayout& layout : c.choices.parallel)
+      if (auto sharded = resolve(*parsed, c.id, g.descriptors, diag, c.choices, layout)) g.resolved.push_back(*sharded);
   }
   for (const auto& r : g.resolved)
     if (auto l = lower(r, diag)) g.lowered.push_back(*l);

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <set>
+#include <tuple>
 
 #include "fk/gen/format.h"
 
@@ -37,7 +38,7 @@ bool value_fits(FieldType t, const Value& v) {
 }  // namespace
 
 std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
-                                      Diagnostics& diag, const UserChoices& choices) {
+                                      Diagnostics& diag, const UserChoices& choices, const ParallelLayout& layout) {
   const size_t errors_before = diag.errors().size();
   auto err = [&](const std::string& path, const std::string& what) { diag.error(cfg.file + ": " + path + ": " + what); };
 
@@ -89,6 +90,23 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
     return std::nullopt;
   }
   r.descriptor = d;
+  // Note [Parallel layouts]: the layout's sizes are names the descriptor's expressions may read.
+  r.layout = layout;
+  if (layout.sharded()) {
+    for (const auto& [size, name, what] : {std::tuple<int64_t, const char*, const char*>{layout.tp, "tp_size", "tensor"},
+                                           {layout.ep, "ep_size", "expert"}})
+      if (size > 1 && !d->identifiers.count(name)) {
+        diag.error(choices.file + ": $.parallel: layout " + layout.suffix() + ": family " + d->family + " has no " + what +
+                   "-parallel forward (its descriptor " + d->file + " never reads " + name + "); remove the layout");
+        return std::nullopt;
+      }
+    r.id = id + "@" + layout.suffix();
+  }
+  const std::string layout_origin = layout.sharded() ? choices.file + " $.parallel (" + layout.suffix() + ")" : "unsharded";
+  r.values["tp_size"] = Value(layout.tp);
+  r.origin["tp_size"] = layout_origin;
+  r.values["ep_size"] = Value(layout.ep);
+  r.origin["ep_size"] = layout_origin;
   const std::string& lowered_type = r.served_as.empty() ? r.model_type : r.served_as;
   const ModelTypeEntry& entry = d->model_types.at(lowered_type);
   // A config served as another model type keeps its own architectures (they name HF's class for it).
@@ -334,7 +352,8 @@ std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string
       Value ok = c.require.eval(lookup);
       if (ok != Value(true)) {
         auto it = r.values.find(c.field);
-        err(path_of(c.field), "expected " + c.expected + ", got " + (it == r.values.end() ? "nothing" : value_to_display(it->second)));
+        err(path_of(c.field), "expected " + c.expected + ", got " + (it == r.values.end() ? "nothing" : value_to_display(it->second)) +
+                                  (layout.sharded() ? " (layout " + layout.suffix() + " recorded in " + choices.file + ")" : ""));
       }
     } catch (const GenError& ge) {
       err("$." + c.field, ge.message + " (check \"" + c.require.text() + "\" in " + d->file + ")");

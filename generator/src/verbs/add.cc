@@ -111,6 +111,7 @@ int cmd_add(const fs::path& root, const std::string& path, std::string name, con
     if (!choices.served_as.empty()) std::cout << " (as " << choices.served_as << ")";
     if (!choices.pooling.empty()) std::cout << " (pooling " << choices.pooling << (choices.normalize ? ", normalized" : "") << ")";
     if (choices.image_size > 0) std::cout << " (image size " << choices.image_size << ")";
+    for (const ParallelLayout& l : choices.parallel) std::cout << " (layout " << l.suffix() << ")";
     std::cout << "\n";
   }
   if (int rc = cmd_generate(root, /*check=*/false); rc != kOk) {

@@ -119,6 +119,21 @@ struct Quantization {
 /// tanh); for families whose descriptor declares the pooling_type field (HF configs do not say
 /// how a sentence-transformers model pools: its 1_Pooling/config.json does).
 /// `add --dequantize --allow-unknown KEY... --dtype D --as MODEL_TYPE --pooling P --normalize` writes it.
+/// Note [Parallel layouts]
+/// A tensor- / expert-parallel layout a config is served in (docs/multi-gpu.md, "Sharded tasks"):
+/// the generator lowers the config once unsharded and once per recorded layout, each a model of its
+/// own (id "<org>/<model>@tp2", "@tp2_ep2", "@ep2") whose tasks inline the per-rank constants. The
+/// descriptor computes them from tp_size and ep_size (1 unsharded); a family whose descriptor never
+/// reads them does not shard and refuses a layout.
+struct ParallelLayout {
+  int64_t tp = 1, ep = 1;
+  bool sharded() const { return tp > 1 || ep > 1; }
+  /// "tp2", "tp2_ep2", "ep2"; "" unsharded.
+  std::string suffix() const;
+  bool operator==(const ParallelLayout& o) const { return tp == o.tp && ep == o.ep; }
+  bool operator<(const ParallelLayout& o) const { return tp != o.tp ? tp < o.tp : ep < o.ep; }
+};
+
 struct UserChoices {
   std::string file;                     ///< the sidecar's display path ("" when there is none)
   bool dequantize = false;
@@ -136,16 +151,19 @@ struct UserChoices {
   /// A component of a composite config to lower instead of the whole (Note [Config components] in
   /// parse.cc): "vision_config" serves a vision-language checkpoint's vision tower ("": the config).
   std::string component;
+  /// Note [Parallel layouts]: the sharded layouts it is also served in (sorted, unique, each sharded).
+  std::vector<ParallelLayout> parallel;
   bool empty() const {
     return !dequantize && allow_unknown.empty() && dtype.empty() && served_as.empty() && pooling.empty() && !normalize &&
-           image_size == 0 && multi_vector == 0 && !sparse && !head_bias && !drop_special_tokens && component.empty();
+           image_size == 0 && multi_vector == 0 && !sparse && !head_bias && !drop_special_tokens && component.empty() && parallel.empty();
   }
 };
 
 /// Parses a fastkernels.json sidecar (strict: keys dequantize (boolean), allow_unknown (array
 /// of strings), dtype ("bfloat16" or "float16"), served_as (a model_type string), pooling ("cls",
 /// "mean" or "last"), normalize (boolean, only with pooling), image_size (a positive integer), multi_vector (a positive
-/// integer), sparse, head_bias and drop_special_tokens (booleans; the last two only with a head), nothing else); problems go to
+/// integer), sparse, head_bias and drop_special_tokens (booleans; the last two only with a head), parallel (an array of
+/// {"tp": n, "ep": m} layouts, Note [Parallel layouts]), nothing else); problems go to
 /// `diag` naming `file` and the key.
 UserChoices parse_user_choices(const std::string& file, const std::string& text, Diagnostics& diag);
 /// Whether `key` names a nested component config (`add --component`: "vision_config", "text_config", ...).
@@ -157,6 +175,8 @@ bool is_component_key(const std::string& key);
 std::string component_model_type(const std::string& composite_type, const std::string& key, const std::string& own_type);
 /// The sidecar's text for `c` (deterministic: sorted keys, two-space indent, final newline).
 std::string user_choices_text(const UserChoices& c);
+/// Parses a layout as `add --parallel` spells it ("tp2", "ep2", "tp2_ep2"); nullopt when malformed.
+std::optional<ParallelLayout> parse_layout(const std::string& text);
 
 /// The typed, immutable result of parsing one config file.
 struct ParsedConfig {

@@ -27,10 +27,11 @@ struct ResolvedConfig {
   std::string dequantized_from;  ///< the quant_method of a checkpoint generated as bf16 ("" otherwise)
   std::string dtype_from;        ///< the checkpoint's torch_dtype when the user chose another dtype ("" otherwise)
   std::string served_as;         ///< the known model_type it is lowered as (Note [User choices]; "" : its own)
+  ParallelLayout layout;         ///< Note [Parallel layouts]: the layout lowered (id then ends in "@<layout>")
 };
 
 /// Resolves `cfg` (whose id is `id`); appends problems to `diag`; nullopt when unusable.
 std::optional<ResolvedConfig> resolve(const ParsedConfig& cfg, const std::string& id, const DescriptorSet& descriptors,
-                                      Diagnostics& diag, const UserChoices& choices = {});
+                                      Diagnostics& diag, const UserChoices& choices = {}, const ParallelLayout& layout = {});
 
 }  // namespace fk::gen

@@ -28,11 +28,11 @@ template <int kHidden, class T> struct EmbeddingShape {
 template <int kHidden, class T>
 __global__ void __launch_bounds__(EmbeddingShape<kHidden, T>::kThreads)
 embedding_kernel(T* __restrict__ out, int64_t out_stride, const int64_t* __restrict__ ids,
-                 const T* __restrict__ weight, int64_t num_embeddings, float scale) {
+                 const T* __restrict__ weight, int64_t num_embeddings, float scale, int64_t vocab_start) {
   using S = EmbeddingShape<kHidden, T>;
   constexpr int kN = S::kN;
   const int64_t tok = blockIdx.x;
-  const int64_t id = __ldg(ids + tok);
+  const int64_t id = __ldg(ids + tok) - vocab_start;
   const bool valid = id >= 0 && id < num_embeddings;
   const T* src = weight + (valid ? id : 0) * static_cast<int64_t>(kHidden);
   Vec16<T> v[S::kVecPerThread];
@@ -62,15 +62,16 @@ embedding_kernel(T* __restrict__ out, int64_t out_stride, const int64_t* __restr
 
 }  // namespace detail
 
-/// out [T, H] (row stride out_stride, elements) = weight[ids[t]] for weight [num_embeddings, H],
-/// times `scale` when it is not 0.
+/// out [T, H] (row stride out_stride, elements) = weight[ids[t] - vocab_start] for weight
+/// [num_embeddings, H], times `scale` when it is not 0; ids outside [vocab_start, vocab_start +
+/// num_embeddings) give zero rows (a tensor-parallel rank's shard of the vocabulary, as vLLM masks).
 template <int kHidden, class T>
 void vocab_parallel_embedding(T* out, int64_t out_stride, const int64_t* ids, const T* weight, int64_t num_embeddings,
-                              int64_t num_tokens, cudaStream_t stream, float scale = 0.f) {
+                              int64_t num_tokens, cudaStream_t stream, float scale = 0.f, int64_t vocab_start = 0) {
   if (num_tokens == 0) return;
   detail::embedding_kernel<kHidden, T>
       <<<static_cast<unsigned>(num_tokens), detail::EmbeddingShape<kHidden, T>::kThreads, 0, stream>>>(
-          out, out_stride, ids, weight, num_embeddings, scale);
+          out, out_stride, ids, weight, num_embeddings, scale, vocab_start);
 }
 
 }  // namespace fk::kernels

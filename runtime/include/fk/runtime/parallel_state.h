@@ -19,6 +19,7 @@
 
 #include "fk/runtime/comm.h"
 #include "fk/runtime/peer_allreduce.h"
+#include "fk/runtime/tp_group.h"
 
 namespace fk::dist {
 
@@ -54,13 +55,5 @@ class GroupCoordinator {
   std::unique_ptr<PeerAllReduce> peer_;
   std::string peer_why_;
 };
-
-/// The process's tensor-parallel group (vLLM's get_tp_group()). Throws, naming how to start ranks,
-/// when none was installed.
-GroupCoordinator& tp_group();
-/// Installs (or, with nullptr, removes) the tensor-parallel group; the caller keeps it alive.
-void set_tp_group(GroupCoordinator* group);
-/// The tensor-parallel size: the group's world size, 1 when there is none.
-int tp_world_size();
 
 }  // namespace fk::dist

@@ -118,6 +118,10 @@ struct TaskInfo {
   std::function<std::unique_ptr<ImageEncoderModel>(int64_t num_layers)> make_image_encoder = nullptr;
   /// L4 vision-tower tasks only (dynamic resolution): the whole tower with `num_layers` blocks (fk_model, parity).
   std::function<std::unique_ptr<VisionTowerModel>(int64_t num_layers)> make_vision_tower = nullptr;
+  /// The tensor-parallel size the task is sharded for (Note [Parallel layouts] in
+  /// generator/include/fk/gen/config.h); 1: not sharded. A sharded task runs only in a tensor-parallel
+  /// group of that size (fk::tasks::require_layout).
+  int tp_size = 1;
 };
 
 /// Adds a task; a second task with the same name is a hard error (names are identities).

@@ -22,7 +22,7 @@ template <class Cfg> float embed_scale_of() {
 }
 
 /// VocabParallelEmbedding.forward(input_): weight[input_] (a new tensor [..., H]).
-template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor& weight) {
+template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor& weight, int64_t vocab_start = 0) {
   using T = typename Cfg::scalar_t;
   FK_CHECK(input_.dtype() == DType::kI64 && input_.is_contiguous(), "VocabParallelEmbedding input_ " + input_.str());
   FK_CHECK(weight.dim() == 2 && weight.size(0) == Cfg::num_embeddings && weight.size(1) == Cfg::embedding_dim &&
@@ -34,9 +34,22 @@ template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor
   fk::kernels::vocab_parallel_embedding<Cfg::embedding_dim, T>(out.data<T>(), Cfg::embedding_dim,
                                                               input_.data<int64_t>(), weight.data<T>(),
                                                               Cfg::num_embeddings, input_.numel(), current_stream(),
-                                                              embed_scale_of<Cfg>());
+                                                              embed_scale_of<Cfg>(), vocab_start);
   FK_CHECK_LAUNCH();
   return out;
+}
+
+/// The forward of a task sharded for tensor parallelism (Note [Parallel layouts]): this rank's rows
+/// [rank x num_embeddings, (rank + 1) x num_embeddings) of the padded vocabulary, zero rows for the
+/// other ids, summed over the tensor-parallel group (vLLM's masked lookup + all-reduce).
+template <class Cfg> Tensor embedding_forward_tp(const Tensor& input_, const Tensor& weight) {
+  if constexpr (TpSizeOf<Cfg>::value == 1) {
+    return embedding_forward<Cfg>(input_, weight);
+  } else {
+    Tensor out = embedding_forward<Cfg>(input_, weight, int64_t(fk::dist::tp_rank()) * Cfg::num_embeddings);
+    fk::dist::tp_all_reduce_(out);
+    return out;
+  }
 }
 
 /// One case of a vocab_parallel_embedding task. Case dims: num_tokens. Token ids uniform in

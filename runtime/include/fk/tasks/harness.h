@@ -7,6 +7,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "fk/runtime/check.h"
@@ -14,6 +15,7 @@
 #include "fk/runtime/random.h"
 #include "fk/runtime/task.h"
 #include "fk/runtime/tensor.h"
+#include "fk/runtime/tp_group.h"
 
 namespace fk::tasks {
 
@@ -29,6 +31,32 @@ inline int rotating_sets(double bytes_per_set, double budget_bytes = 8.0 * (1ull
 inline void fill_normal_each(std::initializer_list<std::reference_wrapper<Tensor>> ts, uint64_t seed) {
   uint64_t i = 0;
   for (Tensor& t : ts) fill_normal(t, mix_seed(seed, i++));
+}
+
+/// Note [Parallel layouts] (generator/include/fk/gen/config.h): Cfg::tp_size where the task's Config
+/// declares it, else 1.
+template <class C, class = void> struct TpSizeOf {
+  static constexpr int value = 1;
+};
+template <class C> struct TpSizeOf<C, std::void_t<decltype(C::tp_size)>> {
+  static constexpr int value = C::tp_size;
+};
+/// The rows of a vocabulary of `vocab` entries that one of `tp` tensor-parallel ranks holds: the
+/// vocabulary padded to a multiple of 64 and split evenly (vLLM's VocabParallelEmbedding /
+/// ParallelLMHead, pad_vocab_size); `vocab` itself when tp is 1.
+inline int64_t vocab_shard_rows(int64_t vocab, int tp) { return tp <= 1 ? vocab : (vocab + 63) / 64 * 64 / tp; }
+
+/// A task sharded for tensor parallelism runs only in a process whose tensor-parallel group has its
+/// size; elsewhere its cases are skipped, saying so (the registrations call this first).
+template <class Cfg> void require_layout() {
+  constexpr int tp = TpSizeOf<Cfg>::value;
+  if constexpr (tp > 1) {
+    const int have = fk::dist::tp_world_size();
+    if (have != tp)
+      throw SkipCase("sharded for " + std::to_string(tp) + "-way tensor parallelism: it runs in a tensor-parallel group of " +
+                     std::to_string(tp) + " ranks (fk_bench --world-size, not built yet: issue 23); this process has " +
+                     (have == 1 ? std::string("none") : "one of " + std::to_string(have)));
+  }
 }
 
 /// Throws SkipCase when `bytes` of new device memory would not fit (keeps 2 GiB spare).

@@ -151,6 +151,35 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
 
 /// What the generated class's forward returns: (output, output_bias = undefined) for the
 /// vLLM linear layers (bias fused into the GEMM), the logits tensor for ParallelLMHead.
+// Note [Tensor-parallel linears]
+// A linear sharded for tensor parallelism (Cfg::tp_size > 1; Note [Parallel layouts]) holds this rank's
+// part of the weight: its constants are per rank. A row-parallel one (vLLM's RowParallelLinear with
+// reduce_results) multiplies this rank's columns of the input, adds the bias on rank 0 only, and sums
+// over the tensor-parallel group; the column-parallel kinds need no communication (their outputs stay
+// sharded) and keep tp_size 1. Only kinds whose forward communicates carry tp_size > 1.
+template <class Cfg> Tensor linear_forward_tp(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+  if constexpr (TpSizeOf<Cfg>::value == 1) {
+    return linear_forward<Cfg>(input, weight, bias);
+  } else {
+    Tensor out = linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor());
+    fk::dist::tp_all_reduce_(out);
+    return out;
+  }
+}
+
+/// The logits of a model sharded for tensor parallelism: every rank's shard of the (padded) vocabulary
+/// side by side, cut to the model's vocab_size (vLLM's LogitsProcessor: gather, then [..., :vocab]).
+inline Tensor gather_vocab_logits(const Tensor& local, int64_t vocab_size) {
+  const int64_t cols = local.size(-1), rows = local.numel() / cols;
+  const Tensor all = fk::dist::tp_all_gather_last_dim(local.view({rows, cols}));
+  FK_CHECK(all.size(1) >= vocab_size, "gather_vocab_logits: " + all.str() + " has fewer than " + std::to_string(vocab_size) + " columns");
+  Tensor out = empty({rows, vocab_size}, local.dtype());
+  copy_strided_(out, all.narrow_last(0, vocab_size));
+  Shape shape = local.sizes();
+  shape.back() = vocab_size;
+  return out.view(shape);
+}
+
 template <class Cfg> auto linear_result(const Tensor& output) {
   if constexpr (Cfg::returns_bias) {
     // Spelled out, not std::make_tuple: nvcc (EDG) would then name std::tuple<Tensor, Tensor> as

@@ -1,0 +1,26 @@
+// The process's tensor-parallel group, as generated tasks reach it (issue 23; Note [Parallel layouts]
+// in generator/include/fk/gen/config.h): declarations only, without NCCL's headers (task headers
+// include this, and the candidate checker parses them with its CUDA shim); fk/runtime/parallel_state.h
+// defines the group.
+#pragma once
+
+#include "fk/runtime/tensor.h"
+
+namespace fk::dist {
+
+class GroupCoordinator;
+/// The process's tensor-parallel group (vLLM's get_tp_group()). Throws, naming how to start ranks,
+/// when none was installed.
+GroupCoordinator& tp_group();
+/// Installs (or, with nullptr, removes) the tensor-parallel group; the caller keeps it alive.
+void set_tp_group(GroupCoordinator* group);
+/// The tensor-parallel size: the group's world size, 1 when there is none.
+int tp_world_size();
+/// This process's rank in the tensor-parallel group (throws as tp_group() when there is none).
+int tp_rank();
+/// tp_group().all_reduce_(t): the sum over the group, in place (Note [Group all-reduce choice]).
+void tp_all_reduce_(Tensor& t);
+/// tp_group().all_gather_last_dim(t): every rank's [rows, n] side by side, [rows, world x n].
+Tensor tp_all_gather_last_dim(const Tensor& t);
+
+}  // namespace fk::dist
