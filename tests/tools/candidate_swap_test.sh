@@ -38,7 +38,7 @@ PY
 }
 for pat in 'generated/L1/silu_and_mul_i14336_bf16\.cu$' 'generated/L2/gate_up_silu_h4096_i14336_.*\.cu$' \
            'generated/L2/llama_mlp_h4096_i14336_.*\.cu$' 'generated/L3/llama_decoder_layer_h4096_i14336_.*base500000.*\.cu$' \
-           'generated/L4/llama_for_causal_lm_l32_v128256_.*\.cu$'; do
+           'generated/L4/llama_for_causal_lm_l32_v128256_untied_h4096_i14336_.*\.cu$'; do
   i="$(preprocess "$pat")" || fail "$pat: $i"
   grep -q fk_candidate_swap_marker "$i" || fail "$pat does not use the candidate"
   echo "ok: $pat uses the candidate"
