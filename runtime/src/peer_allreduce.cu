@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "fk/kernels/peer_allreduce.cuh"
+#include "fk/runtime/peer_allreduce_fused.cuh"
 #include "fk/runtime/cuda_check.h"
 
 namespace fk::dist {
@@ -187,13 +188,7 @@ void PeerAllReduce::all_reduce(const Tensor& in, Tensor& out, Algo algo) {
   if (algo == Algo::kLamport && bytes > lamport_bytes_)
     throw std::runtime_error("peer all-reduce (rank " + std::to_string(rank_) + "): " + std::to_string(bytes) +
                              " bytes, above the Lamport buffer's " + std::to_string(lamport_bytes_));
-  par::Args a{};
-  for (int p = 0; p < world_; ++p) a.base[p] = mapped_[p];
-  a.rank = rank_;
-  a.n = in.numel();
-  a.half_bytes = max_bytes_;
-  a.lamport_bytes = lamport_bytes_;
-  a.timeout_ns = timeout_ns_;
+  const par::Args a = peer_kernel_args(*this, in.numel());
   const cudaStream_t s = current_stream();
   switch (in.dtype()) {
     case DType::kBF16: launch_w<__nv_bfloat16>(world_, algo, a, in.data_ptr(), out.data_ptr(), s); break;

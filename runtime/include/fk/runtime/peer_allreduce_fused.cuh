@@ -15,6 +15,18 @@
 
 namespace fk::dist {
 
+/// The kernels' view of `par`'s buffers for a message of n elements (every launch builds it here).
+inline fk::kernels::peer_ar::Args peer_kernel_args(const PeerAllReduce& par, int64_t n) {
+  fk::kernels::peer_ar::Args a{};
+  for (int p = 0; p < par.world_size(); ++p) a.base[p] = par.buffers()[p];
+  a.rank = par.rank();
+  a.n = n;
+  a.half_bytes = par.max_bytes();
+  a.lamport_bytes = par.lamport_bytes();
+  a.timeout_ns = par.timeout_ns();
+  return a;
+}
+
 /// x [rows, kHidden] summed over the ranks; then residual += that sum (in T), out = RMSNorm(residual)
 /// x weight (vLLM's fused_add_rms_norm: statistics in fp32, the residual kept in T). Equal bitwise to
 /// par.all_reduce_(x) followed by fk::kernels::fused_add_rms_norm<kHidden>. out may be x. Every rank
@@ -34,13 +46,7 @@ void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& 
                              " (rows of the hidden size, one dtype, the weight [hidden])");
   if (rows == 0) return;
   namespace par_k = fk::kernels::peer_ar;
-  par_k::Args a{};
-  for (int p = 0; p < par.world_size(); ++p) a.base[p] = par.buffers()[p];
-  a.rank = par.rank();
-  a.n = x.numel();
-  a.half_bytes = par.max_bytes();
-  a.lamport_bytes = par.lamport_bytes();
-  a.timeout_ns = par.timeout_ns();
+  const par_k::Args a = peer_kernel_args(par, x.numel());
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
   const int64_t bytes = x.numel() * static_cast<int64_t>(sizeof(T));
   if (algo == PeerAllReduce::Algo::kAuto) algo = bytes <= par.lamport_bytes() ? PeerAllReduce::Algo::kLamport : PeerAllReduce::Algo::kOneShot;

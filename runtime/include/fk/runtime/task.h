@@ -118,9 +118,9 @@ struct TaskInfo {
   std::function<std::unique_ptr<ImageEncoderModel>(int64_t num_layers)> make_image_encoder = nullptr;
   /// L4 vision-tower tasks only (dynamic resolution): the whole tower with `num_layers` blocks (fk_model, parity).
   std::function<std::unique_ptr<VisionTowerModel>(int64_t num_layers)> make_vision_tower = nullptr;
-  /// The tensor-parallel size the task is sharded for (Note [Parallel layouts] in
-  /// generator/include/fk/gen/config.h); 1: not sharded. A sharded task runs only in a tensor-parallel
-  /// group of that size (fk::tasks::require_layout).
+  /// L4 causal-LM tasks: the tensor-parallel size the model is sharded for (Note [Parallel layouts] in
+  /// generator/include/fk/gen/config.h), so that whole-model runners can tell; 1: not sharded. Every
+  /// sharded task, at any level, says so itself when it is made (fk::tasks::require_layout).
   int tp_size = 1;
 };
 

@@ -315,17 +315,20 @@ std::pair<Tensor, Tensor> ref_bert_model(M& m, const std::vector<int32_t>& cu, c
 /// (model dtype) of the sequences at `cu` (host) / `cu_d` (device): token vectors fp32 [T',
 /// multi_vector] or undefined; lexical weights fp32 [T''] or undefined, and the RMS of their
 /// pre-activations (Note [ReLU output tolerance]). The projection rounds to the model dtype as the
-/// head's GEMM does; the norm and the lexical weights are fp64 sums.
+/// head's GEMM does; the norm and the lexical weights are fp64 sums. `vectors` / `lexical` false: that
+/// head is left undefined (each check computes only the head it compares).
 struct RefTokenHeads {
   Tensor vectors, weights;
   double pre_rms = 0;
 };
-template <class Cfg, class M> RefTokenHeads ref_token_heads(M& m, const std::vector<int32_t>& cu, const Tensor& cu_d, const Tensor& h) {
+template <class Cfg, class M>
+RefTokenHeads ref_token_heads(M& m, const std::vector<int32_t>& cu, const Tensor& cu_d, const Tensor& h, bool vectors = true,
+                              bool lexical = true) {
   using T = typename Cfg::scalar_t;
   const int drop = Cfg::drop_special_tokens ? 1 : 0;
   RefTokenHeads out;
   Tensor vecs, weights;
-  if constexpr (Cfg::multi_vector > 0) {
+  if constexpr (Cfg::multi_vector > 0) if (vectors) {
     Tensor p = ref::linear(h, m.colbert_linear.weight, m.colbert_linear.bias);
     Tensor n = empty({p.size(0), Cfg::multi_vector}, DType::kF32);
     fk::kernels::reference::l2_normalize_ref<T>(n.data<float>(), p.data<T>(), p.stride(0), p.size(0), static_cast<int>(Cfg::multi_vector),
@@ -333,7 +336,7 @@ template <class Cfg, class M> RefTokenHeads ref_token_heads(M& m, const std::vec
     FK_CHECK_LAUNCH();
     vecs = drop_sequence_ends(n, cu_d, cu, drop, 0);
   }
-  if constexpr (Cfg::sparse) {
+  if constexpr (Cfg::sparse) if (lexical) {
     Tensor w = empty({h.size(0), 1}, DType::kF32);
     const Tensor &sw = m.sparse_linear.weight, &sb = m.sparse_linear.bias;
     fk::kernels::reference::token_classify_ref<T>(w.data<float>(), h.data<T>(), h.stride(0), sw.data<T>(), sb.defined() ? sb.data<T>() : nullptr, h.size(0),
@@ -618,11 +621,13 @@ template <class Model, class Cfg> class EncoderModelInstance final : public Task
     const Tolerance tol = depth_tolerance(static_cast<size_t>(model_->num_layers()));
     std::vector<CheckedOutput> out{{"last_hidden_state", hidden_, to_f32(r.first), tol}, {"pooled", pooled_, to_f32(r.second), tol}};
     if constexpr (Cfg::multi_vector > 0 || Cfg::sparse) {
-      const RefTokenHeads heads = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first);
-      if constexpr (Cfg::multi_vector > 0) out.push_back({"token_vectors", vectors_, heads.vectors, tol});
+      if constexpr (Cfg::multi_vector > 0) {
+        const RefTokenHeads heads = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, r.first, true, false);
+        out.push_back({"token_vectors", vectors_, heads.vectors, tol});
+      }
       if constexpr (Cfg::sparse) {
         // Of the task's own final hidden states (checked above): Note [ReLU output tolerance].
-        const RefTokenHeads own = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, hidden_);
+        const RefTokenHeads own = ref_token_heads<Cfg>(*model_, step_.host.cu, step_.meta.cu_seqlens, hidden_, false, true);
         out.push_back({"lexical_weights", weights_, own.weights, relu_output_tolerance(depth_tolerance(1), own.pre_rms, own.weights.numel())});
       }
     }
