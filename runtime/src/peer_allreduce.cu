@@ -27,7 +27,11 @@ int g_generation = 0;
 // crossover vLLM and PyTorch's symmetric memory use too, to be confirmed by fk_collectives' sweep).
 constexpr int64_t kTwoShotFrom = int64_t(256) << 10;
 // The Lamport one-shot (Note [Lamport all-reduce]) saves the flag round trip and the NVLink reads of
-// the pulling one-shot, for W - 1 pushed copies of the message; it serves messages up to this size.
+// the pulling one-shot, for W - 1 pushed copies of the message; it serves messages up to these sizes.
+// At 2 ranks (one pushed copy) it beat the pulling one-shot at every size to 1 MB on 2 x H100
+// (13.5 against 16.2 us at 1 MB, CUDA graph; bench/results/2026-11-27-h100x4-s24); at more ranks
+// each rank pushes W - 1 copies and the bound stays at 512 KB until fk_collectives' sweep says more.
+constexpr int64_t kLamportUpTo2 = int64_t(1) << 20;
 constexpr int64_t kLamportUpTo = int64_t(512) << 10;
 constexpr int kMaxGrid = 32;
 
@@ -166,7 +170,7 @@ std::string PeerAllReduce::unsupported(const Tensor& t) const {
 }
 
 PeerAllReduce::Algo PeerAllReduce::choose(int64_t bytes) const {
-  if (bytes <= std::min(kLamportUpTo, lamport_bytes_)) return Algo::kLamport;
+  if (bytes <= std::min(world_ == 2 ? kLamportUpTo2 : kLamportUpTo, lamport_bytes_)) return Algo::kLamport;
   return world_ == 2 || bytes <= kTwoShotFrom ? Algo::kOneShot : Algo::kTwoShot;
 }
 
