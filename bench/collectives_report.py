@@ -104,9 +104,14 @@ def main():
                 out.append(f"| {nrows} x {hidden} | {k[2]} | {fmt(us)} | {fmt(alone)} | {fmt(nccl)} | {fmt(nccl_norm)} | {fmt(ratio)} | "
                            f"{wrong} | {target} |")
             out.append("")
-    missed = [v for v in verdicts if v[2].startswith("MISSED")]
-    out.insert(4, f"Targets (graph mode): {len(verdicts) - len(missed)} of {len(verdicts)} sizes met"
-               + (": missed at " + ", ".join(f"{r} ranks {b} B" for r, b, _ in missed) if missed else "") + ".\n")
+    def summary(vs, what):
+        missed = [v for v in vs if v[2].startswith("MISSED")]
+        return (f"{what}: {len(vs) - len(missed)} of {len(vs)} sizes met"
+                + (": missed at " + ", ".join(f"{r} ranks {b} B" for r, b, _ in missed) if missed else ""))
+    plain = [v for v in verdicts if not v[2].endswith("(fused)")]
+    fused_v = [v for v in verdicts if v[2].endswith("(fused)")]
+    out.insert(4, "Targets (graph mode): " + summary(plain, "all-reduce") + ("; " + summary(fused_v, "fused all-reduce + RMSNorm")
+                                                                             if fused_v else "") + ".\n")
     open(a.out, "w").write("\n".join(out) + "\n")
     print("\n".join(out[:6]))
 

@@ -75,6 +75,13 @@
 #                           all_reduce, all_gather, reduce_scatter; the own peer all-reduce, auto / one-shot / two-shot;
 #                           eager and one CUDA graph) and their torch peers (bench/peers/torch_collectives.py: NCCL through
 #                           torch.distributed, symmetric-memory one-shot / two-shot) at 2 ranks and at every GPU
+#     dist-fused            the part of dist after a change of the fused kernels: the communicator tests at 2 ranks and
+#                           at every GPU, then the fused all-reduce + RMSNorm sweeps beside the own all-reduce alone and
+#                           NCCL + fused_add_rms_norm (eager and graph) at 2 ranks and at every GPU, into coll_<n>r_fused.jsonl
+#     tp                    tensor-parallel runs (issue 23) on every visible GPU, in the foreground: Llama-3.1-8B (32 layers,
+#                           seeded weights) under fk_model at TP 1 on GPU 0, then at TP 2 and at every GPU (fk_launch,
+#                           --tp N): greedy tokens of the same prompts compared with TP 1 (bench/tp_tokens.py, near-tie
+#                           rule) and decode / prefill throughput (slowest rank), into tp*.json / tp*_bench.jsonl
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -175,6 +182,43 @@ for step in "${steps[@]}"; do
           >"$P/coll_${n}r_torch.log" 2>&1
         say "torch peers $n ranks rc=$?"
       done
+      ;;
+    dist-fused)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      (cd "$b" && ctest -R '^dist_' --output-on-failure --timeout 300) >"$P/dist_tests.log" 2>&1
+      say "dist tests (2 ranks) rc=$?"; grep -E "tests passed|tests failed|Failed|Passed" "$P/dist_tests.log" | tail -5
+      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        if [ "$n" != 2 ]; then
+          timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=-*KilledRank* >"$P/dist_tests_$n.log" 2>&1
+          say "dist tests ($n ranks) rc=$?"; grep -E "PASSED|FAILED|SKIPPED" "$P/dist_tests_$n.log" | sort | uniq -c | head
+        fi
+        for op in all_reduce_peer all_reduce_add_rms_norm nccl_add_rms_norm; do
+          for mode in eager graph; do
+            if [ $op = all_reduce_peer ]; then sz="--min-bytes 8K --max-bytes 2M"; else sz="--hidden 4096 --min-bytes 8K --max-bytes 2M"; fi
+            timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $op $sz $([ $mode = graph ] && echo --graph) \
+              --jsonl "$P/coll_${n}r_fused.jsonl" >"$P/coll_${n}r_fused_${op}_$mode.log" 2>&1
+            say "fk_collectives $n ranks $op $mode rc=$?"
+          done
+        done
+      done
+      ;;
+    tp)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      tpa="--arch meta-llama/Llama-3.1-8B-Instruct --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x2048 --mem-steps 0"
+      CUDA_VISIBLE_DEVICES=0 timeout 500 "$b/fk_model" $tpa --greedy "$P/tp1.json" --jsonl "$P/tp1_bench.jsonl" --markdown "$P/tp1_bench.md" \
+        >"$P/tp1.log" 2>&1
+      say "fk_model tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/tp1.log"
+      runs=()
+      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        timeout 500 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $tpa --tp "$n" --greedy "$P/tp$n.json" --jsonl "$P/tp${n}_bench.jsonl" \
+          --markdown "$P/tp${n}_bench.md" >"$P/tp$n.log" 2>&1
+        say "fk_model tp $n rc=$?"; grep -E "^decode|^prefill|rank .* of" "$P/tp$n.log" | sort | uniq | head -20
+        [ -f "$P/tp$n.json" ] && runs+=("$P/tp$n.json")
+      done
+      [ ${#runs[@]} -gt 0 ] && python3 bench/tp_tokens.py "$P/tp1.json" "${runs[@]}" --json "$P/tp_tokens.json" >"$P/tp_tokens.txt" 2>&1
+      say "tp tokens rc=$?"; cat "$P/tp_tokens.txt" 2>/dev/null | grep -v "^  sequence" | head
       ;;
     bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;
     bench-l234@*)

@@ -40,6 +40,9 @@ class RowParallelLinear {
     return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
   }
 
+  /// Input-feature shards of the weight (Note [Sharded parameters]): tp_size for a sharded RowParallelLinear.
+  static constexpr int row_shards = Config::tp_size;
+
   fk::Tensor weight;
   fk::Tensor bias;
 };

@@ -44,7 +44,7 @@ class AttentionOProj {
   AttentionOProj(int64_t num_heads, int64_t head_size, int64_t num_kv_heads, int64_t hidden_size, bool bias_o_proj)
       : attn_prefill(num_heads, num_kv_heads, head_size),
         attn_decode(num_heads, num_kv_heads, head_size),
-        o_proj(num_heads * head_size, hidden_size, bias_o_proj) {
+        o_proj(num_heads * head_size * fk::tasks::RowShardsOf<OProj>::value, hidden_size, bias_o_proj) {
     fk::tasks::share_sinks(*this);
   }
   explicit AttentionOProj(fk::tasks::FromConfig)

@@ -75,7 +75,7 @@ class LlamaAttention {
         rotary_emb(Config::head_dim, Config::rotary_dim, max_position_embeddings, rope_theta, Config::is_neox_style),
         attn_prefill(num_heads, num_kv_heads, Config::head_dim),
         attn_decode(num_heads, num_kv_heads, Config::head_dim),
-        o_proj(num_heads * Config::head_dim, hidden_size, bias_o_proj) {
+        o_proj(num_heads * Config::head_dim * fk::tasks::RowShardsOf<OProj>::value, hidden_size, bias_o_proj) {
     fk::tasks::share_sinks(*this);
   }
   explicit LlamaAttention(fk::tasks::FromConfig)

@@ -36,7 +36,7 @@ class LlamaMLP {
 
   LlamaMLP(int64_t hidden_size, int64_t intermediate_size, const std::string& hidden_act, bool bias)
       : gate_up_proj(hidden_size, std::vector<int64_t>{intermediate_size, intermediate_size}, bias),
-        down_proj(intermediate_size, hidden_size, bias) {
+        down_proj(intermediate_size * fk::tasks::RowShardsOf<DownProj>::value, hidden_size, bias) {
     FK_CHECK(hidden_act == "silu", "llama_mlp_h3072_i8192_nobias_bf16: unsupported hidden_act " + hidden_act + " (silu expected)");
   }
   explicit LlamaMLP(fk::tasks::FromConfig)

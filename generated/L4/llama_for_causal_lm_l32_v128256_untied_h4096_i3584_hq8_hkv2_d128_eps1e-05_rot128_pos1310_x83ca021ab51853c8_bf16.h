@@ -135,11 +135,11 @@ class LlamaForCausalLM {
 
   /// Every parameter once, with its HF transformers name (Note [Seeded weights]).
   void named_parameters(fk::ParamList& out) {
-    out.push_back({"model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f});
+    fk::tasks::add_vocab_param<Config>(out, "model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f);
     for (size_t i = 0; i < model.layers.size(); ++i) model.layers[i].named_parameters("model.layers." + std::to_string(i) + ".", out);
     fk::tasks::add_norm(out, model.norm, "model.norm", 1.f, fk::tasks::final_norm_init_scale<Config>());
     if constexpr (!Config::tie_word_embeddings) {
-      fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
+      fk::tasks::add_vocab_param<Config>(out, "lm_head.weight", lm_head.weight, 0.f, 1.f / std::sqrt(float(Config::hidden_size)));
     }
   }
 

@@ -12,6 +12,8 @@
 //            --dump d.safetensors --bench   (a vision-language model: images + prompts, Note [Multimodal prefill])
 //   fk_model --arch google-bert/bert-base-uncased --layers 4 --dump d.safetensors   (an encoder: per-layer
 //            hidden states and pooled vectors; --bench times whole batches, --list says which runner)
+//   fk_launch --nproc 2 -- fk_model --arch meta-llama/Llama-3.1-8B-Instruct --tp 2 --greedy g.json --bench
+//            (the config's tp2 layout, one process per GPU: Note [Tensor-parallel runs])
 //
 // The dump and weights formats are the contract with bench/parity/hf_parity.py (docs/parity.md).
 // Exit codes: 0 ok; 1 runtime failure; 2 usage error; 3 no CUDA device.
@@ -32,8 +34,10 @@
 #include <nlohmann/json.hpp>
 
 #include "fk/runtime/cuda_check.h"
+#include "fk/runtime/dist.h"
 #include "fk/runtime/engine.h"
 #include "fk/runtime/env.h"
+#include "fk/runtime/parallel_state.h"
 #include "fk/runtime/random.h"
 #include "fk/runtime/runner.h"
 #include "fk/runtime/safetensors.h"
@@ -71,7 +75,33 @@ struct Options {
   /// its weights, and where the composite config (the special token ids) is read
   std::string vision_arch, load_vision_weights, save_vision_weights, config_root = "hf_configs";
   int64_t vision_layers = 0;
+  int tp = 1;  ///< tensor-parallel ranks (Note [Tensor-parallel runs])
 };
+
+// Note [Tensor-parallel runs]
+// `--tp N` runs the config's @tpN layout (Note [Parallel layouts]): one process per GPU, started by
+// fk_launch, torchrun or mpirun (their environment names the rank, the world and the rendezvous),
+// each building the sharded model, taking its slice of the same weights (seeded or loaded:
+// Note [Sharded parameters]) and joining one tensor-parallel group (GroupCoordinator: the own peer
+// all-reduce where it serves, NCCL otherwise). Every rank runs the same steps; the logits are
+// gathered on every rank, so every rank picks the same greedy tokens. Rank 0 writes the files; the
+// bench's times are every rank's, reported per rank and as the slowest. A rank that fails ends the
+// job (the communicator's abort; fk_launch ends the others).
+fk::dist::TcpStore* g_store = nullptr;  ///< the job's store under --tp (null otherwise)
+bool writes_files() { return fk::dist::tp_world_size() == 1 || fk::dist::tp_rank() == 0; }
+/// Every rank's value of `v` (one store round; rank order), {v} outside a tensor-parallel job.
+std::vector<double> all_ranks(const std::string& key, double v) {
+  if (g_store == nullptr) return {v};
+  static int round = 0;
+  const std::string k = "fk_model/" + std::to_string(round++) + "/" + key + "/";
+  const int world = fk::dist::tp_world_size(), rank = fk::dist::tp_rank();
+  std::ostringstream os;
+  os << std::setprecision(17) << v;
+  g_store->set(k + std::to_string(rank), os.str());
+  std::vector<double> out;
+  for (int r = 0; r < world; ++r) out.push_back(std::stod(g_store->get(k + std::to_string(r))));
+  return out;
+}
 
 template <class T> void add_host(fk::SafetensorsWriter& w, const std::string& name, const char* dtype, std::vector<int64_t> shape,
                                  const std::vector<T>& v) {
@@ -229,6 +259,8 @@ int run_greedy(fk::CausalLM& m, const Options& o) {
   nlohmann::json j = {{"tool", "fk_model"}, {"arch", o.arch}, {"task", m.task_name()}, {"layers", m.num_layers()},
                       {"seed", o.seed}, {"steps", S}, {"graph", !o.no_graph}, {"sequences", seqs},
                       {"env", fk::environment_json(0)}};
+  if (o.tp > 1) j["tp"] = o.tp;
+  if (!writes_files()) return fk::kExitOk;
   write_json_file(o.greedy, j);
   std::cerr << "fk_model: wrote " << o.greedy << " (" << B << " sequences, " << S << " greedy steps)\n";
   return fk::kExitOk;
@@ -474,8 +506,14 @@ int run_bench(fk::CausalLM& m, const Options& o) {
       for (int64_t s = 0; s < timed; ++s) engine.decode_step(graph);
       FK_CUDA_CHECK(cudaEventRecord(e1, engine.stream()));
       FK_CUDA_CHECK(cudaEventSynchronize(e1));
-      const double ms = elapsed_ms(e0, e1);
+      const std::vector<double> rank_ms = all_ranks("decode", elapsed_ms(e0, e1));
+      const double ms = *std::max_element(rank_ms.begin(), rank_ms.end());  // the slowest rank's
       nlohmann::json j = base("decode");
+      if (o.tp > 1) {
+        j["tp"] = o.tp;
+        j["rank_ms_per_step"] = nlohmann::json::array();
+        for (double r : rank_ms) j["rank_ms_per_step"].push_back(r / double(steps - 2));
+      }
       j["batch"] = b;
       j["prompt_len"] = o.prompt_len;
       j["steps"] = timed;
@@ -496,8 +534,16 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     fk::Engine engine(m, b, s, 0);
     const auto prompts = random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b));
     for (int i = 0; i < 2; ++i) engine.prefill(prompts);
-    const std::vector<double> ms = timed_calls(engine.stream(), e0, e1, 5, [&] { engine.prefill(prompts); });
+    std::vector<double> ms = timed_calls(engine.stream(), e0, e1, 5, [&] { engine.prefill(prompts); });
     nlohmann::json j = base("prefill");
+    if (o.tp > 1) {  // the k-th fastest of the 5 calls: the slowest rank's
+      j["tp"] = o.tp;
+      for (double& m : ms) {
+        const std::vector<double> r = all_ranks("prefill", m);
+        m = *std::max_element(r.begin(), r.end());
+      }
+      std::sort(ms.begin(), ms.end());
+    }
     j["batch"] = b;
     j["seq_len"] = s;
     j["ms"] = ms[ms.size() / 2];
@@ -539,6 +585,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
               << j["device_used_gib_after"].get<double>() << " GiB used\n";
     rows.push_back(j);
   }
+  if (!writes_files()) return fk::kExitOk;
   write_bench_jsonl(rows, o.jsonl);
   if (!o.markdown.empty()) {
     std::ofstream f(o.markdown);
@@ -1136,6 +1183,10 @@ int main(int argc, char** argv) {
   app.add_option("--config-root", o.config_root, "vision-language model: the folder of <arch>/config.json (the special token ids)");
   app.add_option("--grids", o.grids, "dump (vision towers): image grids TxHxW in patches (default: the served size and two others)")
       ->delimiter(',');
+  app.add_option("--tp", o.tp,
+                 "tensor-parallel ranks: run the config's @tpN layout, one process per GPU started by fk_launch --nproc N, torchrun "
+                 "or mpirun (causal LMs: --greedy, --bench, --load-weights)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
   app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
@@ -1155,7 +1206,7 @@ int main(int argc, char** argv) {
                            : t->make_image_encoder   ? "image-encoder"
                                                      : "vision-tower";
       for (const auto& a : t->archs)
-        std::cout << a << "  " << runner << "  " << t->name << (t->tp_size > 1 ? "  (tensor-parallel " + std::to_string(t->tp_size) + ": not run by fk_model yet)" : "")
+        std::cout << a << "  " << runner << "  " << t->name << (t->tp_size > 1 ? "  (tensor-parallel: --tp " + std::to_string(t->tp_size) + ")" : "")
                   << "\n";
     }
     return fk::kExitOk;
@@ -1185,14 +1236,34 @@ int main(int argc, char** argv) {
     std::cerr << "fk_model: --force-tokens needs --teacher-forced\n";
     return fk::kExitUsage;
   }
+  if (o.tp > 1) {  // Note [Tensor-parallel runs]
+    if (o.arch.find('@') != std::string::npos) {
+      std::cerr << "fk_model: --arch " << o.arch << " names a layout already; give the config id and --tp " << o.tp << "\n";
+      return fk::kExitUsage;
+    }
+    if (!o.dump.empty() || !o.teacher_forced.empty() || !o.save_weights.empty() || !o.vision_arch.empty()) {
+      std::cerr << "fk_model: --tp runs --greedy and --bench (weights seeded or from --load-weights); --dump, --teacher-forced, "
+                   "--save-weights and --vision-arch run unsharded (drop --tp)\n";
+      return fk::kExitUsage;
+    }
+    o.arch += "@tp" + std::to_string(o.tp);
+  }
   const fk::TaskInfo* task = find_model(o.arch);
   if (!task) {
-    std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list)\n";
+    std::cerr << "fk_model: no generated model for architecture '" << o.arch << "' (see --list"
+              << (o.tp > 1 ? "; a layout is generated where the config's fastkernels.json lists it: fastkernels add --parallel tp" +
+                                 std::to_string(o.tp)
+                           : std::string())
+              << ")\n";
     return fk::kExitUsage;
   }
-  if (task->tp_size > 1) {
+  if (task->tp_size != o.tp) {
     std::cerr << "fk_model: " << o.arch << " (" << task->name << ") is sharded for " << task->tp_size
-              << "-way tensor parallelism; fk_model does not run tensor-parallel models yet (issue 23: fk_model --tp)\n";
+              << "-way tensor parallelism: run it with --tp " << task->tp_size << " and the config id\n";
+    return fk::kExitUsage;
+  }
+  if (o.tp > 1 && !task->make_model) {
+    std::cerr << "fk_model: --tp runs causal LMs; " << o.arch << " is not one\n";
     return fk::kExitUsage;
   }
   if ((task->make_encoder || task->make_image_encoder || task->make_vision_tower) && (!o.greedy.empty() || !o.teacher_forced.empty())) {
@@ -1287,7 +1358,28 @@ int main(int argc, char** argv) {
       return fk::kExitFailed;
     }
   }
+  std::unique_ptr<fk::dist::TcpStore> store;  // outlive the model: its forward uses the group
+  std::unique_ptr<fk::dist::GroupCoordinator> group;
+  struct Unset {
+    ~Unset() {
+      fk::dist::set_tp_group(nullptr);
+      g_store = nullptr;
+    }
+  } unset;
   try {
+    if (o.tp > 1) {
+      const fk::dist::DistEnv env = fk::dist::dist_env();
+      if (env.world_size != o.tp)
+        throw std::runtime_error("--tp " + std::to_string(o.tp) + " needs " + std::to_string(o.tp) + " processes, one per GPU; this one is rank " +
+                                 std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (launcher: " + env.launcher +
+                                 "): start it with fk_launch --nproc " + std::to_string(o.tp) + " -- fk_model ... (or torchrun / mpirun)");
+      store = std::make_unique<fk::dist::TcpStore>(env, std::chrono::seconds(300));
+      group = std::make_unique<fk::dist::GroupCoordinator>(*store, std::chrono::seconds(300));
+      fk::dist::set_tp_group(group.get());
+      g_store = store.get();
+      std::cerr << "fk_model: rank " << group->rank() << " of " << group->world_size() << " (" << env.launcher << "), all-reduce "
+                << (group->peer() ? "own peer all-reduce + NCCL" : "NCCL (" + group->peer_unavailable() + ")") << "\n";
+    }
     std::unique_ptr<fk::CausalLM> model = task->make_model(o.layers);  // 0: the config's layer count
     prepare_model(*model, *task, o);
     int rc = fk::kExitOk;

@@ -20,6 +20,8 @@
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
 #include "fk/runtime/parallel_state.h"
+#include "fk/runtime/random.h"
+#include "fk/tasks/llama.h"
 
 namespace {
 
@@ -309,6 +311,49 @@ TEST(GroupCoordinator, TpGroupIsInstalledOrNamesHowToStartOne) {
   EXPECT_EQ(fk::dist::tp_world_size(), g.world_size());
   EXPECT_EQ(&fk::dist::tp_group(), &g);
   EXPECT_EQ(g.peer(), nullptr);
+  fk::dist::set_tp_group(nullptr);
+}
+
+// Note [Sharded parameters] (fk/tasks/llama.h): each rank's seeded slice is the unsharded tensor's.
+TEST(ShardedParams, EveryRankHoldsItsSliceOfTheUnshardedTensor) {
+  FK_REQUIRE_RANKS();
+  fk::dist::GroupCoordinator g(store(), 30s, /*use_peer=*/false);
+  fk::dist::set_tp_group(&g);
+  const int w = g.world_size(), r = g.rank();
+  const uint64_t seed = 11;
+  auto whole_of = [&](const fk::NamedParam& p) {  // the tensor as the unsharded model draws it
+    fk::Tensor t = fk::empty(p.full_shape(), fk::DType::kF32);
+    fk::fill_normal(t, fk::mix_seed(seed, fk::tasks::name_hash(p.name)), p.init_mean, p.init_std);
+    return host_of<float>(t);
+  };
+  // Rows (column-parallel), columns (row-parallel), and a vocabulary padded to split evenly: 5 rows
+  // a rank of 5w - 3 (the last rank's last 3 rows are padding, zero).
+  const fk::NamedParam rows = fk::tasks::shard({"m.q_proj.weight", fk::empty({3, 8}, fk::DType::kF32), 0.f, 1.f}, 0, w, 3 * w);
+  const fk::NamedParam cols = fk::tasks::shard({"m.o_proj.weight", fk::empty({4, 5}, fk::DType::kF32), 0.f, 1.f}, 1, w, 5 * w);
+  const fk::NamedParam vocab = fk::tasks::shard({"m.embed.weight", fk::empty({5, 6}, fk::DType::kF32), 0.f, 1.f}, 0, w, 5 * w - 3);
+  for (const fk::NamedParam* p : {&rows, &cols, &vocab}) fk::tasks::init_param(*p, seed);
+  FK_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_EQ(rows.shard_start, 3 * r);
+  ASSERT_EQ(cols.shard_start, 5 * r);
+  ASSERT_EQ(rows.full_shape(), (fk::Shape{3 * w, 8}));
+  const std::vector<float> wr = whole_of(rows), hr = host_of<float>(rows.tensor);
+  for (int i = 0; i < 3 * 8; ++i) ASSERT_EQ(hr[size_t(i)], wr[size_t(3 * r * 8 + i)]) << i;
+  const std::vector<float> wc = whole_of(cols), hc = host_of<float>(cols.tensor);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) ASSERT_EQ(hc[size_t(i * 5 + j)], wc[size_t(i * 5 * w + 5 * r + j)]) << i << "," << j;
+  const std::vector<float> wv = whole_of(vocab), hv = host_of<float>(vocab.tensor);
+  for (int i = 0; i < 5; ++i)
+    for (int j = 0; j < 6; ++j) {
+      const int row = 5 * r + i;
+      ASSERT_EQ(hv[size_t(i * 6 + j)], row < 5 * w - 3 ? wv[size_t(row * 6 + j)] : 0.f) << row << "," << j;
+    }
+  // A slice that cannot be one of the group's parts is refused, naming the parameter.
+  try {
+    fk::tasks::shard({"m.bad.weight", fk::empty({2, 4}, fk::DType::kF32), 0.f, 1.f}, 0, w, 3 * w);
+    ADD_FAILURE() << "a [2, 4] slice of " << 3 * w << " rows";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("m.bad.weight"), std::string::npos) << e.what();
+  }
   fk::dist::set_tp_group(nullptr);
 }
 

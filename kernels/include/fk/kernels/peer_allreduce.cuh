@@ -206,39 +206,75 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) two_shot_k
   end_call(a, epoch);
 }
 
-/// The tail both fused kernels share, for one row: acc holds this thread's all-reduced sums (fp32,
-/// its vectors of the row); they are rounded to T (the all-reduce's output), the residual is added
-/// and kept in T (written back), and RMSNorm x weight goes to out, with fused_add_rms_norm's thread
-/// layout, arithmetic and block reduction.
+/// Sum over each group of kThreads consecutive threads of the block (kGroups groups); every thread
+/// gets its group's sum. The same order as block_sum (warp sums, then the warps' sums), so that a
+/// group's result equals block_sum's over a block of kThreads. scratch: kGroups x 32 floats; every
+/// thread of the block must call it.
+template <int kThreads, int kGroups> __device__ __forceinline__ float group_sum(float v, float* scratch) {
+  if constexpr (kGroups == 1) {
+    return fk::kernels::block_sum<kThreads>(v, scratch);
+  } else {
+    static_assert(kThreads % 32 == 0 && kThreads * kGroups <= 1024, "groups of whole warps, at most 1024 threads");
+    constexpr int kWarps = kThreads / 32;
+    v = fk::kernels::warp_sum(v);
+    const int g = threadIdx.x / kThreads, warp = (threadIdx.x % kThreads) / 32, lane = threadIdx.x % 32;
+    if (lane == 0) scratch[g * 32 + warp] = v;
+    __syncthreads();
+    float t = lane < kWarps ? scratch[g * 32 + lane] : 0.f;
+    t = fk::kernels::warp_sum(t);
+    __syncthreads();  // scratch may be reused by the caller
+    return t;
+  }
+}
+
+/// This thread's vectors of a row (the residual, issued before the all-reduce's waits); tid: the
+/// thread's index in its row group.
 template <int kHidden, class T>
+__device__ __forceinline__ void load_row(Vec16<T> (&v)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], const T* row, int tid) {
+  using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
+#pragma unroll
+  for (int i = 0; i < S::kVecPerThread; ++i) {
+    const int vi = tid + i * S::kThreads;
+    if (vi < S::kVecs) *reinterpret_cast<uint4*>(&v[i]) = __ldcg(reinterpret_cast<const uint4*>(row + vi * S::kVecElems));
+  }
+}
+
+/// The tail both fused kernels share, for one row: acc holds this thread's all-reduced sums (fp32,
+/// its vectors of the row), r its vectors of the residual row; the sums are rounded to T (the
+/// all-reduce's output), the residual is added and kept in T (written back), and RMSNorm x weight
+/// goes to out, with fused_add_rms_norm's thread layout, arithmetic and block reduction. The block
+/// holds kGroups rows at once (tid: the thread's index in its row's group); a group whose row is
+/// past the end (live false) only joins the reduction.
+template <int kHidden, class T, int kGroups = 1>
 __device__ __forceinline__ void add_rms_norm_row(
-    float (&acc)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread][Vec16<T>::kN], T* residual_row,
-    const Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], T* out_row, float eps, float* scratch) {
+    float (&acc)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread][Vec16<T>::kN],
+    const Vec16<T> (&r)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], T* residual_row,
+    const Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], T* out_row, float eps, float* scratch, int tid,
+    bool live) {
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
   constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
   Vec16<T> v[kV];
   float sumsq = 0.f;
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
-    if (vi < S::kVecs) {
-      Vec16<T> r;
-      *reinterpret_cast<uint4*>(&r) = __ldcg(reinterpret_cast<const uint4*>(residual_row + vi * kN));
+    const int vi = tid + i * S::kThreads;
+    if (live && vi < S::kVecs) {
 #pragma unroll
       for (int j = 0; j < kN; ++j) {
         float z = to_float(from_float<T>(acc[i][j]));  // the all-reduce's output, in T
-        z += to_float(r.v[j]);
+        z += to_float(r[i].v[j]);
         v[i].v[j] = from_float<T>(z);  // the residual, kept in T (fused_add_rms_norm)
         sumsq += z * z;
       }
       *reinterpret_cast<uint4*>(residual_row + vi * kN) = *reinterpret_cast<const uint4*>(&v[i]);
     }
   }
-  const float total = fk::kernels::block_sum<S::kThreads>(sumsq, scratch);
+  const float total = group_sum<S::kThreads, kGroups>(sumsq, scratch);
+  if (!live) return;
   const float inv_rms = rsqrtf(total / static_cast<float>(kHidden) + eps);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
+    const int vi = tid + i * S::kThreads;
     if (vi < S::kVecs) {
       Vec16<T> o;
 #pragma unroll
@@ -252,11 +288,12 @@ __device__ __forceinline__ void add_rms_norm_row(
 }
 
 template <int kHidden, class T>
-__device__ __forceinline__ void load_weight(Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], const T* weight) {
+__device__ __forceinline__ void load_weight(Vec16<T> (&w)[fk::kernels::detail::RmsNormShape<kHidden, T>::kVecPerThread], const T* weight,
+                                            int tid) {
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
 #pragma unroll
   for (int i = 0; i < S::kVecPerThread; ++i) {
-    const int vi = threadIdx.x + i * S::kThreads;
+    const int vi = tid + i * S::kThreads;
     if (vi < S::kVecs) w[i] = load16(weight + vi * S::kVecElems);
   }
 }
@@ -279,8 +316,10 @@ __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>:
 #pragma unroll
   for (int p = 0; p < W; ++p) src[p] = staging<T>(a, p, epoch);
   Vec16<T> w[kV];
-  load_weight<kHidden, T>(w, weight);
+  load_weight<kHidden, T>(w, weight, threadIdx.x);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    Vec16<T> r[kV];
+    load_row<kHidden, T>(r, residual + row * kHidden, threadIdx.x);
     float acc[kV][kN] = {};
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
@@ -289,7 +328,7 @@ __global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>:
 #pragma unroll
         for (int p = 0; p < W; ++p) add_pack(acc[i], src[p] + row * kHidden, vi, kHidden);
     }
-    add_rms_norm_row<kHidden, T>(acc, residual + row * kHidden, w, out + row * kHidden, eps, scratch);
+    add_rms_norm_row<kHidden, T>(acc, r, residual + row * kHidden, w, out + row * kHidden, eps, scratch, threadIdx.x, true);
   }
   end_call(a, epoch);
 }
@@ -469,36 +508,51 @@ template <class T, int W> __global__ void __launch_bounds__(kThreads) lamport_ke
   lamport_end(a, c, a.n * int64_t(sizeof(T)));
 }
 
+/// Rows a block of the Lamport fused kernel holds at once: the Lamport kernels run kLamportGrid blocks
+/// (their per-block epochs), so each block takes several rows side by side, up to 1024 threads.
+template <int kHidden, class T> constexpr int lamport_row_groups() {
+  constexpr int t = fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads;
+  return 1024 / t >= 4 ? 4 : (1024 / t >= 2 ? 2 : 1);
+}
+
 /// The Lamport form of one_shot_add_rms_norm_kernel: x pushed into every peer's buffer, the sums formed
 /// as they arrive (Note [Lamport all-reduce]), then add_rms_norm_row; grid = kLamportGrid, blockDim =
-/// RmsNormShape<kHidden, T>::kThreads. out may be x.
+/// lamport_row_groups x RmsNormShape<kHidden, T>::kThreads (a row per group of threads; the residual
+/// rows are read before the waits).
 template <int kHidden, class T, int W>
-__global__ void __launch_bounds__(fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads)
+__global__ void __launch_bounds__(lamport_row_groups<kHidden, T>() * fk::kernels::detail::RmsNormShape<kHidden, T>::kThreads)
     lamport_add_rms_norm_kernel(Args a, const T* x, T* residual, const T* __restrict__ weight, T* out, int64_t rows, float eps) {
   using S = fk::kernels::detail::RmsNormShape<kHidden, T>;
-  constexpr int kN = S::kVecElems, kV = S::kVecPerThread;
-  __shared__ float scratch[32];
+  constexpr int kN = S::kVecElems, kV = S::kVecPerThread, G = lamport_row_groups<kHidden, T>();
+  __shared__ float scratch[G * 32];
   const LamportCall c = lamport_begin(a);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x)
-    for (int vi = threadIdx.x; vi < S::kVecs; vi += blockDim.x)
-      lamport_push<T, W>(a, c, row * kHidden + vi * kN, *reinterpret_cast<const Vec16<T>*>(x + row * kHidden + vi * kN));
+  const int64_t vecs = rows * S::kVecs, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < vecs; i += stride)
+    lamport_push<T, W>(a, c, i * kN, *reinterpret_cast<const Vec16<T>*>(x + i * kN));
   lamport_clear_previous<W>(a, c);
+  const int tid = threadIdx.x % S::kThreads, g = threadIdx.x / S::kThreads;
   Vec16<T> w[kV];
-  load_weight<kHidden, T>(w, weight);
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  load_weight<kHidden, T>(w, weight, tid);
+  for (int64_t base = int64_t(blockIdx.x) * G; base < rows; base += int64_t(gridDim.x) * G) {
+    const int64_t row = base + g;
+    const bool live = row < rows;
+    Vec16<T> r[kV];
     float acc[kV][kN] = {};
+    if (live) {
+      load_row<kHidden, T>(r, residual + row * kHidden, tid);
 #pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      const int vi = threadIdx.x + i * S::kThreads;
-      if (vi < S::kVecs)
+      for (int i = 0; i < kV; ++i) {
+        const int vi = tid + i * S::kThreads;
+        if (vi < S::kVecs)
 #pragma unroll
-        for (int p = 0; p < W; ++p) {
-          const Vec16<T> v = lamport_take<T, W>(a, c, p, row * kHidden + vi * kN, x);
+          for (int p = 0; p < W; ++p) {
+            const Vec16<T> v = lamport_take<T, W>(a, c, p, row * kHidden + vi * kN, x);
 #pragma unroll
-          for (int k = 0; k < kN; ++k) acc[i][k] += to_float(v.v[k]);
-        }
+            for (int k = 0; k < kN; ++k) acc[i][k] += to_float(v.v[k]);
+          }
+      }
     }
-    add_rms_norm_row<kHidden, T>(acc, residual + row * kHidden, w, out + row * kHidden, eps, scratch);
+    add_rms_norm_row<kHidden, T, G>(acc, r, residual + (live ? row : 0) * kHidden, w, out + (live ? row : 0) * kHidden, eps, scratch, tid, live);
   }
   lamport_end(a, c, rows * int64_t(kHidden) * int64_t(sizeof(T)));
 }

@@ -15,14 +15,31 @@
 namespace fk {
 
 /// A parameter with its stable (HF transformers) name and its seeded-initialisation scale
-/// (Note [Seeded weights] in fk/tasks/llama.h). `tensor` views the module's storage.
+/// (Note [Seeded weights] in fk/tasks/llama.h). `tensor` views the module's storage. In a model
+/// sharded for tensor parallelism (Note [Sharded parameters] in fk/tasks/llama.h) `tensor` may be
+/// this rank's slice of the HF tensor: indices [shard_start, shard_start + tensor.size(shard_dim))
+/// of its dimension shard_dim, whose whole extent is shard_full; indices past shard_full are padding
+/// (zero: a vocabulary padded to split evenly). shard_dim -1: the whole tensor.
 struct NamedParam {
   std::string name;
   Tensor tensor;
   float init_mean = 0.f;
   float init_std = 1.f;
+  int shard_dim = -1;
+  int64_t shard_full = 0;
+  int64_t shard_start = 0;
+  bool sharded() const { return shard_dim >= 0; }
+  /// The HF tensor's shape (tensor's, with shard_full at shard_dim when sharded).
+  Shape full_shape() const {
+    Shape s = tensor.sizes();
+    if (sharded()) s[static_cast<size_t>(shard_dim)] = shard_full;
+    return s;
+  }
 };
 using ParamList = std::vector<NamedParam>;
+/// Copies this rank's slice of `whole` (a tensor of p.full_shape()) into p.tensor; padding past the
+/// whole extent becomes zero (Note [Sharded parameters]).
+void copy_shard(const NamedParam& p, const Tensor& whole);
 
 /// A causal language model as vLLM's model runner sees it: forward(input_ids, positions) under
 /// a forward context (fk/tasks/forward_context.h) -> hidden states; compute_logits(hidden).

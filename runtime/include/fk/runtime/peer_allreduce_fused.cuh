@@ -56,6 +56,7 @@ void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& 
     throw std::runtime_error("all_reduce_add_rms_norm: " + std::to_string(bytes) + " bytes, above the Lamport buffer's " +
                              std::to_string(par.lamport_bytes()));
   const bool lamport = algo == PeerAllReduce::Algo::kLamport;
+  constexpr unsigned kLamportBlock = par_k::lamport_row_groups<kHidden, T>() * S::kThreads;
   const unsigned grid = lamport ? par_k::kLamportGrid : static_cast<unsigned>(std::min<int64_t>(rows, par_k::kMaxBlocks));
   const cudaStream_t s = current_stream();
   const T* xp = x.data<T>();
@@ -64,7 +65,7 @@ void all_reduce_add_rms_norm(const PeerAllReduce& par, const Tensor& x, Tensor& 
   switch (par.world_size()) {
 #define FK_FUSED_CASE(W)                                                                                      \
   case W:                                                                                                     \
-    if (lamport) par_k::lamport_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps); \
+    if (lamport) par_k::lamport_add_rms_norm_kernel<kHidden, T, W><<<grid, kLamportBlock, 0, s>>>(a, xp, rp, wp, op, rows, eps); \
     else par_k::one_shot_add_rms_norm_kernel<kHidden, T, W><<<grid, S::kThreads, 0, s>>>(a, xp, rp, wp, op, rows, eps);         \
     break;
     FK_FUSED_CASE(2)

@@ -157,6 +157,12 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
 // reduce_results) multiplies this rank's columns of the input, adds the bias on rank 0 only, and sums
 // over the tensor-parallel group; the column-parallel kinds need no communication (their outputs stay
 // sharded) and keep tp_size 1. Only kinds whose forward communicates carry tp_size > 1.
+/// The input-feature shards of a linear module: a sharded RowParallelLinear's tp_size (its
+/// row_shards), 1 for the other kinds and for modules that do not say. Parents build their
+/// row-parallel children with the unsharded input size, as vLLM does (input_size x this).
+template <class L, class = void> struct RowShardsOf : std::integral_constant<int, 1> {};
+template <class L> struct RowShardsOf<L, std::void_t<decltype(L::row_shards)>> : std::integral_constant<int, L::row_shards> {};
+
 template <class Cfg> Tensor linear_forward_tp(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   if constexpr (TpSizeOf<Cfg>::value == 1) {
     return linear_forward<Cfg>(input, weight, bias);

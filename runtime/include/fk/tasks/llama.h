@@ -191,25 +191,69 @@ inline uint64_t name_hash(const std::string& s) {
   return h;
 }
 
+// Note [Sharded parameters]
+// A model sharded for tensor parallelism (Note [Parallel layouts]) holds on each rank its slice of
+// every HF tensor, as vLLM's weight loaders cut them: the column-parallel linears (q/k/v, gate/up)
+// the rank's rows of the output features, the row-parallel ones (o_proj, down_proj) its columns of
+// the input features (their bias whole, added on rank 0), the vocabulary-parallel embedding and LM
+// head their rows of the vocabulary padded to a multiple of 64 (padding rows zero); norms whole.
+// NamedParam records the slice, so seeded initialisation (the whole tensor drawn as the unsharded
+// model draws it, then cut) and safetensors loading (the whole tensor read, then cut) give each rank
+// exactly its part of the unsharded model's weights: a TP run and the TP-1 run compute the same
+// model. The rank is the tensor-parallel group's (fk::dist::tp_rank) when the module is listed.
+// Replicated KV heads (fewer KV heads than ranks) would need the unsharded head count, which a
+// layout's per-rank constants do not carry: one KV head per rank is refused (below).
+
+/// This rank's slice of `p` along `dim`: `parts` equal slices of the whole (padded) extent.
+inline NamedParam shard(NamedParam p, int dim, int parts, int64_t whole) {
+  if (parts <= 1) return p;
+  const int64_t n = p.tensor.size(dim);
+  p.shard_dim = dim;
+  p.shard_full = whole;
+  p.shard_start = int64_t(fk::dist::tp_rank()) * n;
+  FK_CHECK(n * parts >= whole && fk::dist::tp_world_size() == parts,
+           p.name + ": a slice of " + std::to_string(n) + " cannot be one of " + std::to_string(parts) + " of " + std::to_string(whole) +
+               " in a tensor-parallel group of " + std::to_string(fk::dist::tp_world_size()));
+  return p;
+}
+
 inline void init_param(const NamedParam& p, uint64_t seed) {
-  Tensor t = p.tensor;
-  fill_normal(t, mix_seed(seed, name_hash(p.name)), p.init_mean, p.init_std);
+  const uint64_t s = mix_seed(seed, name_hash(p.name));
+  if (!p.sharded()) {
+    Tensor t = p.tensor;
+    fill_normal(t, s, p.init_mean, p.init_std);
+    return;
+  }
+  Tensor whole = empty(p.full_shape(), p.tensor.dtype());  // drawn as the unsharded model draws it
+  fill_normal(whole, s, p.init_mean, p.init_std);
+  copy_shard(p, whole);
 }
 
 /// (HF parameter name, rows) of one part of a fused weight.
 using Part = std::pair<std::string, int64_t>;
 
-/// A linear layer as one HF parameter per row range: parts = {(name, rows), ...}.
-template <class L> void add_linear(ParamList& out, L& lin, const std::vector<Part>& parts) {
+/// A linear layer as one HF parameter per row range: parts = {(name, rows), ...}. column_shards > 1:
+/// each part is this rank's rows of a column-parallel weight split that many ways (Note [Sharded
+/// parameters]); a row-parallel linear (RowShardsOf > 1) holds its rank's columns.
+template <class L> void add_linear(ParamList& out, L& lin, const std::vector<Part>& parts, int column_shards = 1) {
+  constexpr int kRowShards = RowShardsOf<L>::value;
+  static_assert(kRowShards >= 1, "row_shards must be positive");
+  FK_CHECK(column_shards == 1 || kRowShards == 1, parts.front().first + ": a linear is split by its rows or by its columns, not both");
   const int64_t k = lin.weight.size(1);
-  const float std = 1.f / std::sqrt(static_cast<float>(k));
+  const float std = 1.f / std::sqrt(static_cast<float>(k * kRowShards));  // the unsharded fan-in
   int64_t row = 0;
   for (const auto& [name, rows] : parts) {
-    out.push_back({name + ".weight", lin.weight.narrow_first(row, rows), 0.f, std});
-    if (lin.bias.defined()) out.push_back({name + ".bias", lin.bias.narrow_first(row, rows), 0.f, 0.1f});
+    NamedParam w{name + ".weight", lin.weight.narrow_first(row, rows), 0.f, std};
+    out.push_back(kRowShards > 1 ? shard(w, 1, kRowShards, k * kRowShards) : shard(w, 0, column_shards, rows * column_shards));
+    if (lin.bias.defined()) out.push_back(shard({name + ".bias", lin.bias.narrow_first(row, rows), 0.f, 0.1f}, 0, column_shards, rows * column_shards));
     row += rows;
   }
   FK_CHECK(row == lin.weight.size(0), "parameter split of " + parts.front().first + " does not cover the weight");
+}
+/// A vocabulary-parallel table (the embedding, the untied LM head) of a model with Cfg::vocab_size
+/// entries: this rank's rows of the padded vocabulary (Note [Sharded parameters]).
+template <class Cfg> void add_vocab_param(ParamList& out, const std::string& name, const Tensor& table, float mean, float std) {
+  out.push_back(shard({name, table, mean, std}, 0, TpSizeOf<Cfg>::value, Cfg::vocab_size));
 }
 /// mean 0 for GemmaRMSNorm weights (used as 1 + w).
 template <class N> void add_norm(ParamList& out, N& norm, const std::string& name, float mean = 1.f, float scale = 1.f) {
@@ -231,16 +275,25 @@ template <class M> void add_sinks(ParamList& out, M& m, const std::string& prefi
   if (m.attn_prefill.sinks.defined()) out.push_back({prefix + "sinks", m.attn_prefill.sinks, 0.f, 1.f});
 }
 template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
+  constexpr int tp = TpSizeOf<Cfg>::value;
+  if constexpr (tp > 1)
+    FK_CHECK(Cfg::num_kv_heads > 1, prefix + "k_proj: one KV head per rank at " + std::to_string(tp) +
+                                        "-way tensor parallelism: whether it is replicated is not in the per-rank constants (Note [Sharded "
+                                        "parameters]); sharded weights are not built for this layout yet");
+  if constexpr (tp > 1 && kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>)
+    static_assert(!FullWidthQKNorm<std::decay_t<decltype(m.qk_norm)>>::value,
+                  "a full-width q/k norm spans every head: its weights are not sharded (Note [Sharded parameters])");
   add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
                                Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
-                               Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)});
+                               Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
   add_qk_norm(out, m.qk_norm, prefix);
 }
 template <class M, class = void> struct has_down_proj : std::false_type {};
 template <class M> struct has_down_proj<M, std::void_t<decltype(std::declval<M&>().down_proj)>> : std::true_type {};
 
 template <class Cfg, class M> void add_mlp_params(ParamList& out, M& m, const std::string& prefix) {
-  add_linear(out, m.gate_up_proj, {Part(prefix + "gate_proj", Cfg::intermediate_size), Part(prefix + "up_proj", Cfg::intermediate_size)});
+  add_linear(out, m.gate_up_proj, {Part(prefix + "gate_proj", Cfg::intermediate_size), Part(prefix + "up_proj", Cfg::intermediate_size)},
+             TpSizeOf<Cfg>::value);
   if constexpr (has_down_proj<M>::value) add_linear(out, m.down_proj, {Part(prefix + "down_proj", Cfg::hidden_size)});
 }
 

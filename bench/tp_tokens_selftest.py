@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Self-test of bench/tp_tokens.py on made-up fk_model --greedy files (no GPU): the same tokens pass,
+a first difference at a near-tie passes, one beyond the bound fails, and files of another model are
+refused with the field named."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def greedy(path, tokens, gaps, tp=None, arch="acme/m", layers=2):
+    j = {"tool": "fk_model", "arch": arch + (f"@tp{tp}" if tp else ""), "layers": layers, "seed": 7, "steps": len(tokens[0]) - 1,
+         "sequences": [{"prompt_len": 5 + i, "tokens": t, "gaps": g} for i, (t, g) in enumerate(zip(tokens, gaps))]}
+    if tp:
+        j["tp"] = tp
+    with open(path, "w") as f:
+        json.dump(j, f)
+    return path
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, os.path.join(HERE, "tp_tokens.py"), *args], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    failures = []
+
+    def expect(cond, what, out):
+        if not cond:
+            failures.append(f"{what}:\n{out}")
+
+    with tempfile.TemporaryDirectory() as d:
+        gaps = [[1.0, 0.1, 2.0, 1.5], [0.9, 0.8, 0.7, 0.6]]
+        base = greedy(os.path.join(d, "tp1.json"), [[1, 2, 3, 4], [5, 6, 7, 8]], gaps)
+        same = greedy(os.path.join(d, "same.json"), [[1, 2, 3, 4], [5, 6, 7, 8]], gaps, tp=2)
+        rc, out = run(base, same)
+        expect(rc == 0 and "PASS, 8/8 tokens" in out, "identical tokens pass", out)
+        tie = greedy(os.path.join(d, "tie.json"), [[1, 9, 9, 9], [5, 6, 7, 8]], gaps, tp=2)  # differs where the gap is 0.1
+        rc, out = run(base, tie, "--json", os.path.join(d, "out.json"))
+        expect(rc == 0 and "near-tie" in out and "1/4" in out, "a difference at a near-tie passes", out)
+        with open(os.path.join(d, "out.json")) as f:
+            expect(json.load(f)["runs"][0]["sequences"][0]["verdict"] == "near-tie", "the JSON says near-tie", out)
+        far = greedy(os.path.join(d, "far.json"), [[1, 2, 3, 4], [5, 6, 0, 0]], gaps, tp=2)  # differs where the gap is 0.7
+        rc, out = run(base, far)
+        expect(rc == 1 and "DIVERGED" in out and "FAIL" in out, "a difference beyond the bound fails", out)
+        rc, out = run(base, far, "--tie-gap", "0.75")
+        expect(rc == 0, "a wider bound accepts it", out)
+        other = greedy(os.path.join(d, "other.json"), [[1, 2, 3, 4], [5, 6, 7, 8]], gaps, tp=2, layers=3)
+        rc, out = run(base, other)
+        expect(rc != 0 and "layers" in out, "another depth is refused naming the field", out)
+        with open(os.path.join(d, "bad.json"), "w") as f:
+            f.write("{}")
+        rc, out = run(base, os.path.join(d, "bad.json"))
+        expect(rc != 0 and "field 'arch' missing" in out, "a file that is not a greedy file is refused", out)
+    for f in failures:
+        print("FAIL:", f)
+    print(f"tp_tokens selftest: {'FAILED' if failures else 'ok'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
