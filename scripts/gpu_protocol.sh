@@ -35,6 +35,9 @@
 #                           (token vectors and lexical weights checked), HF parity at 4 layers (the heads in torch
 #                           beside HF's encoder), fk_model --bench beside HF eager/compile with the same heads, and the
 #                           token_classifier L1 task beside its torch peers
+#     lexical@G             BGE-M3's lexical-weight check (issue 22, Note [ReLU output tolerance]) on GPU G (background):
+#                           fk_bench over BGE-M3's model task (token vectors and lexical weights) at the run's seed and at
+#                           the two seeds that failed the earlier elementwise bounds (76656637278103, 1234567)
 #     towers@G              DINOv3 and SigLIP's vision tower (issue 22) on GPU G (background): the layer_scale GPU tests,
 #                           fk_bench over every task of the tiny random DINOv3, of ViT-7B/16 (40 layers, 13.4 GB of bf16
 #                           weights) and of the SigLIP towers (SigLIP-2 base/512, so400m/14 at 384), HF parity (tiny DINOv3: its
@@ -250,6 +253,11 @@ for step in "${steps[@]}"; do
             --markdown '$P/enc_model_'\$t.md >'$P/enc_model_'\$t.log 2>&1; \
           python3 bench/peers/hf_encoder_perf.py --arch \$a --weights '$P/w.safetensors' --modes eager,compile \
             --jsonl '$P/enc_hf_'\$t.jsonl >'$P/enc_hf_'\$t.log 2>&1; rm -f '$P/w.safetensors'; done"
+      ;;
+    lexical@*)
+      bg lexical "export CUDA_VISIBLE_DEVICES=${step#*@}; for sd in $seed 76656637278103 1234567; do \
+        '$b/fk_bench' --task '^bert_model_l24.*_mv1024_' --seed \$sd --case-timeout 300 --jsonl '$P/lexical_'\$sd.jsonl \
+          --markdown '$P/lexical_'\$sd.md >'$P/lexical_'\$sd.log 2>&1; echo \"seed \$sd rc=\$?\"; done"
       ;;
     heads@*)
       g="${step#*@}"
