@@ -73,6 +73,8 @@
 #                           eager / torch.compile with the same weights (bench/peers/hf_vision_perf.py)
 #     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
+#     tests-touched:K/N@G   the K-th of N shards of the GPU tests of what session 25 touched (every linear, embedding, LM head
+#                           and llama composite task, the whole models, the kernel and task unit tests) on GPU G (background)
 #     dist                  the multi-GPU checks (issue 23) on every visible GPU, in the foreground: the communicator
 #                           tests at 2 ranks (ctest -R dist_) and at every GPU, then fk_collectives sweeps (NCCL's
 #                           all_reduce, all_gather, reduce_scatter; the own peer all-reduce, auto / one-shot / two-shot;
@@ -154,6 +156,11 @@ for step in "${steps[@]}"; do
     tests-shard:*@*)
       k="${step#tests-shard:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
       bg "tests-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests_$k.log' 2>&1"
+      ;;
+    tests-touched:*@*)
+      k="${step#tests-touched:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
+      re='GeneratedTask[.]L[1-4]_(vocab_parallel_embedding|scaled_word_embedding|parallel_lm_head|row_parallel_linear|qkv_parallel_linear|merged_column_parallel_linear|column_parallel_linear|replicated_linear|llama_|gemma_|olmo2_|attention_o_proj)|WholeModel|^Tasks[.]|^Kernels[.]'
+      bg "touched-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -R '$re' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_touched_$k.log' 2>&1"
       ;;
     dist)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
