@@ -29,6 +29,7 @@ enum class Cheat {
   kRunThrows,           // forward raises
   kReferenceThrows,     // the harness's reference raises (not the task's fault)
   kLeavesCudaError,     // correct, but a CUDA call of its forward fails and it does not check (Note [Pending CUDA errors])
+  kWrongShape,          // returns one element more than the reference (an output kept from a larger case)
 };
 
 __global__ void scale2_kernel(const float* x, float* out, int64_t n) {
@@ -66,6 +67,10 @@ class Scale2Instance final : public fk::TaskInstance {
       case Cheat::kMutateWhenUnwatched:
         launch(s, out);
         if (!watched) FK_CUDA_CHECK(cudaMemsetAsync(x_[s].data_ptr(), 0, 4, st));
+        break;
+      case Cheat::kWrongShape:
+        out = fk::empty({n_ + 1}, fk::DType::kF32);
+        launch(s, out);
         break;
       case Cheat::kLeavesCudaError:
         launch(s, out);
@@ -155,6 +160,15 @@ TEST(Protocol, ConstantOutputIsDegenerateEvenInsideTolerance) {
 TEST(Protocol, EchoedInputIsDegenerateEvenInsideTolerance) {
   FK_REQUIRE_GPU();
   expect_degenerate(Cheat::kEcho, "byte for byte input 0");
+}
+
+TEST(Protocol, AnOutputOfAnotherShapeIsIncorrectNotAnInfraError) {
+  FK_REQUIRE_GPU();
+  Scale2Instance inst(Cheat::kWrongShape, false);
+  const fk::CheckOutcome o = fk::check_instance(inst, 2, 5);
+  EXPECT_EQ(o.status, "INCORRECT") << o.message;
+  EXPECT_EQ(o.reason, "wrong-shape") << o.message;
+  EXPECT_NE(o.message.find("f32[4097]"), std::string::npos) << o.message;
 }
 
 TEST(Protocol, ErrorsInTaskCodeAreRuntimeErrorsAndOthersInfraErrors) {

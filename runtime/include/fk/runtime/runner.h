@@ -48,6 +48,7 @@ enum ExitCode : int { kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitNoGpu =
 //   INCORRECT      mismatch | nonfinite | stale-output (passed, then failed on fresh inputs in the
 //                  same buffers, or after timing) | input-mutated | oob-write (guard bytes changed)
 //                  | degenerate-output (constant, or an input echoed, where the reference is not)
+//                  | wrong-shape (an output undefined, strided, or of another shape than its reference)
 //                  | timed-output (a timed call's output or inputs failed the check made after it:
 //                  Note [Timed calls are checked])
 //   SUSPECT        foreign-stream (memory changed while the task's stream was held back) |
