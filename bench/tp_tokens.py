@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
-"""Compare the greedy tokens of tensor-parallel runs with the unsharded run (issue 23).
+"""Compare tensor-parallel runs with the unsharded run (issue 23).
 
     python3 bench/tp_tokens.py tp1.json tp2.json [tp4.json ...] [--tie-gap 0.30] [--json out.json]
+    python3 bench/tp_tokens.py --teacher-forced tf1.json tf2.json [tf4.json ...] [--json out.json]
 
-Each file is an `fk_model --greedy` file (the first the TP-1 run: same arch, layers, seed, steps and
-prompts). Per sequence the tokens must agree up to the end, or up to a first difference where the
-TP-1 run's top-2 logit gap at that step is within the near-tie bound (docs/candidates.md, "greedy
-tokens": a near-tie, accepted; later tokens condition on other prefixes and are not compared).
-Exit 0 when every run agrees, 1 when one diverges beyond a near-tie, 2 on unusable input.
+Greedy (the default): each file is an `fk_model --greedy` file (the first the TP-1 run: same arch,
+layers, seed, steps and prompts). Per sequence the tokens must agree up to the end, or up to a first
+difference where the TP-1 run's top-2 logit gap at that step is within the near-tie bound
+(docs/candidates.md, "greedy tokens": a near-tie, accepted; later tokens condition on other prefixes
+and are not compared).
+
+--teacher-forced: each file is an `fk_model --teacher-forced` file, every run fed the same tokens
+(--force-tokens: the TP-1 run's greedy file) and scored row by row against the unsharded model's
+composite fp32 reference (Note [Sharded references]). The references must agree (top token, or a
+top-2 gap under 0.05; top logit within 0.05), and each TP run's errors are held to the TP-1 run's by
+the rules of Note [Teacher-forced bound] (generator/src/tools/compare.cc): every error finite; the
+RMS of the relative L2 errors at most 1.3 x the TP-1 run's, over the rows less the allowed outliers;
+at most max(1, 2% of the rows) rows with an error above 3 x the TP-1 row's + 0.002.
+
+Exit 0 when every run agrees, 1 when one does not, 2 on unusable input.
 """
 import argparse
 import json
@@ -44,13 +55,67 @@ def compare(base, run, tie_gap):
     return ok, rows
 
 
+def teacher_compare(base, run):
+    """(ok, summary) of a TP run's teacher-forced rows against the TP-1 run's (Note [Teacher-forced bound])."""
+    eb, ec, problems = [], [], []
+    for i, (b, r) in enumerate(zip(base["sequences"], run["sequences"])):
+        if b["tokens"] != r["tokens"]:
+            return False, {"problem": f"sequence {i}: the runs were fed other tokens (--force-tokens the same greedy file expected)"}
+        for s in range(len(b["rel_l2"])):
+            if b["ref_top"][s] != r["ref_top"][s] and b["ref_gap"][s] >= 0.05:
+                problems.append(f"sequence {i} step {s}: reference top token {r['ref_top'][s]} vs TP-1's {b['ref_top'][s]}")
+            if abs(b["ref_top_logit"][s] - r["ref_top_logit"][s]) > 0.05:
+                problems.append(f"sequence {i} step {s}: reference top logit {r['ref_top_logit'][s]:.4f} vs TP-1's {b['ref_top_logit'][s]:.4f}")
+            eb.append(b["rel_l2"][s])
+            ec.append(r["rel_l2"][s])
+    nonfinite = sum(1 for e in ec if e is None or e != e or e in (float("inf"), float("-inf")))
+    n = len(ec)
+    allowed = max(1, int(0.02 * n))
+    outliers = [k for k in range(n) if nonfinite == 0 and ec[k] > 3 * eb[k] + 0.002]
+    keep = sorted(range(n), key=lambda k: ec[k] - eb[k])[: n - min(allowed, n - 1)] if nonfinite == 0 else []
+    rms = lambda xs: (sum(x * x for x in xs) / len(xs)) ** 0.5 if xs else 0.0  # noqa: E731
+    ratio = rms([ec[k] for k in keep]) / rms([eb[k] for k in keep]) if keep and rms([eb[k] for k in keep]) > 0 else None
+    ok = not problems and nonfinite == 0 and ratio is not None and ratio <= 1.3 and len(outliers) <= allowed
+    return ok, {"rows": n, "rms_ratio": ratio, "rms_tp1": rms(eb), "rms_tp": rms([e for e in ec if e == e]), "outliers": len(outliers),
+                "allowed_outliers": allowed, "nonfinite": nonfinite, "reference_problems": problems[:10]}
+
+
+def main_teacher(a):
+    files = [a.base] + a.runs
+    runs = [load(p) for p in files]
+    base = runs[0]
+    out, all_ok = [], True
+    for path, run in zip(files[1:], runs[1:]):
+        for key in ("layers", "seed", "steps"):
+            if base[key] != run[key]:
+                sys.exit(f"tp_tokens: {path}: {key} {run[key]!r} differs from {a.base}'s {base[key]!r}")
+        if base["arch"].split("@")[0] != run["arch"].split("@")[0] or run.get("mode") != "teacher-forced" or base.get("mode") != "teacher-forced":
+            sys.exit(f"tp_tokens: {path}: expected fk_model --teacher-forced files of the same model")
+        ok, summ = teacher_compare(base, run)
+        all_ok &= ok
+        ratio = f"{summ['rms_ratio']:.3f}" if summ.get("rms_ratio") is not None else "-"
+        print(f"{path} (tp {run.get('tp', 1)}) against {a.base}: {'PASS' if ok else 'FAIL'}, {summ.get('rows', 0)} rows, RMS rel_l2 "
+              f"{summ.get('rms_tp', 0):.5f} vs TP-1 {summ.get('rms_tp1', 0):.5f} (ratio {ratio}, bound 1.3), outliers "
+              f"{summ.get('outliers', 0)} (allowed {summ.get('allowed_outliers', 0)})" + (f"; {summ['problem']}" if "problem" in summ else ""))
+        for p in summ.get("reference_problems", []):
+            print("  " + p)
+        out.append({"run": path, "tp": run.get("tp", 1), "pass": ok, **summ})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"base": a.base, "arch": base["arch"], "layers": base["layers"], "mode": "teacher-forced", "runs": out}, f, indent=1)
+    return 0 if all_ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("base", help="the TP-1 run's fk_model --greedy file")
     ap.add_argument("runs", nargs="+", help="the tensor-parallel runs' files")
     ap.add_argument("--tie-gap", type=float, default=0.30, help="near-tie bound in logits (default 0.30, docs/candidates.md)")
     ap.add_argument("--json", help="also write the comparison here")
+    ap.add_argument("--teacher-forced", action="store_true", help="compare fk_model --teacher-forced files (see above)")
     a = ap.parse_args()
+    if a.teacher_forced:
+        return main_teacher(a)
     base = load(a.base)
     out, all_ok = [], True
     for path in a.runs:

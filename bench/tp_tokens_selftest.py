@@ -56,6 +56,33 @@ def main():
             f.write("{}")
         rc, out = run(base, os.path.join(d, "bad.json"))
         expect(rc != 0 and "field 'arch' missing" in out, "a file that is not a greedy file is refused", out)
+    with tempfile.TemporaryDirectory() as d:  # --teacher-forced
+        def tf(path, errs, tops=None, top_logits=None, tp=None):
+            rows = len(errs[0])
+            j = {"tool": "fk_model", "mode": "teacher-forced", "arch": "acme/m" + (f"@tp{tp}" if tp else ""), "layers": 2, "seed": 7,
+                 "steps": rows - 1, "sequences": [{"prompt_len": 5 + i, "tokens": list(range(rows)), "rel_l2": e,
+                                                   "ref_top": (tops or [[3] * rows] * len(errs))[i],
+                                                   "ref_top_logit": (top_logits or [[4.0] * rows] * len(errs))[i],
+                                                   "ref_gap": [0.5] * rows} for i, e in enumerate(errs)]}
+            if tp:
+                j["tp"] = tp
+            with open(path, "w") as f:
+                json.dump(j, f)
+            return path
+        base = tf(os.path.join(d, "tf1.json"), [[0.010] * 50, [0.012] * 50])
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "ok.json"), [[0.011] * 50, [0.013] * 50], tp=2))
+        expect(rc == 0 and "PASS" in out and "ratio 1.0" in out, "errors like TP 1's pass", out)
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "far.json"), [[0.02] * 50, [0.024] * 50], tp=2))
+        expect(rc == 1 and "FAIL" in out and "ratio 2.0" in out, "errors twice TP 1's fail", out)
+        few = [[0.010] * 50, [0.012] * 49 + [0.5]]  # one bad row: within the allowed outliers, and dropped from the RMS
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "one.json"), few, tp=2))
+        expect(rc == 0 and "outliers 1 (allowed 2)" in out, "one outlier row is allowed", out)
+        many = [[0.010] * 45 + [0.5] * 5, [0.012] * 50]
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "many.json"), many, tp=2))
+        expect(rc == 1 and "outliers 5" in out, "five outlier rows are not", out)
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "ref.json"), [[0.010] * 50, [0.012] * 50],
+                                                     top_logits=[[4.0] * 50, [4.0] * 49 + [4.2]], tp=2))
+        expect(rc == 1 and "reference top logit" in out, "another reference is refused", out)
     for f in failures:
         print("FAIL:", f)
     print(f"tp_tokens selftest: {'FAILED' if failures else 'ok'}")

@@ -86,7 +86,9 @@
 #     tp                    tensor-parallel runs (issue 23) on every visible GPU, in the foreground: Llama-3.1-8B (32 layers,
 #                           seeded weights) under fk_model at TP 1 on GPU 0, then at TP 2 and at every GPU (fk_launch,
 #                           --tp N): greedy tokens of the same prompts compared with TP 1 (bench/tp_tokens.py, near-tie
-#                           rule) and decode / prefill throughput (slowest rank), into tp*.json / tp*_bench.jsonl
+#                           rule), every step's logits fed TP 1's tokens against the unsharded fp32 reference, held to
+#                           TP 1's errors (bench/tp_tokens.py --teacher-forced), and decode / prefill throughput (slowest
+#                           rank), into tp*.json / tf*.json / tp*_bench.jsonl
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -216,19 +218,24 @@ for step in "${steps[@]}"; do
     tp)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
       tpa="--arch meta-llama/Llama-3.1-8B-Instruct --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x2048 --mem-steps 0"
-      CUDA_VISIBLE_DEVICES=0 timeout 500 "$b/fk_model" $tpa --greedy "$P/tp1.json" --jsonl "$P/tp1_bench.jsonl" --markdown "$P/tp1_bench.md" \
+      CUDA_VISIBLE_DEVICES=0 timeout 500 "$b/fk_model" $tpa --greedy "$P/tp1.json" --teacher-forced "$P/tf1.json" \
+        --jsonl "$P/tp1_bench.jsonl" --markdown "$P/tp1_bench.md" \
         >"$P/tp1.log" 2>&1
       say "fk_model tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/tp1.log"
-      runs=()
+      runs=(); tfs=()
       for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
         [ "$n" -ge 2 ] || continue
-        timeout 500 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $tpa --tp "$n" --greedy "$P/tp$n.json" --jsonl "$P/tp${n}_bench.jsonl" \
-          --markdown "$P/tp${n}_bench.md" >"$P/tp$n.log" 2>&1
+        timeout 500 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $tpa --tp "$n" --greedy "$P/tp$n.json" --teacher-forced "$P/tf$n.json" \
+          --force-tokens "$P/tp1.json" --jsonl "$P/tp${n}_bench.jsonl" --markdown "$P/tp${n}_bench.md" >"$P/tp$n.log" 2>&1
         say "fk_model tp $n rc=$?"; grep -E "^decode|^prefill|rank .* of" "$P/tp$n.log" | sort | uniq | head -20
         [ -f "$P/tp$n.json" ] && runs+=("$P/tp$n.json")
+        [ -f "$P/tf$n.json" ] && tfs+=("$P/tf$n.json")
       done
       [ ${#runs[@]} -gt 0 ] && python3 bench/tp_tokens.py "$P/tp1.json" "${runs[@]}" --json "$P/tp_tokens.json" >"$P/tp_tokens.txt" 2>&1
       say "tp tokens rc=$?"; cat "$P/tp_tokens.txt" 2>/dev/null | grep -v "^  sequence" | head
+      [ ${#tfs[@]} -gt 0 ] && python3 bench/tp_tokens.py --teacher-forced "$P/tf1.json" "${tfs[@]}" --json "$P/tp_teacher.json" \
+        >"$P/tp_teacher.txt" 2>&1
+      say "tp teacher-forced rc=$?"; head -20 "$P/tp_teacher.txt" 2>/dev/null
       ;;
     bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;
     bench-l234@*)

@@ -84,8 +84,11 @@ struct Options {
 // each building the sharded model, taking its slice of the same weights (seeded or loaded:
 // Note [Sharded parameters]) and joining one tensor-parallel group (GroupCoordinator: the own peer
 // all-reduce where it serves, NCCL otherwise). Every rank runs the same steps; the logits are
-// gathered on every rank, so every rank picks the same greedy tokens. Rank 0 writes the files; the
-// bench's times are every rank's, reported per rank and as the slowest. A rank that fails ends the
+// gathered on every rank, so every rank picks the same greedy tokens. `--teacher-forced` (fed the
+// TP-1 run's greedy tokens with --force-tokens) scores every step's logits against the unsharded
+// model's composite reference, computed from the ranks' slices (Note [Sharded references] in
+// fk/tasks/llama.h), so bench/tp_tokens.py --teacher-forced can hold each row's error to the TP-1
+// run's. Rank 0 writes the files; the bench's times are every rank's, reported per rank and as the slowest. A rank that fails ends the
 // job (the communicator's abort; fk_launch ends the others).
 fk::dist::TcpStore* g_store = nullptr;  ///< the job's store under --tp (null otherwise)
 bool writes_files() { return fk::dist::tp_world_size() == 1 || fk::dist::tp_rank() == 0; }
@@ -306,7 +309,11 @@ std::vector<std::vector<int64_t>> read_forced_tokens(const std::string& path, co
                                (j.is_object() && j.contains(field) ? j[field].dump() : "nothing"));
   };
   want("tool", "fk_model");
-  want("arch", o.arch);
+  // The same model: a tensor-parallel run (arch "<id>@tpN") may be fed the unsharded run's tokens.
+  const std::string base_arch = o.arch.substr(0, o.arch.find('@'));
+  if (!j.is_object() || !j.contains("arch") || !j["arch"].is_string() || j["arch"].get<std::string>().substr(0, j["arch"].get<std::string>().find('@')) != base_arch)
+    throw std::runtime_error(path + ": $.arch: expected \"" + base_arch + "\" (this run's model, any layout), got " +
+                             (j.is_object() && j.contains("arch") ? j["arch"].dump() : "nothing"));
   want("layers", m.num_layers());
   want("seed", o.seed);
   want("steps", o.decode_steps);
@@ -438,6 +445,8 @@ int run_teacher_forced(fk::CausalLM& m, const Options& o) {
                       {"forced_from", o.force_tokens.empty() ? std::string("own greedy tokens") : o.force_tokens},
                       {"ref_logit_mean", mean}, {"ref_logit_std", std::sqrt(std::max(0.0, sum2 / n - mean * mean))},
                       {"sequences", out_seqs}, {"env", fk::environment_json(0)}};
+  if (o.tp > 1) j["tp"] = o.tp;
+  if (!writes_files()) return fk::kExitOk;
   write_json_file(o.teacher_forced, j);  // NaN/inf errors are written as null by nlohmann::json
   std::cerr << "fk_model: wrote " << o.teacher_forced << " (" << B << " sequences, " << S + 1 << " teacher-forced rows each)\n";
   return fk::kExitOk;
@@ -1185,7 +1194,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--tp", o.tp,
                  "tensor-parallel ranks: run the config's @tpN layout, one process per GPU started by fk_launch --nproc N, torchrun "
-                 "or mpirun (causal LMs: --greedy, --bench, --load-weights)")
+                 "or mpirun (causal LMs: --greedy, --teacher-forced, --bench, --load-weights)")
       ->check(CLI::Range(1, 64));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
@@ -1241,8 +1250,8 @@ int main(int argc, char** argv) {
       std::cerr << "fk_model: --arch " << o.arch << " names a layout already; give the config id and --tp " << o.tp << "\n";
       return fk::kExitUsage;
     }
-    if (!o.dump.empty() || !o.teacher_forced.empty() || !o.save_weights.empty() || !o.vision_arch.empty()) {
-      std::cerr << "fk_model: --tp runs --greedy and --bench (weights seeded or from --load-weights); --dump, --teacher-forced, "
+    if (!o.dump.empty() || !o.save_weights.empty() || !o.vision_arch.empty()) {
+      std::cerr << "fk_model: --tp runs --greedy, --teacher-forced and --bench (weights seeded or from --load-weights); --dump, "
                    "--save-weights and --vision-arch run unsharded (drop --tp)\n";
       return fk::kExitUsage;
     }

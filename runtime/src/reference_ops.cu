@@ -15,6 +15,7 @@
 #include "fk/kernels/reference/vocab_parallel_embedding_ref.cuh"
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/runner.h"  // under_compute_sanitizer
+#include "fk/runtime/tp_group.h"
 #include "fk/tasks/attention.h"  // window_range
 
 namespace fk::tasks::ref {
@@ -128,6 +129,16 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias) {
   const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
   Tensor c = empty({m, n}, DType::kF32);
   ref_gemm_f32(c.data<float>(), n, x.data_ptr(), x.stride(0), w.data_ptr(), m, n, k, x.dtype());
+  return finish(c, x.dtype(), bias);
+}
+
+Tensor linear_tp_reduce(const Tensor& x, const Tensor& w, const Tensor& bias) {
+  check_model_dtype(x, "linear input");
+  FK_CHECK(w.dim() == 2 && w.size(1) == x.size(1) && w.is_contiguous() && w.dtype() == x.dtype(), "reference linear weight " + w.str());
+  const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+  Tensor c = empty({m, n}, DType::kF32);
+  ref_gemm_f32(c.data<float>(), n, x.data_ptr(), x.stride(0), w.data_ptr(), m, n, k, x.dtype());
+  fk::dist::tp_all_reduce_(c);
   return finish(c, x.dtype(), bias);
 }
 

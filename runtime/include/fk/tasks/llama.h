@@ -306,6 +306,21 @@ template <class Cfg>
 struct WindowOf<Cfg, std::void_t<decltype(Cfg::sliding_window)>> : std::integral_constant<int64_t, Cfg::sliding_window> {};
 template <class Cfg> constexpr int64_t window_of() { return WindowOf<Cfg>::value; }
 
+// Note [Sharded references]
+// A model sharded for tensor parallelism (Note [Sharded parameters]) is checked against the unsharded
+// model's composite reference, computed on every rank from its own slices: a row-parallel linear's
+// reference sums the ranks' fp32 partial products over the group before its one rounding
+// (ref::linear_tp_reduce); the column-parallel ones need nothing (their heads and columns are this
+// rank's); the embedding's reference looks the ids up in the whole table, gathered from the ranks'
+// rows; the logits' reference is each rank's rows of the vocabulary, gathered. So it equals the
+// unsharded reference up to the order of the fp32 sums, while sharing no kernel with the task.
+
+/// The reference of a linear child: row-parallel ones (RowShardsOf > 1) reduce over the group.
+template <class L> Tensor ref_linear_of(const Tensor& x, const L& lin) {
+  if constexpr (RowShardsOf<L>::value > 1) return ref::linear_tp_reduce(x, lin.weight, lin.bias);
+  else return ref::linear(x, lin.weight, lin.bias);
+}
+
 /// The host view of the step's metadata that references need.
 struct RefMeta {
   bool is_prefill = true;
@@ -354,7 +369,7 @@ Tensor ref_attention_o_proj(M& m, const RefMeta& rm, const Tensor& q, const Tens
                     : ref::attention_decode(q, m.k_cache.narrow_first(0, q.size(0)), m.v_cache.narrow_first(0, q.size(0)),
                                             rm.lens, Hq, Hkv, D, m.attn_decode.softmax_scale, m.attn_decode.sliding_window,
                                             m.attn_decode.logits_soft_cap, m.attn_decode.sinks);
-  return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
+  return ref_linear_of(attn, m.o_proj);
 }
 
 /// A sparse MoE block in the MLP slot (it owns expert weights; fk/tasks/moe.h).
@@ -374,7 +389,7 @@ template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
     return ref_sparse_moe(m, x);
   } else {
     Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), IsGeluMlp<M>::value);
-    return ref::linear(act, m.down_proj.weight, m.down_proj.bias);
+    return ref_linear_of(act, m.down_proj);
   }
 }
 
@@ -638,7 +653,7 @@ template <class Module, class Cfg, bool kDown> class MlpInstance final : public 
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = ref::silu_and_mul(ref::linear(x_[s], module_.gate_up_proj.weight, module_.gate_up_proj.bias),
                                    IsGeluMlp<Module>::value);
-    if constexpr (kDown) ref = ref::linear(ref, module_.down_proj.weight, module_.down_proj.bias);
+    if constexpr (kDown) ref = ref_linear_of(ref, module_.down_proj);
     return {{"out", out_[s], to_f32(ref), composite_tolerance(dtype_of<T>, 1.0, 0.01)}};
   }
   Cost cost() const override {
@@ -864,7 +879,15 @@ template <class Cfg, class Model>
 Tensor ref_causal_lm_logits(Model& model, const RefMeta& rm, const Tensor& ids, const Tensor& positions, const Tensor& rows) {
   auto& m = model.model;
   constexpr bool kGemma = IsGemmaModel<Cfg>::value;
-  Tensor h = ref::embedding(ids, m.embed_tokens.weight, m.embed_tokens.embed_scale()), res;
+  Tensor h, res;
+  if constexpr (TpSizeOf<Cfg>::value > 1) {  // the whole table, gathered from the ranks' rows (Note [Sharded references])
+    const Tensor& w = m.embed_tokens.weight;
+    const int64_t rows = w.size(0), width = w.size(1);
+    const Tensor whole = fk::dist::tp_all_gather_last_dim(w.view({1, rows * width})).view({rows * TpSizeOf<Cfg>::value, width});
+    h = ref::embedding(ids, whole.narrow_first(0, Cfg::vocab_size), m.embed_tokens.embed_scale());
+  } else {
+    h = ref::embedding(ids, m.embed_tokens.weight, m.embed_tokens.embed_scale());
+  }
   m.for_each_layer([&](auto& layer) {
     std::pair<Tensor, Tensor> hr = ref_decoder_layer<Cfg>(layer, rm, positions, h, res);
     h = hr.first;
@@ -872,6 +895,7 @@ Tensor ref_causal_lm_logits(Model& model, const RefMeta& rm, const Tensor& ids, 
   });
   Tensor normed = ref::add_rms_norm(h, res, m.norm.weight, m.norm.variance_epsilon, kGemma ? 1.f : 0.f).first;
   Tensor logits = ref::linear(gather_rows(normed, rows), model.lm_head.weight, model.lm_head.bias);
+  if constexpr (TpSizeOf<Cfg>::value > 1) logits = gather_vocab_logits(logits, Cfg::vocab_size);  // this rank's vocabulary rows
   if (final_softcap_of<Cfg>() > 0) logits = ref::softcap(logits, final_softcap_of<Cfg>());
   if constexpr (logits_scaling_of<Cfg>() != 1.0) logits = ref::scale(logits, 1.0 / logits_scaling_of<Cfg>());
   return to_f32(logits);

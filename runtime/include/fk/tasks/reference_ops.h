@@ -24,6 +24,11 @@ namespace fk::tasks::ref {
 
 /// x [M, K] (row stride free, last dim dense) @ w[N, K]^T + bias[N]? -> [M, N].
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias);
+/// Note [Sharded references]: a row-parallel linear at tensor parallelism, this rank holding the
+/// columns of x and w it owns: its fp32 partial product, summed over the tensor-parallel group in
+/// fp32 (fk::dist::tp_all_reduce_), plus the bias, rounded once: the unsharded linear's reference
+/// up to the order of the fp32 sums. Every rank of the group must call it.
+Tensor linear_tp_reduce(const Tensor& x, const Tensor& w, const Tensor& bias);
 /// rmsnorm(x) * (weight_offset + w); weight_offset 1: GemmaRMSNorm.
 Tensor rms_norm(const Tensor& x, const Tensor& w, double eps, float weight_offset = 0.f);
 /// (rmsnorm(x + residual) * (weight_offset + w), x + residual).
