@@ -533,8 +533,11 @@ __global__ void __launch_bounds__(lamport_row_groups<kHidden, T>() * fk::kernels
   const int tid = threadIdx.x % S::kThreads, g = threadIdx.x / S::kThreads;
   Vec16<T> w[kV];
   load_weight<kHidden, T>(w, weight, tid);
-  for (int64_t base = int64_t(blockIdx.x) * G; base < rows; base += int64_t(gridDim.x) * G) {
-    const int64_t row = base + g;
+  // Rows interleaved over the blocks (group g of block b: rows b + (g + G k) x grid), so that a few rows
+  // spread over as many blocks (SMs) as a row per block would: with a block's rows consecutive, 8 rows
+  // sat in 2 blocks and 1-16 rows ran slower than one row per block (2 x H100, session 25).
+  for (int64_t base = 0; base < rows; base += int64_t(gridDim.x) * G) {
+    const int64_t row = base + int64_t(g) * gridDim.x + blockIdx.x;
     const bool live = row < rows;
     Vec16<T> r[kV];
     float acc[kV][kN] = {};
