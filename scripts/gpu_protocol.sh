@@ -89,6 +89,10 @@
 #                           rule), every step's logits fed TP 1's tokens against the unsharded fp32 reference, held to
 #                           TP 1's errors (bench/tp_tokens.py --teacher-forced), and decode / prefill throughput (slowest
 #                           rank), into tp*.json / tf*.json / tp*_bench.jsonl
+#     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
+#                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
+#                           dump written by rank 0 at TP 2 and at every GPU, then bench/parity/hf_parity.py against
+#                           transformers with the same weights, into tp_parity<n>/
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -236,6 +240,24 @@ for step in "${steps[@]}"; do
       [ ${#tfs[@]} -gt 0 ] && python3 bench/tp_tokens.py --teacher-forced "$P/tf1.json" "${tfs[@]}" --json "$P/tp_teacher.json" \
         >"$P/tp_teacher.txt" 2>&1
       say "tp teacher-forced rc=$?"; head -20 "$P/tp_teacher.txt" 2>/dev/null
+      ;;
+    tp-parity)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      A=meta-llama/Llama-3.1-8B-Instruct
+      CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" --arch $A --layers 4 --seed "$seed" --save-weights "$P/tpw.safetensors" \
+        >"$P/tp_parity_weights.log" 2>&1
+      say "tp-parity weights rc=$?"
+      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" --arch $A --tp "$n" --layers 4 --seed "$seed" \
+          --load-weights "$P/tpw.safetensors" --dump "$P/tpd$n.safetensors" >"$P/tp_parity_dump$n.log" 2>&1
+        say "tp-parity dump tp $n rc=$?"
+        python3 bench/parity/hf_parity.py --arch $A --weights "$P/tpw.safetensors" --dump "$P/tpd$n.safetensors" --seed "$seed" \
+          --out "$P/tp_parity$n" >"$P/tp_parity$n.log" 2>&1
+        say "tp-parity hf tp $n rc=$?"; tail -3 "$P/tp_parity$n.log"
+        rm -f "$P/tpd$n.safetensors"
+      done
+      rm -f "$P/tpw.safetensors"
       ;;
     bench-l1@*) bg bench-l1 "$(declare -f bench_part); b='$b' P='$P' seed='$seed' bench_part l1 ${step#*@} --level 1" ;;
     bench-l234@*)

@@ -157,7 +157,8 @@ void add_causal_dump(fk::SafetensorsWriter& w, const fk::CausalLM& m, const fk::
   add_host(w, "decode.tokens", "I64", {B, o.decode_steps + 1}, engine.tokens());
   add_host(w, "decode.token_logit", "F32", {B, o.decode_steps + 1}, engine.token_logits());
   fk::add_device_tensor(w, "decode.logits_last", last);
-  w.set_metadata("arch", o.arch);
+  w.set_metadata("arch", o.arch.substr(0, o.arch.find('@')));  // the model; a tensor-parallel run says its layout below
+  if (o.tp > 1) w.set_metadata("tp", std::to_string(o.tp));
   w.set_metadata("task", m.task_name());
   w.set_metadata("layers", std::to_string(m.num_layers()));
   w.set_metadata("seed", std::to_string(o.seed));
@@ -193,6 +194,7 @@ int run_dump(fk::CausalLM& m, const Options& o) {
   const int64_t B = static_cast<int64_t>(prompts.size());
   fk::SafetensorsWriter w;
   add_causal_dump(w, m, engine, o, prompts, layer_out, prefill_logits, last);
+  if (!writes_files()) return fk::kExitOk;  // rank 0 writes (every rank holds the whole hidden states and logits)
   w.write(o.dump);
   std::cerr << "fk_model: wrote " << o.dump << " (" << B << " prompts, " << total << " tokens, " << o.decode_steps
             << " decode steps)\n";
@@ -1194,7 +1196,7 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--tp", o.tp,
                  "tensor-parallel ranks: run the config's @tpN layout, one process per GPU started by fk_launch --nproc N, torchrun "
-                 "or mpirun (causal LMs: --greedy, --teacher-forced, --bench, --load-weights)")
+                 "or mpirun (causal LMs: --greedy, --teacher-forced, --dump, --bench, --load-weights)")
       ->check(CLI::Range(1, 64));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
@@ -1250,9 +1252,9 @@ int main(int argc, char** argv) {
       std::cerr << "fk_model: --arch " << o.arch << " names a layout already; give the config id and --tp " << o.tp << "\n";
       return fk::kExitUsage;
     }
-    if (!o.dump.empty() || !o.save_weights.empty() || !o.vision_arch.empty()) {
-      std::cerr << "fk_model: --tp runs --greedy, --teacher-forced and --bench (weights seeded or from --load-weights); --dump, "
-                   "--save-weights and --vision-arch run unsharded (drop --tp)\n";
+    if (!o.save_weights.empty() || !o.vision_arch.empty()) {
+      std::cerr << "fk_model: --tp runs --greedy, --teacher-forced, --dump and --bench (weights seeded or from --load-weights); "
+                   "--save-weights and --vision-arch run unsharded (drop --tp; save the unsharded model's weights and load them)\n";
       return fk::kExitUsage;
     }
     o.arch += "@tp" + std::to_string(o.tp);
