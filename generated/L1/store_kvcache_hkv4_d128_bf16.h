@@ -2,6 +2,7 @@
 //   hf_configs/Qwen/Qwen2.5-VL-7B-Instruct-text/config.json,
 //   hf_configs/Qwen/Qwen3-30B-A3B/config.json,
 //   hf_configs/meta-llama/Llama-3.1-8B-Instruct/config.json,
+//   hf_configs/mistralai/Mixtral-8x7B-v0.1/config.json,
 //   hf_configs/pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text/config.json,
 //   descriptor generator/descriptors/llama.json,
 //   descriptor generator/descriptors/moe.json,

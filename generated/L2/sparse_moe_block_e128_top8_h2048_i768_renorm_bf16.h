@@ -23,6 +23,8 @@ struct Config {
   static constexpr bool expert_bias = false;  // the expert GEMMs add per-expert biases
   static constexpr bool router_bias = false;  // the router (gate) linear has a bias
   static constexpr bool renormalize = true;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -38,6 +40,7 @@ class SparseMoeBlock {
   static constexpr int kTopK = static_cast<int>(Config::top_k);
   static constexpr bool kRenormalize = Config::renormalize;
   static constexpr double kSwigluLimit = Config::swiglu_limit;  // > 0: SwigluOAIAndMul experts
+  static constexpr int kTpSize = Config::tp_size;  // > 1: the experts hold this rank's slice; forward reduces
 
   explicit SparseMoeBlock(fk::tasks::FromConfig)
       : gate(Config::hidden_size, Config::num_experts, Config::router_bias),

@@ -14,6 +14,7 @@ FK_REGISTER_TASK((fk::TaskInfo{
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::MoeInstance<SparseMoeBlock, Config, /*kBlock=*/true>>(c);
     }}));
 

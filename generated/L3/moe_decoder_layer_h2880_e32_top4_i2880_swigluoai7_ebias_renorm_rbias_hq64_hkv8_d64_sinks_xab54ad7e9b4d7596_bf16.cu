@@ -17,6 +17,7 @@ FK_REGISTER_TASK((fk::TaskInfo{
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<MoeDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
     }}));
 

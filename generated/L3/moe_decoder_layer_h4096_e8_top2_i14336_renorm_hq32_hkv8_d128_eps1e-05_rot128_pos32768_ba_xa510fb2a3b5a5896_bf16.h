@@ -54,6 +54,8 @@ struct Config {
   static constexpr bool renormalize = true;
   /// The active MLP width per token (top_k experts), for FLOP and activation estimates.
   static constexpr int64_t intermediate_size = top_k * moe_intermediate_size;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 

@@ -11,16 +11,21 @@
 
 namespace fk::generated::moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e_05_x4f453d2b4323147d_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e-05_x4f453d2b4323147d_bf16", 4, "moe_for_causal_lm", "vllm MixtralForCausalLM / Qwen3MoeForCausalLM", "generated/L4/moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e-05_x4f453d2b4323147d_bf16.cu",
     { "mistralai/Mixtral-8x7B-v0.1" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::CausalLMInstance<MoeForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<MoeForCausalLM, Config>>("moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e-05_x4f453d2b4323147d_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  return info;
+}()));
 
 }  // namespace fk::generated::moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e_05_x4f453d2b4323147d_bf16

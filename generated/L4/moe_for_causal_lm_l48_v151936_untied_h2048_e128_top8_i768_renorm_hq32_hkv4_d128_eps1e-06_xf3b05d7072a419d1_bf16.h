@@ -58,6 +58,8 @@ struct Config {
   static constexpr int64_t num_hidden_layers = 48;
   static constexpr int64_t vocab_size = 151936;
   static constexpr bool tie_word_embeddings = false;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -114,15 +116,19 @@ class MoeForCausalLM {
   }
 
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
-  fk::Tensor compute_logits(const fk::Tensor& hidden_states) { return lm_head.forward(hidden_states); }
+  fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
+    fk::Tensor logits = lm_head.forward(hidden_states);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
+    return logits;
+  }
 
   /// Every parameter once, with its HF transformers name (Note [Seeded weights]).
   void named_parameters(fk::ParamList& out) {
-    out.push_back({"model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f});
+    fk::tasks::add_vocab_param<Config>(out, "model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f);
     for (size_t i = 0; i < model.layers.size(); ++i) model.layers[i].named_parameters("model.layers." + std::to_string(i) + ".", out);
     fk::tasks::add_norm(out, model.norm, "model.norm", 1.f, fk::tasks::final_norm_init_scale<Config>());
     if constexpr (!Config::tie_word_embeddings) {
-      fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
+      fk::tasks::add_vocab_param<Config>(out, "lm_head.weight", lm_head.weight, 0.f, 1.f / std::sqrt(float(Config::hidden_size)));
     }
   }
 

@@ -41,24 +41,34 @@ std::string shape_text(const Shape& s) {
 
 void copy_shard(const NamedParam& p, const Tensor& whole) {
   FK_CHECK(whole.sizes() == p.full_shape(), "copy_shard: " + p.name + ": " + whole.str() + " is not the whole parameter");
+  FK_CHECK(whole.is_contiguous(), "copy_shard: " + p.name + ": the whole tensor must be contiguous");
   if (!p.sharded()) {
     Tensor dst = p.tensor;
     copy_(dst, whole);
     return;
   }
-  const int dim = p.shard_dim, last = p.tensor.dim() - 1;
-  const int64_t n = p.tensor.size(dim), valid = std::clamp<int64_t>(p.shard_full - p.shard_start, 0, n);
-  FK_CHECK(dim == 0 || dim == last, "copy_shard: " + p.name + ": shards split the first or the last dimension, not " + std::to_string(dim));
-  FK_CHECK(dim == 0 || valid == n, "copy_shard: " + p.name + ": only the first dimension may be padded");
-  if (dim == 0) {
+  const int dim = p.shard_dim;
+  const int64_t n = p.tensor.size(dim), parts = p.shard_parts;
+  if (dim == 0 && parts == 1) {  // rows, the last ones possibly padding
+    const int64_t valid = std::clamp<int64_t>(p.shard_full - p.shard_start, 0, n);
     if (valid > 0) copy_strided_(p.tensor.narrow_first(0, valid), whole.narrow_first(p.shard_start, valid));
     if (valid < n) {
       Tensor pad = p.tensor.narrow_first(valid, n - valid);
       FK_CUDA_CHECK(cudaMemsetAsync(pad.data_ptr(), 0, pad.nbytes(), current_stream()));
     }
-  } else {
-    copy_strided_(p.tensor, whole.narrow_last(p.shard_start, n));
+    return;
   }
+  // Any dimension, `parts` blocks: both viewed as [outer, parts, block, inner]; no padding here.
+  FK_CHECK(parts >= 1 && n % parts == 0 && p.shard_full % parts == 0 && p.shard_start + n / parts <= p.shard_full / parts,
+           "copy_shard: " + p.name + ": a slice of " + std::to_string(n) + " in " + std::to_string(parts) + " blocks from " +
+               std::to_string(p.shard_start) + " does not fit " + std::to_string(p.shard_full));
+  FK_CHECK(p.tensor.is_contiguous(), "copy_shard: " + p.name + ": this rank's tensor must be contiguous");
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= p.tensor.size(d);
+  for (int d = dim + 1; d < p.tensor.dim(); ++d) inner *= p.tensor.size(d);
+  const int64_t block = n / parts, whole_block = p.shard_full / parts;
+  copy_strided_(p.tensor.view({outer, parts, block, inner}),
+                whole.as_strided({outer, parts, block, inner}, {p.shard_full * inner, whole_block * inner, inner, 1}, p.shard_start * inner));
 }
 
 namespace {

@@ -283,6 +283,49 @@ TEST(ParallelLayouts, PerRankConstantsAndNamesAtTp2To16) {
   EXPECT_EQ(o1->kind->name(o1->params, "bf16"), "row_parallel_linear_k4096_n4096_nobias_bf16");
 }
 
+TEST(ParallelLayouts, MixtureOfExpertsShardsEveryExpertsIntermediateAtTp2To8) {
+  // Mixtral-8x7B's shape: 32 heads, 8 KV heads, 8 experts of intermediate 14336, top 2, vocabulary 32000.
+  const std::string text = R"({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_hidden_layers": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{2, 1}, {4, 1}, {8, 1}};
+  Generation g;
+  ASSERT_EQ(run_with(text, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 4u);
+  const int64_t tps[] = {2, 4, 8};
+  for (size_t i = 0; i < 3; ++i) {
+    const LoweredModel& m = g.lowered[i + 1];
+    const int64_t tp = tps[i];
+    EXPECT_EQ(m.id, "t/t@tp" + std::to_string(tp));
+    EXPECT_EQ(op_named(m, "blk.1.qkv_proj")->params.at("num_heads"), Value(32 / tp));
+    EXPECT_EQ(op_named(m, "blk.1.o_proj")->params.at("tp_size"), Value(tp));
+    // Every expert keeps its rank's slice of the intermediate; the router sees every expert.
+    EXPECT_EQ(op_named(m, "blk.1.experts_w13")->params.at("n"), Value(2 * 14336 / tp));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w2")->params.at("k"), Value(14336 / tp));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w2")->params.at("num_experts"), Value(int64_t{8}));
+    EXPECT_EQ(op_named(m, "blk.1.gate")->params.at("output_size"), Value(int64_t{8}));
+    EXPECT_EQ(op_named(m, "embed_tokens")->params.at("num_embeddings"), Value(32000 / tp));
+    const ModuleInstance* block = module_named(m, "mlp");
+    ASSERT_TRUE(block);
+    EXPECT_EQ(block->params.at("tp_size"), Value(tp));  // the block reduces its experts' partial sums
+    EXPECT_EQ(block->params.at("moe_intermediate_size"), Value(14336 / tp));
+    EXPECT_EQ(module_named(m, "model")->params.at("tp_size"), Value(tp));
+    EXPECT_EQ(module_named(m, "model")->params.at("vocab_size"), Value(int64_t{32000}));
+  }
+  // An expert width that does not split: Qwen3-30B-A3B's shape with experts of 770 at TP 4 (the heads split).
+  const std::string q = R"({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 770,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "num_hidden_layers": 2, "num_experts": 128, "num_experts_per_tok": 8,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "head_dim": 128, "torch_dtype": "bfloat16"})";
+  c.parallel = {{4, 1}};
+  const std::string out = run_with(q, c);
+  EXPECT_NE(out.find("$.moe_intermediate_size: expected an expert intermediate size (intermediate_size for Mixtral, "
+                     "moe_intermediate_size for Qwen3-MoE) that divides by the layout's tp_size"),
+            std::string::npos)
+      << out;
+}
+
 TEST(ParallelLayouts, IndivisibleLayoutsAndUnshardedFamiliesAreRefusedNamingTheField) {
   const std::string text = R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
     "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 128256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"})";

@@ -19,7 +19,9 @@ namespace fk {
 /// sharded for tensor parallelism (Note [Sharded parameters] in fk/tasks/llama.h) `tensor` may be
 /// this rank's slice of the HF tensor: indices [shard_start, shard_start + tensor.size(shard_dim))
 /// of its dimension shard_dim, whose whole extent is shard_full; indices past shard_full are padding
-/// (zero: a vocabulary padded to split evenly). shard_dim -1: the whole tensor.
+/// (zero: a vocabulary padded to split evenly). shard_dim -1: the whole tensor. shard_parts > 1: the
+/// dimension is that many equal blocks side by side (a fused gate | up), each sliced the same way:
+/// the rank holds [shard_start, shard_start + n / parts) of every block of shard_full / parts.
 struct NamedParam {
   std::string name;
   Tensor tensor;
@@ -28,6 +30,7 @@ struct NamedParam {
   int shard_dim = -1;
   int64_t shard_full = 0;
   int64_t shard_start = 0;
+  int64_t shard_parts = 1;
   bool sharded() const { return shard_dim >= 0; }
   /// The HF tensor's shape (tensor's, with shard_full at shard_dim when sharded).
   Shape full_shape() const {

@@ -204,13 +204,15 @@ inline uint64_t name_hash(const std::string& s) {
 // Replicated KV heads (fewer KV heads than ranks) would need the unsharded head count, which a
 // layout's per-rank constants do not carry: one KV head per rank is refused (below).
 
-/// This rank's slice of `p` along `dim`: `parts` equal slices of the whole (padded) extent.
-inline NamedParam shard(NamedParam p, int dim, int parts, int64_t whole) {
+/// This rank's slice of `p` along `dim`: `parts` equal slices of the whole (padded) extent;
+/// `blocks` > 1: the dimension is that many blocks side by side (gate | up), each sliced alike.
+inline NamedParam shard(NamedParam p, int dim, int parts, int64_t whole, int64_t blocks = 1) {
   if (parts <= 1) return p;
   const int64_t n = p.tensor.size(dim);
   p.shard_dim = dim;
   p.shard_full = whole;
-  p.shard_start = int64_t(fk::dist::tp_rank()) * n;
+  p.shard_parts = blocks;
+  p.shard_start = int64_t(fk::dist::tp_rank()) * (n / blocks);
   FK_CHECK(n * parts >= whole && fk::dist::tp_world_size() == parts,
            p.name + ": a slice of " + std::to_string(n) + " cannot be one of " + std::to_string(parts) + " of " + std::to_string(whole) +
                " in a tensor-parallel group of " + std::to_string(fk::dist::tp_world_size()));

@@ -166,7 +166,11 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  return m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
+  Tensor out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
+  // Tensor parallelism (Note [Sharded parameters]): each rank's experts hold its slice of every expert's
+  // intermediate, so the block's output is a partial sum (vLLM's FusedMoE reduce_results).
+  if constexpr (TpSizeOf<Cfg>::value > 1) fk::dist::tp_all_reduce_(out);
+  return out;
 }
 
 /// HF transformers 5 names of a sparse MoE block under `prefix` (e.g. model.layers.0.mlp.):
@@ -175,12 +179,17 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
 /// and down_proj_bias [E, H]; HF stores its two expert weights transposed ([E, H, 2I], [E, I, H]),
 /// which the parity loader undoes (bench/parity/hfmodel.py, TRANSPOSED_PARAMS): ours keep vLLM's
 /// [E, n, k], with gate and up rows interleaved (SwigluOAIAndMul) as the checkpoint's columns are.
+/// At tensor parallelism (Note [Sharded parameters]) each rank holds every expert's slice of the
+/// intermediate: its rows of gate and of up in gate_up_proj, its columns of down_proj (the router whole).
 template <class Cfg, class M> void add_moe_params(ParamList& out, M& m, const std::string& prefix) {
   constexpr bool kGptOss = Cfg::swiglu_limit > 0;
+  constexpr int tp = TpSizeOf<Cfg>::value;
+  static_assert(tp == 1 || !Cfg::expert_bias, "expert biases are not sharded (Note [Sharded parameters])");
+  constexpr int64_t I = Cfg::moe_intermediate_size * tp;  // the unsharded expert width
   add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
-  out.push_back({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))});
+  out.push_back(shard({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))}, 1, tp, 2 * I, 2));
   if (m.w13_bias.defined()) out.push_back({prefix + "experts.gate_up_proj_bias", m.w13_bias, 0.f, 0.1f});
-  out.push_back({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(Cfg::moe_intermediate_size))});
+  out.push_back(shard({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))}, 2, tp, I));
   if (m.w2_bias.defined()) out.push_back({prefix + "experts.down_proj_bias", m.w2_bias, 0.f, 0.1f});
 }
 
@@ -220,15 +229,19 @@ constexpr ExpertAct expert_act(double swiglu_limit) {
 }
 
 /// fused_experts reference: [T, H] in the model dtype. Biases [E, 2I] / [E, H] or undefined.
+/// tp_reduce: the experts hold this rank's slice of the intermediate (Note [Sharded references]): the
+/// down projection's fp32 partial sums are summed over the tensor-parallel group before their rounding.
 inline Tensor ref_fused_experts(const Tensor& hidden, const Tensor& w13, const Tensor& w2, const Tensor& topk_weights,
                                 const Tensor& topk_ids, ExpertAct act_kind = {}, const Tensor& w13_bias = Tensor(),
-                                const Tensor& w2_bias = Tensor()) {
+                                const Tensor& w2_bias = Tensor(), bool tp_reduce = false) {
   const int top_k = static_cast<int>(topk_ids.size(-1));
   const std::vector<int32_t> ids = to_host<int32_t>(topk_ids);
   Tensor h1 = ref::round_to(ref::moe_linear_f32(hidden, w13, ids, top_k, false, Tensor(), w13_bias), hidden.dtype());
   Tensor act = act_kind.swiglu_limit > 0 ? ref::swigluoai_and_mul(h1, act_kind.swiglu_alpha, act_kind.swiglu_limit)
                                          : ref::silu_and_mul(h1);
-  Tensor h2 = ref::round_to(ref::moe_linear_f32(act, w2, ids, top_k, true, topk_weights, w2_bias), hidden.dtype());
+  Tensor c2 = ref::moe_linear_f32(act, w2, ids, top_k, true, topk_weights, w2_bias);
+  if (tp_reduce) fk::dist::tp_all_reduce_(c2);
+  Tensor h2 = ref::round_to(c2, hidden.dtype());
   return ref::round_to(ref::moe_sum_f32(h2.view({hidden.size(0), top_k, hidden.size(1)})), hidden.dtype());
 }
 
@@ -283,13 +296,17 @@ inline std::tuple<Tensor, Tensor> ref_routing_adopting_ties(const Tensor& logits
 /// capture]); the tie margin grows with the block's depth like the composite tolerance
 /// (depth_tolerance): 0.05 * sqrt(block index + 1) logits, about 5x the logit error a 1%
 /// relative error upstream of an O(1)-logit router gives.
+/// A sparse MoE block's tensor-parallel ranks (its kTpSize; 1 for blocks that do not say).
+template <class M, class = void> struct BlockTpOf : std::integral_constant<int, 1> {};
+template <class M> struct BlockTpOf<M, std::void_t<decltype(M::kTpSize)>> : std::integral_constant<int, M::kTpSize> {};
+
 template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x) {
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   std::pair<Tensor, int> task = next_task_routing();
   const double delta = task.first.defined() ? 0.05 * std::sqrt(double(task.second + 1)) : 0.0;
   std::tuple<Tensor, Tensor> r = ref_routing_adopting_ties(logits, M::kTopK, M::kRenormalize, task.first, delta);
   return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), expert_act(M::kSwigluLimit),
-                           m.w13_bias, m.w2_bias);
+                           m.w13_bias, m.w2_bias, BlockTpOf<M>::value > 1);
 }
 
 // ---------------------------------------------------------------------------------------------
