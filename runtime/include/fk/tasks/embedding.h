@@ -53,12 +53,15 @@ template <class Cfg> Tensor embedding_forward_tp(const Tensor& input_, const Ten
 }
 
 /// One case of a vocab_parallel_embedding task. Case dims: num_tokens. Token ids uniform in
-/// [0, num_embeddings); one weight shared by all sets.
+/// [0, num_embeddings); one weight shared by all sets. Sharded for tensor parallelism (Note [Sharded
+/// references] in fk/tasks/llama.h): each rank's own rows (its seed mixed with its rank), ids over the
+/// whole vocabulary of every rank's rows, checked against a lookup in the whole table gathered from
+/// the ranks.
 template <class Module, class Cfg> class EmbeddingInstance final : public TaskInstance {
  public:
   explicit EmbeddingInstance(const ShapeCase& c)
       : tokens_(c.get("num_tokens")),
-        module_(checked_num_embeddings(), Cfg::embedding_dim) {
+        module_(checked_num_embeddings() * kTp, Cfg::embedding_dim) {  // the production constructor takes the whole vocabulary
     const double set_bytes = double(tokens_) * (Cfg::embedding_dim * sizeof(T) + sizeof(int64_t));
     const int n = rotating_sets(set_bytes);
     require_device_memory(set_bytes * n, "embedding inputs");
@@ -67,18 +70,21 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
   }
   int num_sets() const override { return static_cast<int>(ids_.size()); }
   void randomize(uint64_t seed) override {
-    fill_normal(module_.weight, mix_seed(seed, 0));
+    fill_normal(module_.weight, mix_seed(seed, kTp > 1 ? 1000 + uint64_t(fk::dist::tp_rank()) : 0));
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1 + s));
   }
-  void refresh(int s, uint64_t seed) override { fill_randint(ids_[s], seed, 0, Cfg::num_embeddings); }
+  void refresh(int s, uint64_t seed) override { fill_randint(ids_[s], seed, 0, Cfg::num_embeddings * kTp); }
   void run(int s) override { out_[s] = module_.forward(ids_[s]); }
   std::vector<Tensor> inputs(int s) override { return {module_.weight, ids_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({tokens_, Cfg::embedding_dim}, DType::kF32);
-    fk::kernels::reference::vocab_parallel_embedding_ref<T>(ref.data<float>(), ids_[s].data<int64_t>(),
-                                                            module_.weight.template data<T>(), Cfg::num_embeddings,
-                                                            tokens_, Cfg::embedding_dim, current_stream(),
-                                                            embed_scale_of<Cfg>());
+    Tensor table = module_.weight;
+    if constexpr (kTp > 1)  // the whole table, every rank's rows in rank order
+      table = fk::dist::tp_all_gather_last_dim(table.view({1, Cfg::num_embeddings * Cfg::embedding_dim}))
+                  .view({Cfg::num_embeddings * kTp, Cfg::embedding_dim});
+    fk::kernels::reference::vocab_parallel_embedding_ref<T>(ref.data<float>(), ids_[s].data<int64_t>(), table.template data<T>(),
+                                                            Cfg::num_embeddings * kTp, tokens_, Cfg::embedding_dim,
+                                                            current_stream(), embed_scale_of<Cfg>());
     FK_CHECK_LAUNCH();
     return {{"out", out_[s], ref, default_tolerance(dtype_of<T>)}};
   }
@@ -93,6 +99,7 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
 
  private:
   using T = typename Cfg::scalar_t;
+  static constexpr int kTp = TpSizeOf<Cfg>::value;
   /// Checks that the weight fits before the module allocates it.
   static int64_t checked_num_embeddings() {
     require_device_memory(double(Cfg::num_embeddings) * Cfg::embedding_dim * sizeof(T), "embedding weight");

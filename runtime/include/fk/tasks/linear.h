@@ -224,12 +224,19 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
     out_.resize(n);
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
+  // Sharded for tensor parallelism (a RowParallelLinear at tp_size > 1; Note [Sharded references] in
+  // fk/tasks/llama.h): each rank draws its own columns of the weight and the input (its rank mixed into
+  // the seeds; the bias is the same on every rank and added once), and the reference is the sum of the
+  // ranks' fp32 products: the unsharded linear's.
   void randomize(uint64_t seed) override {
-    fill_normal(module_->weight, mix_seed(seed, 0), 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features))));
+    const uint64_t w_seed = kTp > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : mix_seed(seed, 0);
+    fill_normal(module_->weight, w_seed, 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features * kTp))));
     if constexpr (Cfg::has_bias) fill_normal(module_->bias, mix_seed(seed, 1), 0.f, 1.f);
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 2 + s));
   }
-  void refresh(int s, uint64_t seed) override { fill_normal(x_[s], seed); }
+  void refresh(int s, uint64_t seed) override {
+    fill_normal(x_[s], kTp > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : seed);
+  }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override {
     if constexpr (Cfg::returns_bias) {
@@ -244,12 +251,14 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
   }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({m_, Cfg::out_features}, DType::kF32);
+    const bool bias_here = Cfg::has_bias && (kTp == 1 || fk::dist::tp_rank() == 0);  // added once
     fk::kernels::reference::gemm_ref<T>(ref.data<float>(), Cfg::out_features, x_[s].data<T>(), Cfg::in_features,
                                         module_->weight.template data<T>(), Cfg::in_features,
-                                        Cfg::has_bias ? module_->bias.template data<T>() : nullptr, m_,
+                                        bias_here ? module_->bias.template data<T>() : nullptr, m_,
                                         Cfg::out_features, Cfg::in_features, current_stream());
     FK_CHECK_LAUNCH();
-    // |N(0, s^2)| has mean 0.8 s; s^2 = 1 (+ 1 with bias).
+    if constexpr (kTp > 1) fk::dist::tp_all_reduce_(ref);  // the ranks' fp32 partial products, summed
+    // |N(0, s^2)| has mean 0.8 s; s^2 = 1 (+ 1 with bias): the weight's scale is the unsharded fan-in's.
     const double typical = 0.8 * std::sqrt(Cfg::has_bias ? 2.0 : 1.0);
     return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
   }
@@ -264,6 +273,7 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
 
  private:
   using T = typename Cfg::scalar_t;
+  static constexpr int kTp = TpSizeOf<Cfg>::value;
   int64_t m_;
   std::unique_ptr<Module> module_;
   std::vector<Tensor> x_, out_;
