@@ -8,7 +8,8 @@
 
 namespace fk::generated::qkv_parallel_linear_h3584_d256_hq16_hkv8_nobias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "qkv_parallel_linear_h3584_d256_hq16_hkv8_nobias_bf16", 1, "qkv_parallel_linear", "vllm.model_executor.layers.linear.QKVParallelLinear", "generated/L1/qkv_parallel_linear_h3584_d256_hq16_hkv8_nobias_bf16.cu",
     { "google/gemma-2-9b-it" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
@@ -16,6 +17,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::LinearInstance<QKVParallelLinear, Config>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::qkv_parallel_linear_h3584_d256_hq16_hkv8_nobias_bf16

@@ -13,7 +13,8 @@
 
 namespace fk::generated::qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16", 1, "qkv_parallel_linear", "vllm.model_executor.layers.linear.QKVParallelLinear", "generated/L1/qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16.cu",
     { "Qwen/Qwen3-8B", "ibm-granite/granite-3.3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
@@ -21,6 +22,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::LinearInstance<QKVParallelLinear, Config>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::qkv_parallel_linear_h4096_d128_hq32_hkv8_nobias_bf16

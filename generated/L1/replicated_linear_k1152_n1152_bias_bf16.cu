@@ -10,7 +10,8 @@
 
 namespace fk::generated::replicated_linear_k1152_n1152_bias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "replicated_linear_k1152_n1152_bias_bf16", 1, "replicated_linear", "vllm.model_executor.layers.linear.ReplicatedLinear", "generated/L1/replicated_linear_k1152_n1152_bias_bf16.cu",
     { "google/siglip-so400m-patch14-384", "google/siglip2-so400m-patch16-naflex" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
@@ -18,6 +19,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::LinearInstance<ReplicatedLinear, Config>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::replicated_linear_k1152_n1152_bias_bf16

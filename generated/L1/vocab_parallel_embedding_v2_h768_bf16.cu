@@ -9,7 +9,8 @@
 
 namespace fk::generated::vocab_parallel_embedding_v2_h768_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "vocab_parallel_embedding_v2_h768_bf16", 1, "vocab_parallel_embedding", "vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding", "generated/L1/vocab_parallel_embedding_v2_h768_bf16.cu",
     { "google-bert/bert-base-uncased", "patrickvonplaten/bert2bert_cnn_daily_mail-decoder" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
@@ -17,6 +18,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::EmbeddingInstance<VocabParallelEmbedding, Config>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::vocab_parallel_embedding_v2_h768_bf16

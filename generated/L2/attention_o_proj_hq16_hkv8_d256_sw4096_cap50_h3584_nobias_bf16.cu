@@ -8,7 +8,8 @@
 
 namespace fk::generated::attention_o_proj_hq16_hkv8_d256_sw4096_cap50_h3584_nobias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "attention_o_proj_hq16_hkv8_d256_sw4096_cap50_h3584_nobias_bf16", 2, "attention_o_proj", "vllm Attention.forward (flash-attn varlen prefill / paged decode) + LlamaAttention.o_proj", "generated/L2/attention_o_proj_hq16_hkv8_d256_sw4096_cap50_h3584_nobias_bf16.cu",
     { "google/gemma-2-9b-it" },
     { {"b1_kv8192", "decode", {{"batch", 1}, {"kv_len", 8192}}}, {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}}, {"b32_kv8192", "decode", {{"batch", 32}, {"kv_len", 8192}}}, {"b64_kv8192", "decode", {{"batch", 64}, {"kv_len", 8192}}}, {"b1_s8192", "prefill", {{"batch", 1}, {"seq_len", 8192}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -16,6 +17,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<AttentionOProj, Config, fk::tasks::AttnKind::kAttentionOProj>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::attention_o_proj_hq16_hkv8_d256_sw4096_cap50_h3584_nobias_bf16

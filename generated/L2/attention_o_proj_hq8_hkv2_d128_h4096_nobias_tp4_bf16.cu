@@ -8,7 +8,8 @@
 
 namespace fk::generated::attention_o_proj_hq8_hkv2_d128_h4096_nobias_tp4_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "attention_o_proj_hq8_hkv2_d128_h4096_nobias_tp4_bf16", 2, "attention_o_proj", "vllm Attention.forward (flash-attn varlen prefill / paged decode) + LlamaAttention.o_proj", "generated/L2/attention_o_proj_hq8_hkv2_d128_h4096_nobias_tp4_bf16.cu",
     { "meta-llama/Llama-3.1-8B-Instruct@tp4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -16,6 +17,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<AttentionOProj, Config, fk::tasks::AttnKind::kAttentionOProj>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::attention_o_proj_hq8_hkv2_d128_h4096_nobias_tp4_bf16

@@ -8,7 +8,8 @@
 
 namespace fk::generated::gemma_attention_h3584_hq16_hkv8_d256_cap50_rot256_pos8192_base10000_none_neox_qkvnobias_onobias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "gemma_attention_h3584_hq16_hkv8_d256_cap50_rot256_pos8192_base10000_none_neox_qkvnobias_onobias_bf16", 2, "gemma_attention", "vllm.model_executor.models.gemma3.Gemma3Attention / gemma2.Gemma2Attention", "generated/L2/gemma_attention_h3584_hq16_hkv8_d256_cap50_rot256_pos8192_base10000_none_neox_qkvnobias_onobias_bf16.cu",
     { "google/gemma-2-9b-it" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -16,6 +17,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<GemmaAttention, Config, fk::tasks::AttnKind::kLlamaAttention>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::gemma_attention_h3584_hq16_hkv8_d256_cap50_rot256_pos8192_base10000_none_neox_qkvnobias_onobias_bf16

@@ -10,7 +10,8 @@
 
 namespace fk::generated::llama_attention_h4096_hq32_hkv8_d128_rot128_pos32768_base1000000_none_neox_qkvnobias_onobias_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_attention_h4096_hq32_hkv8_d128_rot128_pos32768_base1000000_none_neox_qkvnobias_onobias_bf16", 2, "llama_attention", "vllm.model_executor.models.llama.LlamaAttention", "generated/L2/llama_attention_h4096_hq32_hkv8_d128_rot128_pos32768_base1000000_none_neox_qkvnobias_onobias_bf16.cu",
     { "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -18,6 +19,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<LlamaAttention, Config, fk::tasks::AttnKind::kLlamaAttention>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_attention_h4096_hq32_hkv8_d128_rot128_pos32768_base1000000_none_neox_qkvnobias_onobias_bf16

@@ -11,7 +11,8 @@
 
 namespace fk::generated::llama_attention_h4096_hq8_hkv2_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp819_xd4c45d1296938769_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_attention_h4096_hq8_hkv2_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp819_xd4c45d1296938769_bf16", 2, "llama_attention", "vllm.model_executor.models.llama.LlamaAttention", "generated/L2/llama_attention_h4096_hq8_hkv2_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp819_xd4c45d1296938769_bf16.cu",
     { "meta-llama/Llama-3.1-8B-Instruct@tp4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<LlamaAttention, Config, fk::tasks::AttnKind::kLlamaAttention>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_attention_h4096_hq8_hkv2_d128_rot128_pos131072_base500000_llama3_f8_lf1_hf4_omp819_xd4c45d1296938769_bf16

@@ -11,7 +11,8 @@
 
 namespace fk::generated::gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_sw512_eps1e_06_rot256_pos32768_base10000_n_x71f4bced5552f672_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_sw512_eps1e-06_rot256_pos32768_base10000_n_x71f4bced5552f672_bf16", 3, "gemma_decoder_layer", "vllm.model_executor.models.gemma3.Gemma3DecoderLayer / gemma2.Gemma2DecoderLayer", "generated/L3/gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_sw512_eps1e-06_rot256_pos32768_base10000_n_x71f4bced5552f672_bf16.cu",
     { "google/gemma-3-1b-it" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<GemmaDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::gemma_decoder_layer_h1152_i6912_hq4_hkv1_d256_sw512_eps1e_06_rot256_pos32768_base10000_n_x71f4bced5552f672_bf16

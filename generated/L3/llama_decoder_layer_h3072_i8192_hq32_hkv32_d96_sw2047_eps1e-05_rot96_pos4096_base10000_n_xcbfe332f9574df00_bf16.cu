@@ -11,7 +11,8 @@
 
 namespace fk::generated::llama_decoder_layer_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e_05_rot96_pos4096_base10000_n_xcbfe332f9574df00_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_decoder_layer_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e-05_rot96_pos4096_base10000_n_xcbfe332f9574df00_bf16", 3, "llama_decoder_layer", "vllm.model_executor.models.llama.LlamaDecoderLayer", "generated/L3/llama_decoder_layer_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e-05_rot96_pos4096_base10000_n_xcbfe332f9574df00_bf16.cu",
     { "microsoft/Phi-3-mini-4k-instruct" },
     { {"b1_kv4094", "decode", {{"batch", 1}, {"kv_len", 4094}}}, {"b8_kv4094", "decode", {{"batch", 8}, {"kv_len", 4094}}}, {"b32_kv4094", "decode", {{"batch", 32}, {"kv_len", 4094}}}, {"b64_kv4094", "decode", {{"batch", 64}, {"kv_len", 4094}}}, {"b1_s4094", "prefill", {{"batch", 1}, {"seq_len", 4094}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<LlamaDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_decoder_layer_h3072_i8192_hq32_hkv32_d96_sw2047_eps1e_05_rot96_pos4096_base10000_n_xcbfe332f9574df00_bf16

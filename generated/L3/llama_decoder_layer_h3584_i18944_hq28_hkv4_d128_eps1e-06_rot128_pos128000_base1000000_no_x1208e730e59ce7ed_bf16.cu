@@ -11,7 +11,8 @@
 
 namespace fk::generated::llama_decoder_layer_h3584_i18944_hq28_hkv4_d128_eps1e_06_rot128_pos128000_base1000000_no_x1208e730e59ce7ed_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "llama_decoder_layer_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos128000_base1000000_no_x1208e730e59ce7ed_bf16", 3, "llama_decoder_layer", "vllm.model_executor.models.llama.LlamaDecoderLayer", "generated/L3/llama_decoder_layer_h3584_i18944_hq28_hkv4_d128_eps1e-06_rot128_pos128000_base1000000_no_x1208e730e59ce7ed_bf16.cu",
     { "Qwen/Qwen2.5-VL-7B-Instruct-text" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<LlamaDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::llama_decoder_layer_h3584_i18944_hq28_hkv4_d128_eps1e_06_rot128_pos128000_base1000000_no_x1208e730e59ce7ed_bf16

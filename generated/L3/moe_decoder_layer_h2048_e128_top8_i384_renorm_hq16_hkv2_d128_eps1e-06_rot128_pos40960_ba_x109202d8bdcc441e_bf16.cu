@@ -11,7 +11,8 @@
 
 namespace fk::generated::moe_decoder_layer_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e_06_rot128_pos40960_ba_x109202d8bdcc441e_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "moe_decoder_layer_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e-06_rot128_pos40960_ba_x109202d8bdcc441e_bf16", 3, "moe_decoder_layer", "vllm MixtralDecoderLayer / Qwen3MoeDecoderLayer", "generated/L3/moe_decoder_layer_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e-06_rot128_pos40960_ba_x109202d8bdcc441e_bf16.cu",
     { "Qwen/Qwen3-30B-A3B@tp2" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<MoeDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::moe_decoder_layer_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e_06_rot128_pos40960_ba_x109202d8bdcc441e_bf16

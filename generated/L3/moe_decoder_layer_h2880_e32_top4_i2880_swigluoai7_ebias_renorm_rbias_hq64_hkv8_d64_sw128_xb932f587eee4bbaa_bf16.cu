@@ -11,7 +11,8 @@
 
 namespace fk::generated::moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_xb932f587eee4bbaa_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_xb932f587eee4bbaa_bf16", 3, "moe_decoder_layer", "vllm MixtralDecoderLayer / Qwen3MoeDecoderLayer", "generated/L3/moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_xb932f587eee4bbaa_bf16.cu",
     { "openai/gpt-oss-20b" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<MoeDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::moe_decoder_layer_h2880_e32_top4_i2880_swigluoai7_ebias_renorm_rbias_hq64_hkv8_d64_sw128_xb932f587eee4bbaa_bf16

@@ -11,7 +11,8 @@
 
 namespace fk::generated::moe_decoder_layer_h4096_e8_top2_i7168_renorm_hq16_hkv4_d128_eps1e_05_rot128_pos32768_bas_xb6c776ff3d542fe8_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "moe_decoder_layer_h4096_e8_top2_i7168_renorm_hq16_hkv4_d128_eps1e-05_rot128_pos32768_bas_xb6c776ff3d542fe8_bf16", 3, "moe_decoder_layer", "vllm MixtralDecoderLayer / Qwen3MoeDecoderLayer", "generated/L3/moe_decoder_layer_h4096_e8_top2_i7168_renorm_hq16_hkv4_d128_eps1e-05_rot128_pos32768_bas_xb6c776ff3d542fe8_bf16.cu",
     { "mistralai/Mixtral-8x7B-v0.1@tp2" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<MoeDecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::moe_decoder_layer_h4096_e8_top2_i7168_renorm_hq16_hkv4_d128_eps1e_05_rot128_pos32768_bas_xb6c776ff3d542fe8_bf16

@@ -11,7 +11,8 @@
 
 namespace fk::generated::olmo2_decoder_layer_h4096_i11008_hq32_hkv32_d128_eps1e_06_rot128_pos4096_base500000_none_x715cc6916694b3a3_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "olmo2_decoder_layer_h4096_i11008_hq32_hkv32_d128_eps1e-06_rot128_pos4096_base500000_none_x715cc6916694b3a3_bf16", 3, "olmo2_decoder_layer", "vllm.model_executor.models.olmo2.Olmo2DecoderLayer", "generated/L3/olmo2_decoder_layer_h4096_i11008_hq32_hkv32_d128_eps1e-06_rot128_pos4096_base500000_none_x715cc6916694b3a3_bf16.cu",
     { "allenai/OLMo-2-1124-7B" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
@@ -19,6 +20,9 @@ FK_REGISTER_TASK((fk::TaskInfo{
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::AttnStepInstance<Olmo2DecoderLayer, Config, fk::tasks::AttnKind::kDecoderLayer>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::olmo2_decoder_layer_h4096_i11008_hq32_hkv32_d128_eps1e_06_rot128_pos4096_base500000_none_x715cc6916694b3a3_bf16

@@ -118,9 +118,12 @@ struct TaskInfo {
   std::function<std::unique_ptr<ImageEncoderModel>(int64_t num_layers)> make_image_encoder = nullptr;
   /// L4 vision-tower tasks only (dynamic resolution): the whole tower with `num_layers` blocks (fk_model, parity).
   std::function<std::unique_ptr<VisionTowerModel>(int64_t num_layers)> make_vision_tower = nullptr;
-  /// L4 causal-LM tasks: the tensor-parallel size the model is sharded for (Note [Parallel layouts] in
-  /// generator/include/fk/gen/config.h), so that whole-model runners can tell; 1: not sharded. Every
-  /// sharded task, at any level, says so itself when it is made (fk::tasks::require_layout).
+  /// The tensor-parallel size a task communicates at (Note [Parallel layouts] in
+  /// generator/include/fk/gen/config.h): a row-parallel linear, a vocabulary-parallel embedding and
+  /// every composite above one in a tpN layout; 1: not sharded, or a local computation (a
+  /// column-parallel linear's per-rank shape is an ordinary task). fk_bench --world-size N runs the
+  /// tasks of size N; whole-model runners tell sharded models by it. Every sharded task also says so
+  /// itself when it is made (fk::tasks::require_layout).
   int tp_size = 1;
 };
 
