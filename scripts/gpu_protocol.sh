@@ -89,6 +89,10 @@
 #                           rule), every step's logits fed TP 1's tokens against the unsharded fp32 reference, held to
 #                           TP 1's errors (bench/tp_tokens.py --teacher-forced), and decode / prefill throughput (slowest
 #                           rank), into tp*.json / tf*.json / tp*_bench.jsonl
+#     dist-bench            fk_bench --world-size over the tasks of the tensor-parallel layouts (issue 23), in the foreground:
+#                           every tp2 task under 2 ranks, and the tasks of the machine's GPU count under that many (L1-L3,
+#                           then the L4 models at decode batch 1), every rank checking against the unsharded reference,
+#                           the slowest rank's time, into tpbench<n>_*.jsonl
 #     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
 #                           dump written by rank 0 at TP 2 and at every GPU, then bench/parity/hf_parity.py against
@@ -240,6 +244,24 @@ for step in "${steps[@]}"; do
       [ ${#tfs[@]} -gt 0 ] && python3 bench/tp_tokens.py --teacher-forced "$P/tf1.json" "${tfs[@]}" --json "$P/tp_teacher.json" \
         >"$P/tp_teacher.txt" 2>&1
       say "tp teacher-forced rc=$?"; head -20 "$P/tp_teacher.txt" 2>/dev/null
+      ;;
+    dist-bench)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 50 --case-timeout 120 \
+          --level 1 --jsonl "$P/tpbench${n}_l1.jsonl" --markdown "$P/tpbench${n}_l1.md" >"$P/tpbench${n}_l1.log" 2>&1
+        say "fk_bench --world-size $n level 1 rc=$?"; tail -2 "$P/tpbench${n}_l1.log"
+        for lv in 2 3; do
+          timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 30 --case-timeout 180 \
+            --level $lv --off-registry 0 --jsonl "$P/tpbench${n}_l$lv.jsonl" --markdown "$P/tpbench${n}_l$lv.md" >"$P/tpbench${n}_l$lv.log" 2>&1
+          say "fk_bench --world-size $n level $lv rc=$?"; tail -2 "$P/tpbench${n}_l$lv.log"
+        done
+        timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 20 --case-timeout 300 \
+          --level 4 --case '^b1_kv2048$' --off-registry 0 --jsonl "$P/tpbench${n}_l4.jsonl" --markdown "$P/tpbench${n}_l4.md" \
+          >"$P/tpbench${n}_l4.log" 2>&1
+        say "fk_bench --world-size $n level 4 rc=$?"; tail -2 "$P/tpbench${n}_l4.log"
+      done
       ;;
     tp-parity)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -4,12 +4,16 @@
 //   fk_bench --dry-run [filters]          the task × case plan that would run (no GPU needed)
 //   fk_bench [filters] --jsonl r.jsonl --markdown r.md
 //   fk_bench --export-cases cases.json    selected tasks and cases as JSON (for the torch peers)
+//   fk_launch --nproc 2 -- fk_bench --world-size 2 [filters]   the tasks of the tp2 layouts, one rank per GPU
+//                                         (Note [Lockstep ranks] in runtime/src/runner.cc)
 //
 // Exit codes: 0 all selected cases passed; 1 a case failed (INCORRECT, SUSPECT, RUNTIME_ERROR);
 // 2 usage error; 3 no CUDA device (for a run; --list and --dry-run work without one);
 // 4 a case ran past --case-timeout; 5 the CUDA context was lost (4 and 5 end the run after
 // writing that case's record: continue with --resume).
+#include <chrono>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <iostream>
 #include <regex>
@@ -18,6 +22,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "fk/runtime/dist.h"
+#include "fk/runtime/parallel_state.h"
 #include "fk/runtime/runner.h"
 
 int main(int argc, char** argv) {
@@ -62,6 +68,11 @@ int main(int argc, char** argv) {
                  "with exit code 4 (rerun with --resume); 0 = no limit")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--resume", opt.resume, "append to --jsonl, skipping the cases it already holds");
+  app.add_option("--world-size", opt.world_size,
+                 "ranks of a tensor-parallel job (one process per GPU, started by fk_launch --nproc N, torchrun or mpirun): "
+                 "runs the tasks sharded for N ranks, every rank checking its output against the unsharded reference; "
+                 "times are the slowest rank's; rank 0 writes the files")
+      ->check(CLI::Range(1, 64));
   bool no_stream_check = false;
   app.add_flag("--no-stream-check", no_stream_check, "skip the gated call that detects work on other streams");
   app.add_flag("--list", list, "list tasks and exit");
@@ -113,6 +124,10 @@ int main(int argc, char** argv) {
     return fk::kExitUsage;
   }
 
+  if (opt.world_size > 1 && (opt.resume || opt.cupti)) {
+    std::cerr << "fk_bench: --world-size runs without --resume and --cupti\n";
+    return fk::kExitUsage;
+  }
   if (list) {
     const auto tasks = fk::all_tasks();
     std::cout << "level  kind                           cases  task  [architectures]\n";
@@ -157,9 +172,40 @@ int main(int argc, char** argv) {
               << "; dry run: nothing executed)\n";
     return fk::kExitOk;
   }
+  std::unique_ptr<fk::dist::TcpStore> store;  // a job of several ranks (Note [Lockstep ranks])
+  std::unique_ptr<fk::dist::GroupCoordinator> group;
   try {
-    return fk::run_benchmark(opt, std::cerr);
+    if (opt.world_size > 1) {
+      const fk::dist::DistEnv env = fk::dist::dist_env();
+      if (env.world_size != opt.world_size) {
+        std::cerr << "fk_bench: --world-size " << opt.world_size << " needs " << opt.world_size
+                  << " processes, one per GPU; this one is rank " << env.rank << " of " << env.world_size << " (launcher: " << env.launcher
+                  << "): start it with fk_launch --nproc " << opt.world_size << " -- fk_bench ... (or torchrun / mpirun)\n";
+        return fk::kExitUsage;
+      }
+      store = std::make_unique<fk::dist::TcpStore>(env, std::chrono::seconds(300));
+      group = std::make_unique<fk::dist::GroupCoordinator>(*store, std::chrono::seconds(120));
+      fk::dist::set_tp_group(group.get());
+      opt.rank = env.rank;
+      // Every rank runs rank 0's seed (the same cases, weights and inputs).
+      if (env.rank == 0) store->set("fk_bench/seed", std::to_string(opt.seed));
+      opt.seed = std::stoull(store->get("fk_bench/seed"));
+      auto round = std::make_shared<uint64_t>(0);
+      fk::dist::TcpStore* st = store.get();
+      const int world = opt.world_size, rank = env.rank;
+      opt.all_ranks = [st, round, world, rank](const std::string& v) {
+        const std::string k = "fk_bench/r" + std::to_string((*round)++) + "/";
+        st->set(k + std::to_string(rank), v);
+        std::vector<std::string> out;
+        for (int r = 0; r < world; ++r) out.push_back(st->get(k + std::to_string(r)));
+        return out;
+      };
+    }
+    const int rc = fk::run_benchmark(opt, std::cerr);
+    fk::dist::set_tp_group(nullptr);
+    return rc;
   } catch (const std::exception& e) {
+    fk::dist::set_tp_group(nullptr);
     std::cerr << "fk_bench: " << e.what() << "\n";
     return fk::kExitFailed;
   }

@@ -70,6 +70,43 @@ struct Failure {
   bool failed() const { return !status.empty(); }
 };
 
+// Note [Lockstep ranks]
+// Under fk_bench --world-size N every rank runs the same cases of the layout's tasks with the same
+// seeds, each checking its own output against the unsharded reference (Note [Sharded references]).
+// A sharded task's forward and its reference communicate, so every rank must make the same calls in
+// the same order: wherever one rank's check can end a case early (an input changed, an output
+// wrong, a timed call failed), the ranks first agree (agreed: every rank's failure goes through the
+// store, and all adopt the first, naming its rank), so that all stop at the same point. Timing runs a
+// fixed number of calls (the stopping rules read local times), and each rank's median goes into the
+// record beside the slowest, which is the case's time. A case that throws on any rank ends the run
+// there (exit 1; fk_launch then ends every rank): the others may be inside a collective.
+std::function<std::vector<std::string>(const std::string&)> g_all_ranks;
+int g_rank = 0;
+
+/// The same failure on every rank: this rank's if it failed, else the first failing rank's.
+Failure agreed(const Failure& f) {
+  if (!g_all_ranks) return f;
+  const std::vector<std::string> all = g_all_ranks(f.status + "\x1f" + f.reason + "\x1f" + f.message);
+  for (size_t r = 0; r < all.size(); ++r) {
+    const size_t a = all[r].find('\x1f'), b = all[r].find('\x1f', a + 1);
+    if (a == 0 || a == std::string::npos || b == std::string::npos) continue;  // that rank passed
+    if (static_cast<int>(r) == g_rank) return f;
+    return {all[r].substr(0, a), all[r].substr(a + 1, b - a - 1), "rank " + std::to_string(r) + ": " + all[r].substr(b + 1)};
+  }
+  return f;
+}
+/// True when `local` holds on some rank.
+bool any_rank(bool local) { return agreed(local ? Failure{"x", "", ""} : Failure{}).failed(); }
+/// Every rank's value (rank order); {v} in a single process.
+std::vector<double> rank_values(double v) {
+  if (!g_all_ranks) return {v};
+  std::ostringstream os;
+  os << std::setprecision(17) << v;
+  std::vector<double> out;
+  for (const std::string& x : g_all_ranks(os.str())) out.push_back(std::stod(x));
+  return out;
+}
+
 // Note [Infrastructure failures]
 // An exception or CUDA error is the task's (RUNTIME_ERROR) only when it comes out of task code:
 // the module's constructor (TaskInfo::make) or a call (TaskInstance::run). One raised by the
@@ -324,15 +361,19 @@ Failure check_outputs(TaskInstance& inst, int set, int round, const std::vector<
   FK_CUDA_CHECK(cudaStreamSynchronize(s));
   // Inputs first: the reference is computed from them, so a mutated input also spoils it.
   std::vector<Tensor> ins = inst.inputs(set);
-  for (size_t i = 0; i < ins.size(); ++i) {
+  Failure mutated;
+  for (size_t i = 0; i < ins.size() && !mutated.failed(); ++i) {
     if (fingerprint(ins[i]) != before[i])
-      return {"INCORRECT", "input-mutated", "input " + std::to_string(i) + " (" + ins[i].str() + ") was modified by forward"};
+      mutated = {"INCORRECT", "input-mutated", "input " + std::to_string(i) + " (" + ins[i].str() + ") was modified by forward"};
   }
-  const Failure f = compare_outputs(inst, set, round, fresh_after_pass, outputs);
-  if (f.failed()) return f;
-  const std::string oob = check_guards();
-  if (!oob.empty()) return {"INCORRECT", "oob-write", oob};
-  return {};
+  mutated = agreed(mutated);  // Note [Lockstep ranks]: the reference communicates
+  if (mutated.failed()) return mutated;
+  Failure f = compare_outputs(inst, set, round, fresh_after_pass, outputs);
+  if (!f.failed()) {
+    const std::string oob = check_guards();
+    if (!oob.empty()) f = {"INCORRECT", "oob-write", oob};
+  }
+  return agreed(f);
 }
 
 /// The correctness protocol (Note [Task protocol]) with the checks of candidates: poisoned fresh
@@ -372,7 +413,7 @@ Failure check_case(TaskInstance& inst, int rounds, uint64_t case_seed, bool stre
     }
     if (round == 0 && stream_check && !f.failed()) {
       const std::vector<uint64_t> before = snapshot(0);
-      f = gated_run(inst, 0, gate_info);
+      f = agreed(gated_run(inst, 0, gate_info));
       if (!f.failed()) f = check_outputs(inst, 0, round, before, false, outputs);
     }
   }
@@ -436,7 +477,7 @@ class TimedCalls {
       sets.push_back(last_call_ % nsets_);
     }
     for (int st : sets) {
-      failure_ = check_set(st, last_of_set_[st], "last call of its set");
+      failure_ = agreed(check_set(st, last_of_set_[st], "last call of its set"));
       if (failure_.failed()) break;
     }
     return failure_;
@@ -473,15 +514,16 @@ class TimedCalls {
     Clock c{hook_ms_};
     unsigned long long h[kSlots];
     FK_CUDA_CHECK(cudaMemcpy(h, acc_, sizeof(h), cudaMemcpyDeviceToHost));
-    for (int b = 0; b < n; ++b) {
+    for (int b = 0; b < n && !failure_.failed(); ++b) {
       ++fingerprinted_;
       if (h[2 * b] != h[2 * b + 1]) {
         failure_ = {"INCORRECT", "timed-output",
                     "timed call " + std::to_string(first + b) + " (set " + std::to_string((first + b) % nsets_) +
                         ") modified an input: the fingerprints of its inputs before and after the call differ"};
-        return true;
       }
     }
+    failure_ = agreed(failure_);  // Note [Lockstep ranks]
+    if (failure_.failed()) return true;
     std::vector<int> called;  // sets whose latest call is in this batch
     for (int j = first; j < first + n; ++j) last_of_set_[j % nsets_] = j;
     last_call_ = first + n - 1;
@@ -494,7 +536,7 @@ class TimedCalls {
     if (spot_done_ || std::uniform_int_distribution<int>(0, 1)(rng_) == 0) return false;
     spot_done_ = true;
     const int st = called[std::uniform_int_distribution<size_t>(0, called.size() - 1)(rng_)];
-    failure_ = check_set(st, last_of_set_[st], "chosen at random after its batch");
+    failure_ = agreed(check_set(st, last_of_set_[st], "chosen at random after its batch"));
     return failure_.failed();
   }
   Failure check_set(int set, int call, const std::string& why) {
@@ -689,6 +731,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
   };
   try {
     std::unique_ptr<TaskInstance> inst;
+    std::string skip_why;
     try {
       set_guard_allocations(true);  // the instance's own tensors are guarded too
       TaskCode tc;                  // the module's constructor is task code
@@ -696,8 +739,11 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       set_guard_allocations(false);
     } catch (const SkipCase& e) {
       set_guard_allocations(false);
+      skip_why = e.what();
+    }
+    if (any_rank(!skip_why.empty())) {  // every rank skips where one must (Note [Lockstep ranks])
       out.status = "SKIPPED";
-      out.message = e.what();
+      out.message = skip_why.empty() ? std::string("skipped on another rank of the job") : skip_why;
       rec["status"] = out.status;
       rec["message"] = out.message;
       return out;
@@ -711,7 +757,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
     const Cost cost = inst->cost();
     rec["flops"] = cost.flops;
     rec["bytes"] = cost.bytes;
-    if (opt.time && out.status == "PASSED") {
+    if (opt.time && !any_rank(out.status != "PASSED")) {
       const int nsets = inst->num_sets();
       // Timed calls on fresh inputs, checked (Note [Timed calls are checked]).
       TimedCalls timed(*inst, mix_seed(case_seed, 0x71D3));
@@ -743,7 +789,18 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
                             "restored"});
       }
       rec["time_us"] = {{"median", t.median_us}, {"min", t.min_us}, {"max", t.max_us}, {"iters", t.iters}};
-      const double sec = t.median_us * 1e-6;
+      double median_us = t.median_us;
+      if (g_all_ranks) {  // Note [Lockstep ranks]: each rank's median; the case's time is the slowest rank's
+        const std::vector<double> medians = rank_values(t.median_us), mins = rank_values(t.min_us), maxs = rank_values(t.max_us);
+        median_us = *std::max_element(medians.begin(), medians.end());
+        rec["time_us"] = {{"median", median_us},
+                          {"min", *std::max_element(mins.begin(), mins.end())},
+                          {"max", *std::max_element(maxs.begin(), maxs.end())},
+                          {"iters", t.iters},
+                          {"rank_median", medians},
+                          {"statistic", "the slowest rank's"}};
+      }
+      const double sec = median_us * 1e-6;
       const double tbps = cost.bytes / sec / 1e12, tflops = cost.flops / sec / 1e12;
       rec["tbps"] = tbps;
       rec["tflops"] = tflops;
@@ -755,7 +812,7 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       if (!inst->peer_name().empty()) {
         const TimingResult p = time_calls([&](int i) { inst->run_peer(i % nsets); }, s, flusher, opt.timing, timed.hooks(false));
         rec["peer"] = {{"name", inst->peer_name()}, {"median_us", p.median_us}, {"min_us", p.min_us},
-                       {"speedup", p.median_us / t.median_us}};
+                       {"speedup", p.median_us / median_us}};
       }
       if (opt.graph && t.median_us < opt.graph_below_us) {
         try {
@@ -772,12 +829,12 @@ CaseOutcome run_case(const TaskInfo& task, const ShapeCase& shape, const RunnerO
       // by the timed work on this stream.
       if (tbps > limits.tbps || tflops > limits.tflops) {
         fail_if_passed({"SUSPECT", "beyond-hardware-limit",
-              "median " + fmt(t.median_us, 2) + " us means " + fmt(tbps, 2) + " TB/s and " + fmt(tflops, 1) +
+              "median " + fmt(median_us, 2) + " us means " + fmt(tbps, 2) + " TB/s and " + fmt(tflops, 1) +
                   " TFLOP/s from the task's minimum bytes/FLOPs, beyond this GPU's " + fmt(limits.tbps, 2) + " TB/s DRAM / " +
                   fmt(limits.tflops, 0) + " TFLOP/s peak"});
       }
       // Re-check once after timing, on fresh inputs: outputs must still be computed, not replayed.
-      if (out.status == "PASSED") {
+      if (!any_rank(out.status != "PASSED")) {
         json recheck;
         const Failure again = check_case(*inst, 1, case_seed, false, std::max(opt.rounds, 1), recheck);
         rec["recheck_after_timing"] = recheck;
@@ -1066,6 +1123,8 @@ std::vector<Selection> select_cases(const RunnerOptions& opt) {
   std::vector<Selection> out;
   for (const TaskInfo* t : all_tasks()) {
     if (opt.level && t->level != opt.level) continue;
+    // Several ranks run the tasks of their layout (Note [Lockstep ranks]); the others run alone.
+    if (opt.world_size > 1 && t->tp_size != opt.world_size) continue;
     if (!matches(opt.task_regex, t->name)) continue;
     if (!opt.arch_regex.empty()) {
       bool any = false;
@@ -1124,7 +1183,23 @@ std::vector<Selection> select_cases(const RunnerOptions& opt) {
   return out;
 }
 
-int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
+int run_benchmark(const RunnerOptions& opt_in, std::ostream& log) {
+  RunnerOptions opt = opt_in;
+  if (opt.world_size > 1) {  // Note [Lockstep ranks]
+    if (!opt.all_ranks) {
+      log << "fk_bench: a job of " << opt.world_size << " ranks without a way to reach them\n";
+      return kExitUsage;
+    }
+    g_all_ranks = opt.all_ranks;
+    g_rank = opt.rank;
+    opt.timing.min_iters = opt.timing.max_iters;  // a fixed number of timed calls on every rank
+    opt.timing.target_ms = 1e300;
+    opt.timing.stable_rel = -1;
+    if (opt.rank != 0) opt.jsonl_path.clear(), opt.markdown_path.clear();  // rank 0 writes the files
+  }
+  struct ResetRanks {
+    ~ResetRanks() { g_all_ranks = nullptr, g_rank = 0; }
+  } reset_ranks;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     cudaGetLastError();
@@ -1227,6 +1302,7 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
                    {"max_iters", opt.timing.max_iters},
                    {"target_ms", opt.timing.target_ms},
                    {"stream_check", opt.stream_check},
+                   {"world_size", opt.world_size},
                    {"case_timeout_s", opt.case_timeout_s},
                    {"statistic", "median of CUDA-event times, cold L2, rotating input sets"}};
   env["clocks_before"] = {{"sm_mhz", clk0.sm_mhz}, {"mem_mhz", clk0.mem_mhz}};
@@ -1259,10 +1335,16 @@ int run_benchmark(const RunnerOptions& opt, std::ostream& log) {
       std::lock_guard<std::mutex> io(io_mu);
       if (jsonl) jsonl << o.record.dump() << "\n" << std::flush;
     }
+    const bool threw = o.status == "RUNTIME_ERROR" || o.status == "INFRA_ERROR";
     records.push_back(std::move(o.record));
     if (o.reason == "context-lost") {
       exit_early = kExitContextLost;
       break;
+    }
+    if (g_all_ranks && threw) {  // the other ranks may be inside a collective: end the job (Note [Lockstep ranks])
+      log << "fk_bench: rank " << opt.rank << ": a case threw in a job of " << opt.world_size
+          << " ranks; ending here (the launcher ends the others)\n";
+      return kExitFailed;
     }
   }
   int passed = 0, failed = 0, skipped = 0, infra = 0;

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct RunnerOptions {
   bool resume = false;       ///< append to an existing jsonl_path, skipping the cases it holds
   std::string candidate_tasks; ///< comma-separated tasks replaced by candidates in this build
   TimingOptions timing;
+  /// A job of several ranks (fk_bench --world-size; Note [Lockstep ranks] in runner.cc): this rank, the
+  /// world, and every rank's value of a string in rank order (one round through the job's store; every
+  /// rank must call it the same number of times). Unset: a single process.
+  int rank = 0, world_size = 1;
+  std::function<std::vector<std::string>(const std::string&)> all_ranks;
 };
 
 /// Exit codes of fk_bench (documented in --help). kExitTimeout and kExitContextLost end the
