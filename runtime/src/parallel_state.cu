@@ -30,9 +30,13 @@ GroupCoordinator::~GroupCoordinator() {
   if (g_tp_group == this) g_tp_group = nullptr;
 }
 
+namespace {
+int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(dtype_size(t.dtype())); }
+}  // namespace
+
 void GroupCoordinator::all_reduce_(Tensor& t) {
   if (world_size() == 1) return;
-  if (peer_ && peer_->unsupported(t).empty()) peer_->all_reduce_(t);
+  if (peer_ && bytes_of(t) <= peer_preferred_bytes() && peer_->unsupported(t).empty()) peer_->all_reduce_(t);
   else comm_->all_reduce_(t);
 }
 
@@ -43,7 +47,7 @@ Tensor GroupCoordinator::all_reduce(const Tensor& input) {
     copy_(out, input);
     return out;
   }
-  if (peer_ && peer_->unsupported(input).empty() && peer_->unsupported(out).empty()) {
+  if (peer_ && bytes_of(input) <= peer_preferred_bytes() && peer_->unsupported(input).empty() && peer_->unsupported(out).empty()) {
     peer_->all_reduce(input, out);
     return out;
   }

@@ -7,8 +7,12 @@
 // As vLLM's device communicator picks its custom all-reduce where it serves the message and NCCL
 // otherwise, all_reduce goes to the own peer all-reduce (its own choice of Lamport, one-shot or
 // two-shot) when every rank is on one host with peer access (decided once, by every rank alike: the
-// peer all-reduce's constructor agrees through the store) and the message fits its buffer, and to
-// NCCL otherwise. Both sum in a fixed order on every rank, so every rank holds the same result.
+// peer all-reduce's constructor agrees through the store) and the message is at most the size up to
+// which it beat NCCL (peer_preferred_bytes: 2 MiB at 2 ranks, 256 KiB at more; measured on 2 and 4
+// H100s in CUDA graphs, bench/results/2026-11-27-h100x4-s25: at 2 ranks own 25.8 against NCCL 29.0 us at
+// 2 MiB, 41.5 against 33.5 at 4 MiB; at 4 ranks 10.7 against 15.5 us at 256 KiB, 15.9 against 15.3 at
+// 512 KiB), and to NCCL otherwise (vLLM's custom all-reduce likewise serves small messages only).
+// Both sum in a fixed order on every rank, so every rank holds the same result.
 // all_gather / reduce_scatter are NCCL's. A task sharded for tensor parallelism reaches the group
 // through tp_group(), which names how to start one when the process has none.
 #pragma once
@@ -36,6 +40,8 @@ class GroupCoordinator {
   Communicator& nccl() { return *comm_; }
   /// The own all-reduce, or nullptr where it cannot serve this job (peer_unavailable() says why).
   PeerAllReduce* peer() { return peer_.get(); }
+  /// The largest message all_reduce gives the own all-reduce (Note [Group all-reduce choice]).
+  int64_t peer_preferred_bytes() const { return world_size() == 2 ? int64_t(2) << 20 : int64_t(256) << 10; }
   const std::string& peer_unavailable() const { return peer_why_; }
 
   /// The sum over the ranks, in place (Note [Group all-reduce choice]); enqueued on fk::current_stream().
