@@ -192,20 +192,10 @@ int main(int argc, char** argv) {
       opt.seed = std::stoull(store->get("fk_bench/seed"));
       auto round = std::make_shared<uint64_t>(0);
       fk::dist::TcpStore* st = store.get();
-      const int world = opt.world_size, rank = env.rank;
-      opt.all_ranks = [st, round, world, rank](const std::string& v) {
-        const std::string k = "fk_bench/r" + std::to_string((*round)++) + "/";
-        st->set(k + std::to_string(rank), v);
-        std::vector<std::string> out;
-        for (int r = 0; r < world; ++r) out.push_back(st->get(k + std::to_string(r)));
-        return out;
-      };
+      opt.all_ranks = [st, round](const std::string& v) { return st->all_gather("fk_bench/r" + std::to_string((*round)++), v); };
     }
-    const int rc = fk::run_benchmark(opt, std::cerr);
-    fk::dist::set_tp_group(nullptr);
-    return rc;
+    return fk::run_benchmark(opt, std::cerr);  // the group's destructor uninstalls it
   } catch (const std::exception& e) {
-    fk::dist::set_tp_group(nullptr);
     std::cerr << "fk_bench: " << e.what() << "\n";
     return fk::kExitFailed;
   }

@@ -96,13 +96,10 @@ bool writes_files() { return fk::dist::tp_world_size() == 1 || fk::dist::tp_rank
 std::vector<double> all_ranks(const std::string& key, double v) {
   if (g_store == nullptr) return {v};
   static int round = 0;
-  const std::string k = "fk_model/" + std::to_string(round++) + "/" + key + "/";
-  const int world = fk::dist::tp_world_size(), rank = fk::dist::tp_rank();
   std::ostringstream os;
   os << std::setprecision(17) << v;
-  g_store->set(k + std::to_string(rank), os.str());
   std::vector<double> out;
-  for (int r = 0; r < world; ++r) out.push_back(std::stod(g_store->get(k + std::to_string(r))));
+  for (const std::string& x : g_store->all_gather("fk_model/" + std::to_string(round++) + "/" + key, os.str())) out.push_back(std::stod(x));
   return out;
 }
 
@@ -1371,11 +1368,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<fk::dist::TcpStore> store;  // outlive the model: its forward uses the group
   std::unique_ptr<fk::dist::GroupCoordinator> group;
-  struct Unset {
-    ~Unset() {
-      fk::dist::set_tp_group(nullptr);
-      g_store = nullptr;
-    }
+  struct Unset {  // the group's destructor uninstalls it
+    ~Unset() { g_store = nullptr; }
   } unset;
   try {
     if (o.tp > 1) {

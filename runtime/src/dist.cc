@@ -301,6 +301,14 @@ std::string TcpStore::get(const std::string& key) {
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) { return std::stoll(request(kAdd, key, std::to_string(delta))); }
 
+std::vector<std::string> TcpStore::all_gather(const std::string& name, const std::string& value) {
+  set(name + "/" + std::to_string(env_.rank), value);
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(env_.world_size));
+  for (int r = 0; r < env_.world_size; ++r) out.push_back(r == env_.rank ? value : get(name + "/" + std::to_string(r)));
+  return out;
+}
+
 void TcpStore::barrier(const std::string& name) {
   add("barrier/" + name, 1);
   const auto deadline = std::chrono::steady_clock::now() + timeout_;

@@ -98,11 +98,11 @@ PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::mi
   // verdict before any buffer is mapped, so that all ranks give up together, naming the first reason.
   char bus[64] = {};
   FK_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device_));
-  store_.set(k + "bus/" + std::to_string(rank_), bus);
+  const std::vector<std::string> buses = store_.all_gather(k + "bus", bus);
   std::string problem;
   for (int p = 0; p < world_ && problem.empty(); ++p) {
     if (p == rank_) continue;
-    const std::string theirs = store_.get(k + "bus/" + std::to_string(p));
+    const std::string& theirs = buses[size_t(p)];
     int dev = -1, can = 0;
     if (cudaDeviceGetByPCIBusId(&dev, theirs.c_str()) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -114,11 +114,8 @@ PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::mi
                 theirs + " directly (no NVLink / peer-to-peer path): use the NCCL all-reduce";
     }
   }
-  store_.set(k + "verdict/" + std::to_string(rank_), problem.empty() ? "ok" : problem);
-  for (int p = 0; p < world_; ++p) {
-    const std::string v = store_.get(k + "verdict/" + std::to_string(p));
+  for (const std::string& v : store_.all_gather(k + "verdict", problem.empty() ? "ok" : problem))
     if (v != "ok") throw std::runtime_error(who + ": " + v);
-  }
   const int64_t lamport_total = 3 * int64_t(world_) * lamport_bytes_;
   const size_t total = static_cast<size_t>(par::kSignalBytes + 4 * max_bytes_ + lamport_total);
   FK_CUDA_CHECK(cudaMalloc(&own_, total));
@@ -128,13 +125,13 @@ PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::mi
   FK_CUDA_CHECK(cudaDeviceSynchronize());
   cudaIpcMemHandle_t h;
   FK_CUDA_CHECK(cudaIpcGetMemHandle(&h, own_));
-  store_.set(k + "ipc/" + std::to_string(rank_), std::string(reinterpret_cast<const char*>(&h), sizeof h));
+  const std::vector<std::string> handles = store_.all_gather(k + "ipc", std::string(reinterpret_cast<const char*>(&h), sizeof h));
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) {
       mapped_[p] = own_;
       continue;
     }
-    const std::string s = store_.get(k + "ipc/" + std::to_string(p));
+    const std::string& s = handles[size_t(p)];
     if (s.size() != sizeof h) throw std::runtime_error(who + ": rank " + std::to_string(p) + "'s buffer handle has " + std::to_string(s.size()) + " bytes");
     std::memcpy(&h, s.data(), sizeof h);
     void* ptr = nullptr;

@@ -83,7 +83,7 @@ DistEnv rank_env(int rank, int world, int port) {
 }
 
 // Four ranks as threads: rank 0 serves on a free port, sets an id; the others start first and
-// wait for it; counters and two barriers.
+// wait for it; counters, two barriers and an all-gather.
 TEST(TcpStore, RanksMeetThroughRankZero) {
   constexpr int kWorld = 4;
   TcpStore root(rank_env(0, kWorld, 0), 10s);  // port 0: a free port, then handed to the others
@@ -101,6 +101,8 @@ TEST(TcpStore, RanksMeetThroughRankZero) {
         s.barrier("after-id");
         s.set("rank/" + std::to_string(r), std::to_string(r * r));
         s.barrier("after-set");
+        const std::vector<std::string> all = s.all_gather("squares", std::to_string(r * r));
+        for (int q = 0; q < kWorld; ++q) EXPECT_EQ(all[size_t(q)], std::to_string(q * q)) << "rank " << r << " sees rank " << q;
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
         ++errors;
@@ -116,6 +118,7 @@ TEST(TcpStore, RanksMeetThroughRankZero) {
   EXPECT_EQ(root.add("arrived", 0), kWorld);
   root.barrier("after-set");
   for (int r = 1; r < kWorld; ++r) EXPECT_EQ(root.get("rank/" + std::to_string(r)), std::to_string(r * r));
+  EXPECT_EQ(root.all_gather("squares", "0"), (std::vector<std::string>{"0", "1", "4", "9"}));
   for (std::thread& t : ranks) t.join();
   EXPECT_EQ(errors.load(), 0);
   for (const std::string& s : seen) EXPECT_EQ(s, id);

@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace fk::dist {
 
@@ -65,6 +66,9 @@ class TcpStore {
   int64_t add(const std::string& key, int64_t delta);
   /// Returns when every rank of the world has called barrier(name) (names must be fresh per use).
   void barrier(const std::string& name);
+  /// Every rank's `value` under `name`, in rank order: this rank's is set at name/<rank>, the others'
+  /// awaited (bounded by the timeout). Every rank calls it; names must be fresh per use.
+  std::vector<std::string> all_gather(const std::string& name, const std::string& value);
   /// The port rank 0 serves on (the bound one when master_port was 0).
   int port() const { return port_; }
   const DistEnv& env() const { return env_; }

@@ -70,7 +70,7 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
   }
   int num_sets() const override { return static_cast<int>(ids_.size()); }
   void randomize(uint64_t seed) override {
-    fill_normal(module_.weight, mix_seed(seed, kTp > 1 ? 1000 + uint64_t(fk::dist::tp_rank()) : 0));
+    fill_normal(module_.weight, rank_seed<Cfg>(seed, mix_seed(seed, 0)));
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 1 + s));
   }
   void refresh(int s, uint64_t seed) override { fill_randint(ids_[s], seed, 0, Cfg::num_embeddings * kTp); }
@@ -79,9 +79,7 @@ template <class Module, class Cfg> class EmbeddingInstance final : public TaskIn
   std::vector<CheckedOutput> reference(int s) override {
     Tensor ref = empty({tokens_, Cfg::embedding_dim}, DType::kF32);
     Tensor table = module_.weight;
-    if constexpr (kTp > 1)  // the whole table, every rank's rows in rank order
-      table = fk::dist::tp_all_gather_last_dim(table.view({1, Cfg::num_embeddings * Cfg::embedding_dim}))
-                  .view({Cfg::num_embeddings * kTp, Cfg::embedding_dim});
+    if constexpr (kTp > 1) table = gather_rank_rows(table);  // the whole table, every rank's rows in rank order
     fk::kernels::reference::vocab_parallel_embedding_ref<T>(ref.data<float>(), ids_[s].data<int64_t>(), table.template data<T>(),
                                                             Cfg::num_embeddings * kTp, tokens_, Cfg::embedding_dim,
                                                             current_stream(), embed_scale_of<Cfg>());

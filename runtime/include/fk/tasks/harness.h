@@ -46,6 +46,19 @@ template <class C> struct TpSizeOf<C, std::void_t<decltype(C::tp_size)>> {
 /// ParallelLMHead, pad_vocab_size); `vocab` itself when tp is 1.
 inline int64_t vocab_shard_rows(int64_t vocab, int tp) { return tp <= 1 ? vocab : (vocab + 63) / 64 * 64 / tp; }
 
+/// Every rank's rows of a table sharded by rows (a vocabulary-parallel embedding), gathered in rank
+/// order over the tensor-parallel group: [world x rows, width] (the references' whole table).
+inline Tensor gather_rank_rows(const Tensor& shard) {
+  const int64_t rows = shard.size(0), width = shard.size(1);
+  return fk::dist::tp_all_gather_last_dim(shard.view({1, rows * width})).view({rows * fk::dist::tp_world_size(), width});
+}
+
+/// The seed of a draw that differs by rank in a task sharded for tensor parallelism (each rank's own
+/// columns or rows: Note [Sharded references] in fk/tasks/llama.h); `unsharded` where Cfg is not sharded.
+template <class Cfg> uint64_t rank_seed(uint64_t seed, uint64_t unsharded) {
+  return TpSizeOf<Cfg>::value > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : unsharded;
+}
+
 /// A task sharded for tensor parallelism runs only in a process whose tensor-parallel group has its
 /// size; elsewhere its cases are skipped, saying so (the registrations call this first).
 template <class Cfg> void require_layout() {

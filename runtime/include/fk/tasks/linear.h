@@ -229,13 +229,12 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
   // the seeds; the bias is the same on every rank and added once), and the reference is the sum of the
   // ranks' fp32 products: the unsharded linear's.
   void randomize(uint64_t seed) override {
-    const uint64_t w_seed = kTp > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : mix_seed(seed, 0);
-    fill_normal(module_->weight, w_seed, 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features * kTp))));
+    fill_normal(module_->weight, rank_seed<Cfg>(seed, mix_seed(seed, 0)), 0.f, static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features * kTp))));
     if constexpr (Cfg::has_bias) fill_normal(module_->bias, mix_seed(seed, 1), 0.f, 1.f);
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 2 + s));
   }
   void refresh(int s, uint64_t seed) override {
-    fill_normal(x_[s], kTp > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : seed);
+    fill_normal(x_[s], rank_seed<Cfg>(seed, seed));
   }
   void prepare(int s) override { out_[s] = Tensor(); }
   void run(int s) override {

@@ -883,9 +883,7 @@ Tensor ref_causal_lm_logits(Model& model, const RefMeta& rm, const Tensor& ids, 
   constexpr bool kGemma = IsGemmaModel<Cfg>::value;
   Tensor h, res;
   if constexpr (TpSizeOf<Cfg>::value > 1) {  // the whole table, gathered from the ranks' rows (Note [Sharded references])
-    const Tensor& w = m.embed_tokens.weight;
-    const int64_t rows = w.size(0), width = w.size(1);
-    const Tensor whole = fk::dist::tp_all_gather_last_dim(w.view({1, rows * width})).view({rows * TpSizeOf<Cfg>::value, width});
+    const Tensor whole = gather_rank_rows(m.embed_tokens.weight);
     h = ref::embedding(ids, whole.narrow_first(0, Cfg::vocab_size), m.embed_tokens.embed_scale());
   } else {
     h = ref::embedding(ids, m.embed_tokens.weight, m.embed_tokens.embed_scale());
