@@ -97,6 +97,9 @@
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
 #                           dump written by rank 0 at TP 2 and at every GPU, then bench/parity/hf_parity.py against
 #                           transformers with the same weights, into tp_parity<n>/
+#     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
+#                           at 4 layers under fk_model at TP 1 (GPU 0) and TP 2: greedy tokens (near-tie rule), the
+#                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe_bench.jsonl
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -244,6 +247,22 @@ for step in "${steps[@]}"; do
       [ ${#tfs[@]} -gt 0 ] && python3 bench/tp_tokens.py --teacher-forced "$P/tf1.json" "${tfs[@]}" --json "$P/tp_teacher.json" \
         >"$P/tp_teacher.txt" 2>&1
       say "tp teacher-forced rc=$?"; head -20 "$P/tp_teacher.txt" 2>/dev/null
+      ;;
+    tp-moe)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
+      for A in mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B; do
+        s="$(basename "$A")"
+        ma="--arch $A --layers 4 --seed $seed --decode-steps 32 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
+        CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
+          --jsonl "$P/moe_bench.jsonl" >"$P/moe1_$s.log" 2>&1
+        say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
+        timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_model" $ma --tp 2 --greedy "$P/moe2_$s.json" --teacher-forced "$P/moetf2_$s.json" \
+          --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe_bench.jsonl" >"$P/moe2_$s.log" 2>&1
+        say "fk_model $s tp 2 rc=$?"; grep -E "^decode|^prefill|rank .* of|error" "$P/moe2_$s.log" | sort | uniq | head -12
+        python3 bench/tp_tokens.py "$P/moe1_$s.json" "$P/moe2_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
+        say "$s tokens rc=$?"; grep -v "^  sequence" "$P/moe_tokens_$s.txt" | head -5
+        python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "$P/moetf2_$s.json" >"$P/moe_teacher_$s.txt" 2>&1
+        say "$s teacher-forced rc=$?"; head -12 "$P/moe_teacher_$s.txt"
+      done
       ;;
     dist-bench)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
