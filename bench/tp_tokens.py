@@ -12,11 +12,18 @@ and are not compared).
 
 --teacher-forced: each file is an `fk_model --teacher-forced` file, every run fed the same tokens
 (--force-tokens: the TP-1 run's greedy file) and scored row by row against the unsharded model's
-composite fp32 reference (Note [Sharded references]). The references must agree (top token, or a
-top-2 gap under 0.05; top logit within 0.05), and each TP run's errors are held to the TP-1 run's by
-the rules of Note [Teacher-forced bound] (generator/src/tools/compare.cc): every error finite; the
-RMS of the relative L2 errors at most 1.3 x the TP-1 run's, over the rows less the allowed outliers;
-at most max(1, 2% of the rows) rows with an error above 3 x the TP-1 row's + 0.002.
+composite fp32 reference (Note [Sharded references]). The references must agree row by row to the
+TP-1 run's own error at that row: top logits within tol = max(0.05, 2 x the TP-1 row's rel_l2 x its top
+logit), and the same top token unless the TP-1 reference's top-2 gap is under tol. (Both references
+are the same model summed in another order; over a whole model's bf16-rounded layers they drift apart
+by about what the run drifts from its reference: 2 bf16 ulps of the top logit were seen at 32 layers.
+Wrong slices or a wrongly gathered table move every row by far more.) Each TP run's errors are then
+held to the TP-1 run's by the rules of Note [Teacher-forced bound] (generator/src/tools/compare.cc),
+with the outliers ranked: every error finite; the RMS of the relative L2 errors at most 1.3 x the
+TP-1 run's, over the rows less the allowed outliers; at most max(1, 2% of the rows) errors above
+3 x the TP-1 run's error of the same rank (both sorted) + 0.002. Ranked, not row by row: discrete
+events (an MoE router's near-tie choosing another expert, a rounding flip) land on other rows in
+each run, and the TP-1 run has its own share of them.
 
 Exit 0 when every run agrees, 1 when one does not, 2 on unusable input.
 """
@@ -62,16 +69,20 @@ def teacher_compare(base, run):
         if b["tokens"] != r["tokens"]:
             return False, {"problem": f"sequence {i}: the runs were fed other tokens (--force-tokens the same greedy file expected)"}
         for s in range(len(b["rel_l2"])):
-            if b["ref_top"][s] != r["ref_top"][s] and b["ref_gap"][s] >= 0.05:
-                problems.append(f"sequence {i} step {s}: reference top token {r['ref_top'][s]} vs TP-1's {b['ref_top'][s]}")
-            if abs(b["ref_top_logit"][s] - r["ref_top_logit"][s]) > 0.05:
-                problems.append(f"sequence {i} step {s}: reference top logit {r['ref_top_logit'][s]:.4f} vs TP-1's {b['ref_top_logit'][s]:.4f}")
+            tol = max(0.05, 2 * b["rel_l2"][s] * abs(b["ref_top_logit"][s]))  # the TP-1 run's own drift at this row
+            if b["ref_top"][s] != r["ref_top"][s] and b["ref_gap"][s] >= tol:
+                problems.append(f"sequence {i} step {s}: reference top token {r['ref_top'][s]} vs TP-1's {b['ref_top'][s]} "
+                                f"(TP-1's top-2 gap {b['ref_gap'][s]:.4f}, bound {tol:.4f})")
+            if abs(b["ref_top_logit"][s] - r["ref_top_logit"][s]) > tol:
+                problems.append(f"sequence {i} step {s}: reference top logit {r['ref_top_logit'][s]:.4f} vs TP-1's "
+                                f"{b['ref_top_logit'][s]:.4f} (bound {tol:.4f})")
             eb.append(b["rel_l2"][s])
             ec.append(r["rel_l2"][s])
     nonfinite = sum(1 for e in ec if e is None or e != e or e in (float("inf"), float("-inf")))
     n = len(ec)
     allowed = max(1, int(0.02 * n))
-    outliers = [k for k in range(n) if nonfinite == 0 and ec[k] > 3 * eb[k] + 0.002]
+    ranked = zip(sorted(ec, reverse=True), sorted(eb, reverse=True)) if nonfinite == 0 else []
+    outliers = [k for k, (c, e) in enumerate(ranked) if c > 3 * e + 0.002]
     keep = sorted(range(n), key=lambda k: ec[k] - eb[k])[: n - min(allowed, n - 1)] if nonfinite == 0 else []
     rms = lambda xs: (sum(x * x for x in xs) / len(xs)) ** 0.5 if xs else 0.0  # noqa: E731
     ratio = rms([ec[k] for k in keep]) / rms([eb[k] for k in keep]) if keep and rms([eb[k] for k in keep]) > 0 else None

@@ -80,6 +80,12 @@ def main():
         many = [[0.010] * 45 + [0.5] * 5, [0.012] * 50]
         rc, out = run("--teacher-forced", base, tf(os.path.join(d, "many.json"), many, tp=2))
         expect(rc == 1 and "outliers 5" in out, "five outlier rows are not", out)
+        moved = tf(os.path.join(d, "base_ev.json"), [[0.010] * 47 + [0.3] * 3, [0.012] * 50])
+        rc, out = run("--teacher-forced", moved, tf(os.path.join(d, "ev.json"), [[0.010] * 50, [0.3] * 3 + [0.012] * 47], tp=2))
+        expect(rc == 0 and "outliers 0" in out, "discrete events on other rows than TP 1's are ranked, not outliers", out)
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "drift.json"), [[0.010] * 50, [0.012] * 50],
+                                                     top_logits=[[4.0] * 50, [4.0] * 49 + [4.0625]], tp=2))
+        expect(rc == 0, "references two bf16 ulps apart agree within TP 1's own drift", out)
         rc, out = run("--teacher-forced", base, tf(os.path.join(d, "ref.json"), [[0.010] * 50, [0.012] * 50],
                                                      top_logits=[[4.0] * 50, [4.0] * 49 + [4.2]], tp=2))
         expect(rc == 1 and "reference top logit" in out, "another reference is refused", out)

@@ -93,10 +93,16 @@
 #                           every tp2 task under 2 ranks, and the tasks of the machine's GPU count under that many (L1-L3,
 #                           then the L4 models at decode batch 1), every rank checking against the unsharded reference,
 #                           the slowest rank's time, into tpbench<n>_*.jsonl
+#     dist-tests            the multi-rank GPU tests alone (ctest -R dist_ at 2 ranks, the test binary at every GPU)
+#     dist-bench-l1[:N]     the level-1 part of dist-bench (at N ranks only with :N); dist-ep:N likewise
 #     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
 #                           dump written by rank 0 at TP 2 and at every GPU, then bench/parity/hf_parity.py against
 #                           transformers with the same weights, into tp_parity<n>/
+#     dist-ep               expert-parallel dispatch + combine (issue 23), in the foreground, at 2 ranks and at every GPU:
+#                           fk_collectives --op ep_dispatch_combine (own kernels, eager and graph) and _nccl (the NCCL send /
+#                           recv baseline), hidden 7168, top-8 of 256 experts, 1-512 tokens per rank, beside torch's
+#                           all_to_all_single dispatcher (bench/peers/torch_ep.py), into ep_<n>r*.jsonl
 #     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
 #                           at 4 layers under fk_model at TP 1 (GPU 0) and TP 2: greedy tokens (near-tie rule), the
 #                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe_bench.jsonl
@@ -248,6 +254,21 @@ for step in "${steps[@]}"; do
         >"$P/tp_teacher.txt" 2>&1
       say "tp teacher-forced rc=$?"; head -20 "$P/tp_teacher.txt" 2>/dev/null
       ;;
+    dist-ep|dist-ep:*)  # expert-parallel dispatch + combine (issue 23): the own kernels, the NCCL baseline and torch's all_to_all_single
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      ranks="2 $ngpu"; [ "$step" != dist-ep ] && ranks="${step#dist-ep:}"
+      for n in $(echo $ranks | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        for run in "ep_dispatch_combine eager" "ep_dispatch_combine graph" "ep_dispatch_combine_nccl eager"; do
+          set -- $run
+          timeout 200 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op $1 --hidden 7168 --topk 8 --experts 256 \
+            $([ $2 = graph ] && echo --graph) --jsonl "$P/ep_${n}r.jsonl" >"$P/ep_${n}r_$1_$2.log" 2>&1
+          say "fk_collectives $n ranks $1 $2 rc=$?"; cat "$P/ep_${n}r_$1_$2.log" | head -12
+        done
+        timeout 300 torchrun --nproc-per-node "$n" bench/peers/torch_ep.py --jsonl "$P/ep_${n}r_torch.jsonl" >"$P/ep_${n}r_torch.log" 2>&1
+        say "torch ep peer $n ranks rc=$?"; grep -v Warning "$P/ep_${n}r_torch.log" | head -8
+      done
+      ;;
     tp-moe)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
       for A in mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B; do
         s="$(basename "$A")"
@@ -264,13 +285,24 @@ for step in "${steps[@]}"; do
         say "$s teacher-forced rc=$?"; head -12 "$P/moe_teacher_$s.txt"
       done
       ;;
-    dist-bench)
+    dist-tests)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-      for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
+      (cd "$b" && ctest -R '^dist_' --output-on-failure --timeout 300) >"$P/dist_tests.log" 2>&1
+      say "dist tests (2 ranks) rc=$?"; grep -E "tests passed|tests failed|Failed|Passed" "$P/dist_tests.log" | tail -5
+      if [ "$ngpu" -gt 2 ]; then
+        timeout 300 "$b/fk_launch" --nproc "$ngpu" -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=-*KilledRank* >"$P/dist_tests_$ngpu.log" 2>&1
+        say "dist tests ($ngpu ranks) rc=$?"; grep -E "PASSED|FAILED|SKIPPED" "$P/dist_tests_$ngpu.log" | sort | uniq -c | head
+      fi
+      ;;
+    dist-bench|dist-bench-l1|dist-bench-l1:*)
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      ranks="2 $ngpu"; [ "${step#dist-bench-l1:}" != "$step" ] && ranks="${step#dist-bench-l1:}"
+      for n in $(echo $ranks | tr ' ' '\n' | sort -un); do
         [ "$n" -ge 2 ] || continue
         timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 50 --case-timeout 120 \
           --level 1 --jsonl "$P/tpbench${n}_l1.jsonl" --markdown "$P/tpbench${n}_l1.md" >"$P/tpbench${n}_l1.log" 2>&1
         say "fk_bench --world-size $n level 1 rc=$?"; tail -2 "$P/tpbench${n}_l1.log"
+        [ "$step" != dist-bench ] && continue
         for lv in 2 3; do
           timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 30 --case-timeout 180 \
             --level $lv --off-registry 0 --jsonl "$P/tpbench${n}_l$lv.jsonl" --markdown "$P/tpbench${n}_l$lv.md" >"$P/tpbench${n}_l$lv.log" 2>&1

@@ -8,6 +8,11 @@
 // streams up; a rank's time per call is the median over its runs, the row reports the slowest rank's. Bandwidths as
 // nccl-tests defines them: algbw = bytes / time, busbw = algbw x 2 (n - 1) / n for all_reduce and
 // (n - 1) / n for all_gather / reduce_scatter (bytes: the larger buffer's), n the ranks.
+// --op ep_dispatch_combine / ep_dispatch_combine_nccl time the expert-parallel dispatch + combine
+// (fk/runtime/ep_all_to_all.h) of --tokens per rank (hidden --hidden, --topk of --experts), the own
+// peer-memory kernels or the NCCL send / recv baseline, with the same seeded routing on both; a row
+// per token count: the rows each rank sends (bytes), the slowest rank's time per dispatch + combine,
+// and #wrong from one checked round trip (a stand-in expert scaling each row; see run_ep).
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -17,12 +22,15 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
+#include "fk/runtime/ep_all_to_all.h"
+#include "fk/kernels/ep_all_to_all.cuh"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
 #include "fk/kernels/rms_norm.cuh"
@@ -87,6 +95,164 @@ AddRmsNormCall add_rms_norm_for(int hidden) {
   }
 }
 
+/// Counts out's elements farther from want than 1% (+ 1e-3): want[t] = f[t] x x[t], f from the routing.
+__global__ void count_ep_wrong_kernel(const __nv_bfloat16* out, const __nv_bfloat16* x, const float* f, int64_t n, int hidden,
+                                      unsigned long long* wrong) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float want = f[i / hidden] * __bfloat162float(x[i]), got = __bfloat162float(out[i]);
+  if (!(fabsf(got - want) <= 1e-2f * fabsf(want) + 1e-3f)) atomicAdd(wrong, 1ull);
+}
+
+/// The expert-parallel rows of fk_collectives (--op ep_dispatch_combine[_nccl]); returns the exit code.
+/// Routing, per rank and token count: top-k distinct experts drawn uniformly (std::mt19937 seeded by
+/// rank and token count, the same on every run), weights uniform in [0.5, 1) normalised to sum 1 (a
+/// renormalised top-k). The checked round trip: dispatch, the stand-in experts
+/// (fk::kernels::ep::scale_by_experts_kernel: each row times sum_j w_j (1 + id_j % 3) over this rank's
+/// ids), combine; every token's output must be x times sum_j w_j (1 + id_j % 3) over all its ids.
+/// The timed calls are dispatch then combine of the received rows as they are (no expert work).
+int run_ep(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communicator& comm, const std::vector<int>& token_counts, int hidden,
+           int topk, int experts, int iters, int warmup, int runs, bool graph, const std::string& jsonl, const std::string& launcher) {
+  using fk::dist::EpAllToAll;
+  const int w = comm.world_size(), r = comm.rank();
+  const EpAllToAll::Backend backend = op == "ep_dispatch_combine" ? EpAllToAll::Backend::kPeer : EpAllToAll::Backend::kNccl;
+  if (graph && backend == EpAllToAll::Backend::kNccl)
+    throw std::runtime_error("--op " + op + ": the NCCL baseline brings the counts to the host between its steps and cannot be captured (drop --graph)");
+  if (experts % w != 0 || topk > experts) throw std::runtime_error("--experts " + std::to_string(experts) + ": a multiple of the " + std::to_string(w) + " ranks, at least --topk");
+  const int max_t = *std::max_element(token_counts.begin(), token_counts.end());
+  EpAllToAll ep(store, comm, {experts, hidden, topk, max_t}, backend);
+  const cudaStream_t s = fk::current_stream();
+  Tensor align = fk::empty({1}, fk::DType::kF32);
+  FK_CUDA_CHECK(cudaMemsetAsync(align.data_ptr(), 0, 4, s));
+  unsigned long long* wrong_d = nullptr;
+  FK_CUDA_CHECK(cudaMalloc(&wrong_d, sizeof(unsigned long long)));
+  if (r == 0)
+    std::printf("# fk_collectives %s bf16, %d ranks (%s), hidden %d, top-%d of %d experts, %s\n#%8s %12s %10s %8s\n", op.c_str(), w,
+                launcher.c_str(), hidden, topk, experts, graph ? "CUDA graph" : "eager", "tokens", "sent (B)", "time (us)", "#wrong");
+  for (size_t step = 0; step < token_counts.size(); ++step) {
+    const int T = token_counts[step];
+    std::mt19937 rng(static_cast<uint32_t>(1000003u * uint32_t(r + 1) + uint32_t(T)));
+    std::vector<int32_t> ids(size_t(T) * topk);
+    std::vector<float> wts(size_t(T) * topk), f(size_t(T), 0.f);
+    std::vector<int> perm(static_cast<size_t>(experts));
+    for (int t = 0; t < T; ++t) {
+      for (int e = 0; e < experts; ++e) perm[size_t(e)] = e;
+      float sum = 0;
+      for (int j = 0; j < topk; ++j) {  // a partial Fisher-Yates shuffle: k distinct experts
+        const int pick = j + static_cast<int>(rng() % uint32_t(experts - j));
+        std::swap(perm[size_t(j)], perm[size_t(pick)]);
+        ids[size_t(t) * topk + j] = perm[size_t(j)];
+        wts[size_t(t) * topk + j] = 0.5f + 0.5f * float(rng() % 1024) / 1024.f;
+        sum += wts[size_t(t) * topk + j];
+      }
+      for (int j = 0; j < topk; ++j) {
+        wts[size_t(t) * topk + j] /= sum;
+        f[size_t(t)] += wts[size_t(t) * topk + j] * float(1 + ids[size_t(t) * topk + j] % 3);
+      }
+    }
+    Tensor x = fk::empty({T, hidden}, fk::DType::kBF16), idt = fk::empty({T, topk}, fk::DType::kI32), wt = fk::empty({T, topk}, fk::DType::kF32);
+    Tensor fd = fk::empty({T}, fk::DType::kF32), out = fk::empty({T, hidden}, fk::DType::kBF16);
+    Tensor y = fk::empty({int64_t(w) * max_t, hidden}, fk::DType::kBF16);
+    const int64_t n = int64_t(T) * hidden;
+    if (n > 0) {
+      fill_pattern_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(nullptr, x.data<fk::bf16>(), n, r);
+      FK_CHECK_LAUNCH();
+      FK_CUDA_CHECK(cudaMemcpyAsync(idt.data_ptr(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaMemcpyAsync(wt.data_ptr(), wts.data(), wts.size() * 4, cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaMemcpyAsync(fd.data_ptr(), f.data(), f.size() * 4, cudaMemcpyHostToDevice, s));
+    }
+    // Checked round trip.
+    const EpAllToAll::Dispatched& d = ep.dispatch(x, idt, wt);
+    fk::kernels::ep::scale_by_experts_kernel<<<dim3(32, unsigned(w)), 256, 0, s>>>(
+        d.x.data<__nv_bfloat16>(), d.topk_ids.data<int32_t>(), d.topk_weights.data<float>(), d.counts, d.capacity, hidden, topk,
+        ep.first_expert(), ep.experts_per_rank(), y.data<__nv_bfloat16>());
+    FK_CHECK_LAUNCH();
+    ep.combine(y, out);
+    FK_CUDA_CHECK(cudaMemsetAsync(wrong_d, 0, sizeof(unsigned long long), s));
+    if (n > 0) {
+      count_ep_wrong_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(out.data<__nv_bfloat16>(), x.data<__nv_bfloat16>(), fd.data<float>(), n,
+                                                                     hidden, wrong_d);
+      FK_CHECK_LAUNCH();
+    }
+    // The rows this rank sends: one per (token, rank holding one of its experts).
+    int64_t sent_rows = 0;
+    for (int t = 0; t < T; ++t) {
+      uint32_t mask = 0;
+      for (int j = 0; j < topk; ++j) mask |= 1u << (ids[size_t(t) * topk + j] / (experts / w));
+      sent_rows += __builtin_popcount(mask);
+    }
+    comm.synchronize(s);
+    unsigned long long wrong = 0;
+    FK_CUDA_CHECK(cudaMemcpy(&wrong, wrong_d, sizeof wrong, cudaMemcpyDeviceToHost));
+    auto call = [&] {
+      const EpAllToAll::Dispatched& dd = ep.dispatch(x, idt, wt);
+      ep.combine(dd.x, out);
+    };
+    for (int i = 0; i < std::max(warmup, step == 0 ? 50 : 0); ++i) call();
+    cudaEvent_t e0, e1;
+    FK_CUDA_CHECK(cudaEventCreate(&e0));
+    FK_CUDA_CHECK(cudaEventCreate(&e1));
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+      cudaGraph_t g = nullptr;
+      FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < iters; ++i) call();
+      FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+      FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+      FK_CUDA_CHECK(cudaGraphDestroy(g));
+      FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    }
+    comm.synchronize(s);
+    std::vector<double> run_us;
+    for (int rep = 0; rep < runs; ++rep) {
+      store.barrier("ep/" + std::to_string(step) + "/start/" + std::to_string(rep));
+      comm.all_reduce_(align);
+      FK_CUDA_CHECK(cudaEventRecord(e0, s));
+      if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      else
+        for (int i = 0; i < iters; ++i) call();
+      FK_CUDA_CHECK(cudaEventRecord(e1, s));
+      comm.synchronize(s);
+      float ms = 0;
+      FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      run_us.push_back(1000.0 * ms / iters);
+    }
+    if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FK_CUDA_CHECK(cudaEventDestroy(e0));
+    FK_CUDA_CHECK(cudaEventDestroy(e1));
+    std::sort(run_us.begin(), run_us.end());
+    const double us = run_us[run_us.size() / 2];
+    const std::string k = "ep/" + std::to_string(step) + "/";
+    store.set(k + "us/" + std::to_string(r), std::to_string(us));
+    store.set(k + "sent/" + std::to_string(r), std::to_string(sent_rows));
+    store.add(k + "wrong", static_cast<int64_t>(wrong));
+    store.barrier(k + "done");
+    if (r == 0) {
+      double slowest = 0;
+      int64_t most_rows = 0;
+      std::vector<double> per_rank;
+      for (int q = 0; q < w; ++q) {
+        per_rank.push_back(std::stod(store.get(k + "us/" + std::to_string(q))));
+        slowest = std::max(slowest, per_rank.back());
+        most_rows = std::max<int64_t>(most_rows, std::stoll(store.get(k + "sent/" + std::to_string(q))));
+      }
+      const int64_t total_wrong = store.add(k + "wrong", 0);
+      const double bytes = double(most_rows) * hidden * 2;
+      std::printf(" %8d %12.0f %10.2f %8lld\n", T, bytes, slowest, (long long)total_wrong);
+      if (!jsonl.empty()) {
+        nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"backend", EpAllToAll::backend_name(backend)}, {"dtype", "bf16"},
+                         {"ranks", w}, {"launcher", launcher}, {"graph", graph}, {"tokens", T}, {"hidden", hidden}, {"topk", topk},
+                         {"experts", experts}, {"max_sent_bytes", bytes}, {"us", slowest}, {"us_per_rank", per_rank},
+                         {"wrong", total_wrong}, {"iters", iters}, {"runs", runs}};
+        std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";
+      }
+    }
+  }
+  cudaFree(wrong_d);
+  store.barrier("ep/end");
+  return 0;
+}
+
 int64_t parse_bytes(const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -109,9 +275,14 @@ int main(int argc, char** argv) {
                  "choice), all_reduce_one_shot, all_reduce_two_shot, all_reduce_lamport; all_reduce_add_rms_norm (the own all-reduce fused with the residual "
                  "add and RMSNorm, rows of --hidden) and nccl_add_rms_norm (NCCL's all-reduce, then fused_add_rms_norm)")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_reduce_peer", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_lamport",
-                             "all_reduce_add_rms_norm", "nccl_add_rms_norm"}));
+                             "all_reduce_add_rms_norm", "nccl_add_rms_norm", "ep_dispatch_combine", "ep_dispatch_combine_nccl"}));
+  std::vector<int> ep_tokens{1, 16, 64, 128, 256, 512};
+  int ep_topk = 8, ep_experts = 256;
+  app.add_option("--tokens", ep_tokens, "ep_*: the tokens per rank, one row each")->check(CLI::Range(0, 65536));
+  app.add_option("--topk", ep_topk, "ep_*: experts per token")->check(CLI::Range(1, 32));
+  app.add_option("--experts", ep_experts, "ep_*: experts over all ranks (a multiple of the ranks)")->check(CLI::Range(1, 1 << 16));
   int hidden = 4096;
-  app.add_option("--hidden", hidden, "the row size of the *_add_rms_norm ops (2048, 4096, 5120, 7168, 8192)")
+  app.add_option("--hidden", hidden, "the row size of the *_add_rms_norm and ep_* ops (2048, 4096, 5120, 7168, 8192)")
       ->check(CLI::IsMember({2048, 4096, 5120, 7168, 8192}));
   std::string peer_max_s = "8M";
   app.add_option("--peer-max-bytes", peer_max_s, "the own all-reduce's buffer (its largest message; larger sizes end its sweep)");
@@ -134,6 +305,11 @@ int main(int argc, char** argv) {
     cudaStream_t s = nullptr;
     FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     fk::StreamGuard guard(s);
+    if (op.rfind("ep_", 0) == 0) {
+      if (dtype != "bf16") throw std::runtime_error("--op " + op + ": bf16 only");
+      if (ep_tokens.empty()) throw std::runtime_error("--tokens: at least one token count");
+      return run_ep(op, store, comm, ep_tokens, hidden, ep_topk, ep_experts, iters, warmup, runs, graph, jsonl, env.launcher);
+    }
     const fk::DType dt = dtype == "f32" ? fk::DType::kF32 : fk::DType::kBF16;
     const int64_t esize = dt == fk::DType::kF32 ? 4 : 2;
     const bool norm = op.find("add_rms_norm") != std::string::npos, fused = op == "all_reduce_add_rms_norm";

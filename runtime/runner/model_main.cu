@@ -529,7 +529,8 @@ int run_bench(fk::CausalLM& m, const Options& o) {
       j["ms_per_step"] = ms / timed;
       j["tokens_per_s"] = 1000.0 * b * timed / ms;
       j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
-      std::cerr << "decode b" << b << (graph ? " graph" : " eager") << ": " << std::fixed << std::setprecision(2)
+      if (writes_files())  // rank 0 reports (the times are the slowest rank's)
+        std::cerr << "decode b" << b << (graph ? " graph" : " eager") << ": " << std::fixed << std::setprecision(2)
                 << j["ms_per_step"].get<double>() << " ms/step, " << j["tokens_per_s"].get<double>() << " tokens/s\n";
       rows.push_back(j);
     }
@@ -559,7 +560,8 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     j["ms_max"] = ms.back();
     j["tokens_per_s"] = 1000.0 * b * s / ms[ms.size() / 2];
     j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
-    std::cerr << "prefill " << spec << ": " << j["ms"].get<double>() << " ms, " << j["tokens_per_s"].get<double>() << " tokens/s\n";
+    if (writes_files())
+      std::cerr << "prefill " << spec << ": " << j["ms"].get<double>() << " ms, " << j["tokens_per_s"].get<double>() << " tokens/s\n";
     rows.push_back(j);
   }
   // Memory over a long decode: device memory in use must not grow.
@@ -589,7 +591,8 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     j["growth_bytes"] = static_cast<double>(free0) - static_cast<double>(free1);
     j["tokens_per_s"] = 1000.0 * (o.mem_steps - 2) / elapsed_ms(e0, e1);
     j["peak_reserved_gib"] = gib(double(fk::allocator_peak_reserved_bytes()));
-    std::cerr << "memory over " << o.mem_steps << " decode steps: " << j["device_used_gib_before"].get<double>() << " -> "
+    if (writes_files())
+      std::cerr << "memory over " << o.mem_steps << " decode steps: " << j["device_used_gib_before"].get<double>() << " -> "
               << j["device_used_gib_after"].get<double>() << " GiB used\n";
     rows.push_back(j);
   }

@@ -139,6 +139,24 @@ void Communicator::all_reduce_(Tensor& t) {
   wait_ready("all_reduce_");
 }
 
+void Communicator::send_recv(const std::vector<P2P>& ops) {
+  if (aborted_) fail("send_recv after an abort");
+  for (const P2P& op : ops)
+    FK_CHECK(op.peer >= 0 && op.peer < world_ && op.bytes >= 0 && (op.data != nullptr || op.bytes == 0),
+             "send_recv: peer " + std::to_string(op.peer) + " of " + std::to_string(world_) + ", " + std::to_string(op.bytes) + " bytes");
+  ncclResult_t r = ncclGroupStart();
+  for (const P2P& op : ops) {
+    if (r != ncclSuccess && r != ncclInProgress) break;
+    if (op.bytes == 0) continue;
+    r = op.send ? ncclSend(op.data, static_cast<size_t>(op.bytes), ncclChar, op.peer, comm_, current_stream())
+                : ncclRecv(op.data, static_cast<size_t>(op.bytes), ncclChar, op.peer, comm_, current_stream());
+  }
+  const ncclResult_t e = ncclGroupEnd();
+  if (r == ncclSuccess || r == ncclInProgress) r = e;
+  if (r != ncclSuccess && r != ncclInProgress) fail(std::string("ncclSend / ncclRecv group: ") + ncclGetErrorString(r));
+  wait_ready("send_recv");
+}
+
 void Communicator::all_gather(const Tensor& in, Tensor& out) {
   FK_CHECK(in.is_contiguous() && out.is_contiguous() && in.dtype() == out.dtype() && out.numel() == in.numel() * world_,
            "all_gather: in " + in.str() + ", out " + out.str() + " (world_size x the input's elements, one dtype)");

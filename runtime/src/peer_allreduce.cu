@@ -77,84 +77,22 @@ const char* algo_name(PeerAllReduce::Algo a) {
 }
 
 PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::milliseconds timeout, int64_t lamport_bytes)
-    : store_(store), rank_(store.env().rank), world_(store.env().world_size), generation_(g_generation++),
+    : rank_(store.env().rank), world_(store.env().world_size), generation_(g_generation++),
       max_bytes_((std::max<int64_t>(max_bytes, 16) + 4095) / 4096 * 4096),
       lamport_bytes_(std::min(max_bytes_, (std::max<int64_t>(lamport_bytes, 16) + 4095) / 4096 * 4096)),
       timeout_ns_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count())) {
   const std::string who = "peer all-reduce (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")";
-  const DistEnv& env = store.env();
-  if (world_ < 2 || world_ > par::kMaxRanks)
+  if (world_ > par::kMaxRanks)
     throw std::runtime_error(who + ": serves 2 to " + std::to_string(par::kMaxRanks) + " ranks; use the NCCL all-reduce otherwise");
-  if (env.local_world_size != world_)
-    throw std::runtime_error(who + ": the ranks span hosts (" + std::to_string(env.local_world_size) + " of " + std::to_string(world_) +
-                             " on this one); peer memory needs every rank on one host: use the NCCL all-reduce");
-  int devices = 0;
-  FK_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < 1) throw std::runtime_error(who + ": no CUDA device");
-  device_ = env.local_rank % devices;  // the Communicator's choice (Note [Communicator])
-  FK_CUDA_CHECK(cudaSetDevice(device_));
-  const std::string k = "fk/peer_ar/" + std::to_string(generation_) + "/";
-  // Every GPU must reach every other directly (NVLink or PCIe peer-to-peer). Each rank publishes its
-  // verdict before any buffer is mapped, so that all ranks give up together, naming the first reason.
-  char bus[64] = {};
-  FK_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device_));
-  const std::vector<std::string> buses = store_.all_gather(k + "bus", bus);
-  std::string problem;
-  for (int p = 0; p < world_ && problem.empty(); ++p) {
-    if (p == rank_) continue;
-    const std::string& theirs = buses[size_t(p)];
-    int dev = -1, can = 0;
-    if (cudaDeviceGetByPCIBusId(&dev, theirs.c_str()) != cudaSuccess) {
-      (void)cudaGetLastError();
-      problem = "rank " + std::to_string(p) + "'s GPU (" + theirs + ") is not visible to rank " + std::to_string(rank_) +
-                " (CUDA_VISIBLE_DEVICES must show every local GPU to every rank)";
-    } else if (cudaDeviceCanAccessPeer(&can, device_, dev) != cudaSuccess || !can) {
-      (void)cudaGetLastError();
-      problem = std::string("GPU ") + bus + " (rank " + std::to_string(rank_) + ") cannot access rank " + std::to_string(p) + "'s GPU " +
-                theirs + " directly (no NVLink / peer-to-peer path): use the NCCL all-reduce";
-    }
-  }
-  for (const std::string& v : store_.all_gather(k + "verdict", problem.empty() ? "ok" : problem))
-    if (v != "ok") throw std::runtime_error(who + ": " + v);
-  const int64_t lamport_total = 3 * int64_t(world_) * lamport_bytes_;
-  const size_t total = static_cast<size_t>(par::kSignalBytes + 4 * max_bytes_ + lamport_total);
-  FK_CUDA_CHECK(cudaMalloc(&own_, total));
-  FK_CUDA_CHECK(cudaMemset(own_, 0, static_cast<size_t>(par::kSignalBytes)));
-  lamport_clear_kernel<<<256, 256>>>(reinterpret_cast<uint32_t*>(own_ + par::kSignalBytes + 4 * max_bytes_), lamport_total / 4);
-  FK_CHECK_LAUNCH();
-  FK_CUDA_CHECK(cudaDeviceSynchronize());
-  cudaIpcMemHandle_t h;
-  FK_CUDA_CHECK(cudaIpcGetMemHandle(&h, own_));
-  const std::vector<std::string> handles = store_.all_gather(k + "ipc", std::string(reinterpret_cast<const char*>(&h), sizeof h));
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_) {
-      mapped_[p] = own_;
-      continue;
-    }
-    const std::string& s = handles[size_t(p)];
-    if (s.size() != sizeof h) throw std::runtime_error(who + ": rank " + std::to_string(p) + "'s buffer handle has " + std::to_string(s.size()) + " bytes");
-    std::memcpy(&h, s.data(), sizeof h);
-    void* ptr = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&ptr, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) throw std::runtime_error(who + ": mapping rank " + std::to_string(p) + "'s buffer failed: " + cudaGetErrorString(e));
-    mapped_[p] = static_cast<char*>(ptr);
-  }
-  // No rank may signal a peer before that peer has zeroed its flags.
-  store_.barrier(k + "ready");
+  const int64_t lamport_off = par::kSignalBytes + 4 * max_bytes_, lamport_total = 3 * int64_t(world_) * lamport_bytes_;
+  mem_ = std::make_unique<PeerMemory>(store, "fk/peer_ar/" + std::to_string(generation_) + "/", who, lamport_off + lamport_total,
+                                      par::kSignalBytes, [&](char* own) {
+                                        lamport_clear_kernel<<<256, 256>>>(reinterpret_cast<uint32_t*>(own + lamport_off), lamport_total / 4);
+                                        FK_CHECK_LAUNCH();
+                                      });
 }
 
-PeerAllReduce::~PeerAllReduce() {
-  // The peers may still read this rank's buffer: meet them first (bounded by the store's timeout).
-  try {
-    cudaDeviceSynchronize();
-    store_.barrier("fk/peer_ar/" + std::to_string(generation_) + "/closing");
-  } catch (const std::exception&) {
-    // a peer is gone: nobody reads the buffers any more
-  }
-  for (int p = 0; p < world_ && p < par::kMaxRanks; ++p)
-    if (mapped_[p] != nullptr && p != rank_) cudaIpcCloseMemHandle(mapped_[p]);
-  if (own_ != nullptr) cudaFree(own_);
-}
+PeerAllReduce::~PeerAllReduce() = default;
 
 std::string PeerAllReduce::unsupported(const Tensor& t) const {
   if (t.dtype() != DType::kBF16 && t.dtype() != DType::kF16 && t.dtype() != DType::kF32)

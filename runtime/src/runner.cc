@@ -1309,10 +1309,15 @@ int run_benchmark(const RunnerOptions& opt_in, std::ostream& log) {
   if (jsonl && !have_env) jsonl << env.dump() << "\n" << std::flush;
   int n_off = 0;
   for (const Selection& x : sel) n_off += x.off_registry;
-  log << "fk_bench: " << env["gpu"].get<std::string>() << ", copy bandwidth " << fmt(copy_tbps, 3) << " TB/s, "
-      << sel.size() << " cases (" << n_off << " off-registry), seed " << opt.seed;
-  if (!records.empty()) log << " (resuming after " << records.size() << ")";
-  log << "\n";
+  // Under --world-size, rank 0 logs the run; the other ranks log only the cases that did not pass, as
+  // they saw them (the launcher interleaves every rank's output).
+  const bool quiet = opt.world_size > 1 && opt.rank != 0;
+  std::ostringstream dropped;
+  std::ostream& progress = quiet ? static_cast<std::ostream&>(dropped) : log;
+  progress << "fk_bench: " << env["gpu"].get<std::string>() << ", copy bandwidth " << fmt(copy_tbps, 3) << " TB/s, "
+           << sel.size() << " cases (" << n_off << " off-registry), seed " << opt.seed;
+  if (!records.empty()) progress << " (resuming after " << records.size() << ")";
+  progress << "\n";
 
   Watchdog watchdog(opt.case_timeout_s, jsonl.is_open() ? &jsonl : nullptr, &io_mu);
   const auto t0 = std::chrono::steady_clock::now();
@@ -1325,12 +1330,15 @@ int run_benchmark(const RunnerOptions& opt_in, std::ostream& log) {
     watchdog.disarm();
     if (sel[i].off_registry) o.record["off_registry"] = true;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    log << "[" << (i + 1) << "/" << sel.size() << " " << fmt(elapsed, 0) << "s] " << task.name << " " << shape.name << " "
-        << o.status;
-    if (o.record.contains("time_us")) log << " " << fmt(o.record["time_us"]["median"].get<double>(), 2) << " us " << perf_cell(o.record);
-    if (o.record.contains("peer")) log << " | " << o.record["peer"]["name"].get<std::string>() << " x" << fmt(o.record["peer"]["speedup"].get<double>(), 3);
-    if (!o.message.empty()) log << " -- " << (o.reason.empty() ? "" : "[" + o.reason + "] ") << o.message;
-    log << "\n" << std::flush;
+    if (!quiet || o.status != "PASSED") {
+      std::ostream& line = quiet ? log << "rank " << opt.rank << ": " : log;
+      line << "[" << (i + 1) << "/" << sel.size() << " " << fmt(elapsed, 0) << "s] " << task.name << " " << shape.name << " "
+           << o.status;
+      if (o.record.contains("time_us")) line << " " << fmt(o.record["time_us"]["median"].get<double>(), 2) << " us " << perf_cell(o.record);
+      if (o.record.contains("peer")) line << " | " << o.record["peer"]["name"].get<std::string>() << " x" << fmt(o.record["peer"]["speedup"].get<double>(), 3);
+      if (!o.message.empty()) line << " -- " << (o.reason.empty() ? "" : "[" + o.reason + "] ") << o.message;
+      line << "\n" << std::flush;
+    }
     {
       std::lock_guard<std::mutex> io(io_mu);
       if (jsonl) jsonl << o.record.dump() << "\n" << std::flush;
@@ -1395,9 +1403,9 @@ int run_benchmark(const RunnerOptions& opt_in, std::ostream& log) {
     md << "\n";
   }
   if (infra) log << "fk_bench: " << infra << " case(s) ended in INFRA_ERROR (no result; counted as failed)\n";
-  log << passed << " passed, " << failed << " failed";
-  if (skipped) log << ", " << skipped << " skipped";
-  log << "\n";
+  progress << passed << " passed, " << failed << " failed";
+  if (skipped) progress << ", " << skipped << " skipped";
+  progress << "\n";
   FK_CUDA_CHECK(cudaStreamSynchronize(stream));
   return failed ? kExitFailed : kExitOk;
 }

@@ -4,11 +4,15 @@
 // wait with the abort's reason; a rank killed inside a collective is ended by the launcher. The own
 // all-reduce over peer memory (fk/runtime/peer_allreduce.h): bitwise against the host's sum in rank
 // order, both algorithms, every dtype, odd sizes, in and out of place, replayed from a CUDA graph.
+// The expert-parallel dispatch + combine (fk/runtime/ep_all_to_all.h), both backends, against the
+// host's per-token sums and bitwise against each other, replayed from a CUDA graph (own backend).
 // Every test skips, on every rank alike, where fewer GPUs than ranks are visible.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +21,8 @@
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
 #include "fk/kernels/rms_norm.cuh"
+#include "fk/runtime/ep_all_to_all.h"
+#include "fk/kernels/ep_all_to_all.cuh"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
 #include "fk/runtime/parallel_state.h"
@@ -383,3 +389,152 @@ TEST(PeerAllReduce, RefusesWhatItCannotServeNamingWhy) {
 }
 
 }  // namespace
+
+namespace {
+
+/// One rank's tokens for the EP tests: x small integers, top-k distinct experts (some slots -1:
+/// not routed), weights in [0.25, 1); want[t] = x[t] x sum_j w_j (1 + id_j % 3) over the routed ids.
+struct EpTokens {
+  std::vector<fk::bf16> x;
+  std::vector<int32_t> ids;
+  std::vector<float> w, f;
+};
+EpTokens ep_tokens(int rank, int tokens, int hidden, int topk, int experts, uint32_t salt) {
+  std::mt19937 rng(salt * 7919u + uint32_t(rank) * 104729u + uint32_t(tokens));
+  EpTokens e;
+  e.x.resize(size_t(tokens) * hidden);
+  for (size_t i = 0; i < e.x.size(); ++i) e.x[i] = __float2bfloat16(float(int(rng() % 9) - 4));
+  e.ids.resize(size_t(tokens) * topk);
+  e.w.resize(e.ids.size());
+  e.f.assign(size_t(tokens), 0.f);
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int> perm(static_cast<size_t>(experts));
+    for (int i = 0; i < experts; ++i) perm[size_t(i)] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < topk; ++j) {
+      const size_t k = size_t(t) * topk + j;
+      e.ids[k] = (rng() % 11 == 0) ? -1 : perm[size_t(j)];
+      e.w[k] = 0.25f + 0.75f * float(rng() % 1000) / 1000.f;
+      if (e.ids[k] >= 0) e.f[size_t(t)] += e.w[k] * float(1 + e.ids[k] % 3);
+    }
+  }
+  return e;
+}
+
+/// out = combine(stand-in experts(dispatch(tokens))) through `ep`, on the current stream.
+void ep_round_trip(fk::dist::EpAllToAll& ep, const fk::Tensor& x, const fk::Tensor& ids, const fk::Tensor& w, fk::Tensor& y, fk::Tensor& out) {
+  const fk::dist::EpAllToAll::Dispatched& d = ep.dispatch(x, ids, w);
+  const auto& c = ep.config();
+  fk::kernels::ep::scale_by_experts_kernel<<<dim3(8, unsigned(d.x.size(0) / d.capacity)), 128, 0, fk::current_stream()>>>(
+      d.x.data<fk::bf16>(), d.topk_ids.data<int32_t>(), d.topk_weights.data<float>(), d.counts, d.capacity, c.hidden, c.topk,
+      ep.first_expert(), ep.experts_per_rank(), y.data<fk::bf16>());
+  FK_CHECK_LAUNCH();
+  ep.combine(y, out);
+}
+
+int64_t ep_wrong(const std::vector<fk::bf16>& got, const EpTokens& e, int hidden) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = e.f[i / size_t(hidden)] * __bfloat162float(e.x[i]), g = __bfloat162float(got[i]);
+    if (!(std::fabs(g - want) <= 1e-2f * std::fabs(want) + 1e-3f)) ++bad;
+  }
+  return bad;
+}
+
+}  // namespace
+
+// Both backends: every token's output is its experts' weighted sum (ranks with different token
+// counts, one with none; unrouted slots), and the two backends agree bitwise (one fp32 sum in rank order).
+TEST(EpAllToAll, DispatchCombineMatchesTheHostOnBothBackendsBitwiseAlike) {
+  FK_REQUIRE_RANKS();
+  using fk::dist::EpAllToAll;
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size(), r = c.rank(), hidden = 264, topk = 4, experts = 6 * w, cap = 100;
+  EpAllToAll peer(store(), c, {experts, hidden, topk, cap}, EpAllToAll::Backend::kPeer, 30s);
+  EpAllToAll nccl(store(), c, {experts, hidden, topk, cap}, EpAllToAll::Backend::kNccl, 30s);
+  EXPECT_EQ(peer.experts_per_rank(), 6);
+  EXPECT_EQ(peer.first_expert(), 6 * r);
+  for (uint32_t salt = 1; salt <= 3; ++salt) {
+    const int T = r == 1 && salt == 2 ? 0 : 37 + 21 * r + int(salt);
+    const EpTokens e = ep_tokens(r, T, hidden, topk, experts, salt);
+    fk::Tensor x = fk::to_device(e.x, {T, hidden}), ids = fk::to_device(e.ids, {T, topk}), wt = fk::to_device(e.w, {T, topk});
+    fk::Tensor y = fk::empty({int64_t(w) * cap, hidden}, fk::DType::kBF16), o1 = fk::empty({T, hidden}, fk::DType::kBF16),
+               o2 = fk::empty({T, hidden}, fk::DType::kBF16);
+    ep_round_trip(peer, x, ids, wt, y, o1);
+    ep_round_trip(nccl, x, ids, wt, y, o2);
+    c.synchronize(fk::current_stream());
+    const std::vector<fk::bf16> a = fk::to_host<fk::bf16>(o1), b = fk::to_host<fk::bf16>(o2);
+    EXPECT_EQ(ep_wrong(a, e, hidden), 0) << "peer, rank " << r << ", salt " << salt;
+    EXPECT_EQ(ep_wrong(b, e, hidden), 0) << "nccl, rank " << r << ", salt " << salt;
+    EXPECT_EQ(count_unequal(a, b), 0) << "rank " << r << ", salt " << salt;
+  }
+}
+
+// The own backend captured once and replayed on new tokens: its call counts live on the GPU.
+TEST(EpAllToAll, PeerBackendReplaysFromACudaGraph) {
+  FK_REQUIRE_RANKS();
+  using fk::dist::EpAllToAll;
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size(), r = c.rank(), hidden = 512, topk = 8, experts = 8 * w, T = 48;
+  cudaStream_t s = nullptr;
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    fk::StreamGuard guard(s);
+    EpAllToAll ep(store(), c, {experts, hidden, topk, T}, EpAllToAll::Backend::kPeer, 30s);
+    fk::Tensor x = fk::empty({T, hidden}, fk::DType::kBF16), ids = fk::empty({T, topk}, fk::DType::kI32), wt = fk::empty({T, topk}, fk::DType::kF32);
+    fk::Tensor y = fk::empty({int64_t(w) * T, hidden}, fk::DType::kBF16), out = fk::empty({T, hidden}, fk::DType::kBF16);
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ep_round_trip(ep, x, ids, wt, y, out);
+    FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (uint32_t salt = 10; salt < 14; ++salt) {
+      const EpTokens e = ep_tokens(r, T, hidden, topk, experts, salt);
+      FK_CUDA_CHECK(cudaMemcpyAsync(x.data_ptr(), e.x.data(), e.x.size() * sizeof(fk::bf16), cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaMemcpyAsync(ids.data_ptr(), e.ids.data(), e.ids.size() * 4, cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaMemcpyAsync(wt.data_ptr(), e.w.data(), e.w.size() * 4, cudaMemcpyHostToDevice, s));
+      FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      c.synchronize(s);
+      EXPECT_EQ(ep_wrong(fk::to_host<fk::bf16>(out), e, hidden), 0) << "replay " << salt << ", rank " << r;
+    }
+    FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    FK_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  FK_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// Bad input is refused on the host, naming what was expected.
+TEST(EpAllToAll, RefusesBadConfigsAndInputsNamingWhy) {
+  FK_REQUIRE_RANKS();
+  using fk::dist::EpAllToAll;
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size();
+  try {
+    EpAllToAll bad(store(), c, {7 * w + 1, 256, 2, 8}, EpAllToAll::Backend::kNccl);
+    ADD_FAILURE() << "num_experts not a multiple of the ranks was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_experts"), std::string::npos) << e.what();
+  }
+  try {
+    EpAllToAll bad(store(), c, {8 * w, 260, 2, 8}, EpAllToAll::Backend::kNccl);
+    ADD_FAILURE() << "hidden 260 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 8"), std::string::npos) << e.what();
+  }
+  EpAllToAll ep(store(), c, {8 * w, 256, 2, 8}, EpAllToAll::Backend::kNccl);
+  fk::Tensor x = fk::empty({9, 256}, fk::DType::kBF16), ids = fk::empty({9, 2}, fk::DType::kI32), wt = fk::empty({9, 2}, fk::DType::kF32);
+  try {
+    ep.dispatch(x, ids, wt);
+    ADD_FAILURE() << "9 tokens above max_tokens 8 were accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_tokens"), std::string::npos) << e.what();
+  }
+  fk::Tensor out = fk::empty({8, 256}, fk::DType::kBF16);
+  try {
+    ep.combine(out, out);
+    ADD_FAILURE() << "combine before any dispatch was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no dispatch"), std::string::npos) << e.what();
+  }
+}

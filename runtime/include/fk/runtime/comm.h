@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "fk/runtime/dist.h"
 #include "fk/runtime/tensor.h"
@@ -42,6 +43,16 @@ class Communicator {
   void all_gather(const Tensor& in, Tensor& out);
   /// out [n / world] = the sum over the ranks of in's rank-th slice (flat, contiguous).
   void reduce_scatter(const Tensor& in, Tensor& out);
+  /// One point-to-point transfer of a grouped exchange: `bytes` from / to `peer` (torch's P2POp).
+  struct P2P {
+    bool send;
+    int peer;
+    void* data;
+    int64_t bytes;
+  };
+  /// Every transfer of `ops` in one NCCL group (ncclSend / ncclRecv, this rank included as a peer;
+  /// zero-byte ones skipped), as torch.distributed.batch_isend_irecv; the peers' groups must match.
+  void send_recv(const std::vector<P2P>& ops);
   /// Waits for `stream`'s work; throws (after aborting) on an NCCL error, another rank's abort, or the timeout.
   void synchronize(cudaStream_t stream);
   /// Sets the store's abort flag with `why` (the other ranks see it) and aborts this rank's communicator.

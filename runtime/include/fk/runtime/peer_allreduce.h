@@ -8,9 +8,11 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 #include "fk/runtime/dist.h"
+#include "fk/runtime/peer_memory.h"
 #include "fk/runtime/tensor.h"
 
 namespace fk::dist {
@@ -45,18 +47,16 @@ class PeerAllReduce {
 
   /// For the fused kernels (fk/runtime/peer_allreduce_fused.cuh): every rank's buffer as mapped
   /// here, this rank, the kernels' wait bound; require() throws naming `what` where unsupported(t).
-  char* const* buffers() const { return mapped_; }
+  char* const* buffers() const { return mem_->buffers(); }
   int rank() const { return rank_; }
   uint64_t timeout_ns() const { return timeout_ns_; }
   void require(const Tensor& t, const std::string& what) const;
 
  private:
-  TcpStore& store_;
-  int rank_ = 0, world_ = 1, device_ = 0, generation_ = 0;
+  int rank_ = 0, world_ = 1, generation_ = 0;
   int64_t max_bytes_ = 0, lamport_bytes_ = 0;
   uint64_t timeout_ns_ = 0;
-  char* own_ = nullptr;
-  char* mapped_[8] = {};
+  std::unique_ptr<PeerMemory> mem_;
 };
 
 const char* algo_name(PeerAllReduce::Algo a);
