@@ -17,7 +17,11 @@ TP-1 run's own error at that row: top logits within tol = max(0.05, 2 x the TP-1
 logit), and the same top token unless the TP-1 reference's top-2 gap is under tol. (Both references
 are the same model summed in another order; over a whole model's bf16-rounded layers they drift apart
 by about what the run drifts from its reference: 2 bf16 ulps of the top logit were seen at 32 layers.
-Wrong slices or a wrongly gathered table move every row by far more.) Each TP run's errors are then
+Wrong slices or a wrongly gathered table move every row by far more.) At most max(1, 2% of the rows)
+rows may have references apart: an MoE reference adopts its own run's near-tied routing choices (Note
+[Routing capture] in fk/tasks/moe.h), so where the two runs routed a token differently their references
+follow different experts (4 bf16 ulps of the top logit on 2 of 132 rows of Qwen3-30B-A3B at TP 2, H100).
+Each TP run's errors are then
 held to the TP-1 run's by the rules of Note [Teacher-forced bound] (generator/src/tools/compare.cc),
 with the outliers ranked: every error finite; the RMS of the relative L2 errors at most 1.3 x the
 TP-1 run's, over the rows less the allowed outliers; at most max(1, 2% of the rows) errors above
@@ -64,18 +68,21 @@ def compare(base, run, tie_gap):
 
 def teacher_compare(base, run):
     """(ok, summary) of a TP run's teacher-forced rows against the TP-1 run's (Note [Teacher-forced bound])."""
-    eb, ec, problems = [], [], []
+    eb, ec, problems, rows_off = [], [], [], set()
     for i, (b, r) in enumerate(zip(base["sequences"], run["sequences"])):
         if b["tokens"] != r["tokens"]:
             return False, {"problem": f"sequence {i}: the runs were fed other tokens (--force-tokens the same greedy file expected)"}
         for s in range(len(b["rel_l2"])):
             tol = max(0.05, 2 * b["rel_l2"][s] * abs(b["ref_top_logit"][s]))  # the TP-1 run's own drift at this row
+            before = len(problems)
             if b["ref_top"][s] != r["ref_top"][s] and b["ref_gap"][s] >= tol:
                 problems.append(f"sequence {i} step {s}: reference top token {r['ref_top'][s]} vs TP-1's {b['ref_top'][s]} "
                                 f"(TP-1's top-2 gap {b['ref_gap'][s]:.4f}, bound {tol:.4f})")
             if abs(b["ref_top_logit"][s] - r["ref_top_logit"][s]) > tol:
                 problems.append(f"sequence {i} step {s}: reference top logit {r['ref_top_logit'][s]:.4f} vs TP-1's "
                                 f"{b['ref_top_logit'][s]:.4f} (bound {tol:.4f})")
+            if len(problems) > before:
+                rows_off.add((i, s))
             eb.append(b["rel_l2"][s])
             ec.append(r["rel_l2"][s])
     nonfinite = sum(1 for e in ec if e is None or e != e or e in (float("inf"), float("-inf")))
@@ -86,9 +93,10 @@ def teacher_compare(base, run):
     keep = sorted(range(n), key=lambda k: ec[k] - eb[k])[: n - min(allowed, n - 1)] if nonfinite == 0 else []
     rms = lambda xs: (sum(x * x for x in xs) / len(xs)) ** 0.5 if xs else 0.0  # noqa: E731
     ratio = rms([ec[k] for k in keep]) / rms([eb[k] for k in keep]) if keep and rms([eb[k] for k in keep]) > 0 else None
-    ok = not problems and nonfinite == 0 and ratio is not None and ratio <= 1.3 and len(outliers) <= allowed
+    ok = len(rows_off) <= allowed and nonfinite == 0 and ratio is not None and ratio <= 1.3 and len(outliers) <= allowed
     return ok, {"rows": n, "rms_ratio": ratio, "rms_tp1": rms(eb), "rms_tp": rms([e for e in ec if e == e]), "outliers": len(outliers),
-                "allowed_outliers": allowed, "nonfinite": nonfinite, "reference_problems": problems[:10]}
+                "allowed_outliers": allowed, "nonfinite": nonfinite, "reference_rows_apart": len(rows_off),
+                "reference_problems": problems[:10]}
 
 
 def main_teacher(a):
@@ -107,7 +115,8 @@ def main_teacher(a):
         ratio = f"{summ['rms_ratio']:.3f}" if summ.get("rms_ratio") is not None else "-"
         print(f"{path} (tp {run.get('tp', 1)}) against {a.base}: {'PASS' if ok else 'FAIL'}, {summ.get('rows', 0)} rows, RMS rel_l2 "
               f"{summ.get('rms_tp', 0):.5f} vs TP-1 {summ.get('rms_tp1', 0):.5f} (ratio {ratio}, bound 1.3), outliers "
-              f"{summ.get('outliers', 0)} (allowed {summ.get('allowed_outliers', 0)})" + (f"; {summ['problem']}" if "problem" in summ else ""))
+              f"{summ.get('outliers', 0)} (allowed {summ.get('allowed_outliers', 0)}), references apart on "
+              f"{summ.get('reference_rows_apart', 0)} rows (allowed {summ.get('allowed_outliers', 0)})" + (f"; {summ['problem']}" if "problem" in summ else ""))
         for p in summ.get("reference_problems", []):
             print("  " + p)
         out.append({"run": path, "tp": run.get("tp", 1), "pass": ok, **summ})

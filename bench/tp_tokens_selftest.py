@@ -88,7 +88,13 @@ def main():
         expect(rc == 0, "references two bf16 ulps apart agree within TP 1's own drift", out)
         rc, out = run("--teacher-forced", base, tf(os.path.join(d, "ref.json"), [[0.010] * 50, [0.012] * 50],
                                                      top_logits=[[4.0] * 50, [4.0] * 49 + [4.2]], tp=2))
-        expect(rc == 1 and "reference top logit" in out, "another reference is refused", out)
+        expect(rc == 0 and "references apart on 1 rows" in out, "one row's references apart is allowed (routing near-ties)", out)
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "refs.json"), [[0.010] * 50, [0.012] * 50],
+                                                      top_logits=[[4.0] * 48 + [4.2] * 2, [4.0] * 49 + [4.2]], tp=2))
+        expect(rc == 1 and "reference top logit" in out and "references apart on 3 rows" in out, "references apart on 3 rows are refused", out)
+        rc, out = run("--teacher-forced", base, tf(os.path.join(d, "all.json"), [[0.010] * 50, [0.012] * 50],
+                                                     top_logits=[[5.0] * 50, [5.0] * 50], tp=2))
+        expect(rc == 1 and "references apart on 100 rows" in out, "another model's references are refused", out)
     for f in failures:
         print("FAIL:", f)
     print(f"tp_tokens selftest: {'FAILED' if failures else 'ok'}")

@@ -105,7 +105,7 @@ __device__ __forceinline__ void wait_counter(const uint32_t* counter, uint32_t w
 }
 
 /// slot[t * world + d] and send_count[d] (Note [Expert-parallel all-to-all], plan); one block.
-__global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int32_t* __restrict__ ids, int64_t tokens, int topk, int per_rank,
+static __global__ void __launch_bounds__(kPlanThreads) plan_kernel(const int32_t* __restrict__ ids, int64_t tokens, int topk, int per_rank,
                                                           int num_experts, int world, int32_t* __restrict__ slot,
                                                           int32_t* __restrict__ send_count) {
   __shared__ int warp_off[32];
@@ -209,17 +209,17 @@ __device__ __forceinline__ void reduce_rows(const __nv_bfloat16* __restrict__ co
 }
 
 /// NCCL baseline: rows packed by destination into the send staging (to: d's region of it).
-__global__ void __launch_bounds__(kThreads) pack_kernel(RowsAt to, const __nv_bfloat16* x, const int32_t* ids, const float* w, int64_t tokens,
+static __global__ void __launch_bounds__(kThreads) pack_kernel(RowsAt to, const __nv_bfloat16* x, const int32_t* ids, const float* w, int64_t tokens,
                                                         int hidden, int topk, int world, const int32_t* slot) {
   scatter_rows(to, x, ids, w, tokens, hidden, topk, world, slot);
 }
-__global__ void __launch_bounds__(kThreads) reduce_kernel(const __nv_bfloat16* comb, int64_t capacity, const int32_t* slot, int64_t tokens,
+static __global__ void __launch_bounds__(kThreads) reduce_kernel(const __nv_bfloat16* comb, int64_t capacity, const int32_t* slot, int64_t tokens,
                                                           int hidden, int world, __nv_bfloat16* out) {
   reduce_rows(comb, capacity, slot, tokens, hidden, world, out);
 }
 
 /// Own backend, dispatch (Note [Expert-parallel all-to-all]); grid kGrid.
-__global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerArgs a, const __nv_bfloat16* x, const int32_t* ids, const float* w,
+static __global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerArgs a, const __nv_bfloat16* x, const int32_t* ids, const float* w,
                                                                  int64_t tokens, const int32_t* slot, const int32_t* send_count) {
   Signals* mine = signals(a.base[a.rank]);
   __shared__ uint32_t s_epoch;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) peer_dispatch_kernel(PeerArgs a, con
 }
 
 /// Own backend, combine: y's region q back to rank q, then every block sums its tokens; grid kGrid.
-__global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerArgs a, const __nv_bfloat16* y, int64_t tokens, const int32_t* slot,
+static __global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerArgs a, const __nv_bfloat16* y, int64_t tokens, const int32_t* slot,
                                                                 __nv_bfloat16* out) {
   Signals* mine = signals(a.base[a.rank]);
   __shared__ uint32_t s_epoch;
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) peer_combine_kernel(PeerArgs a, cons
 
 /// A stand-in for the experts in checks: y[row] = sum over the row's local ids j of w_j x (1 + id_j % 3)
 /// x x[row] (fp32, rounded once), rows of region q up to counts[q], the rest left as they are.
-__global__ void __launch_bounds__(kThreads) scale_by_experts_kernel(const __nv_bfloat16* x, const int32_t* ids, const float* w,
+static __global__ void __launch_bounds__(kThreads) scale_by_experts_kernel(const __nv_bfloat16* x, const int32_t* ids, const float* w,
                                                                     const int32_t* counts, int64_t capacity, int hidden, int topk,
                                                                     int first_expert, int per_rank, __nv_bfloat16* y) {
   const int q = blockIdx.y;
