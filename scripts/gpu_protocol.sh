@@ -104,7 +104,7 @@
 #                           recv baseline), hidden 7168, top-8 of 256 experts, 1-512 tokens per rank, beside torch's
 #                           all_to_all_single dispatcher (bench/peers/torch_ep.py), into ep_<n>r*.jsonl
 #     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
-#                           at 4 layers under fk_model at TP 1 (GPU 0) and TP 2: greedy tokens (near-tie rule), the
+#                           at 4 layers under fk_model at TP 1 (GPU 0), TP 2 and TP 2 + EP 2: greedy tokens (near-tie rule), the
 #                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe_bench.jsonl
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
@@ -276,12 +276,15 @@ for step in "${steps[@]}"; do
         CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
           --jsonl "$P/moe_bench.jsonl" >"$P/moe1_$s.log" 2>&1
         say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
-        timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_model" $ma --tp 2 --greedy "$P/moe2_$s.json" --teacher-forced "$P/moetf2_$s.json" \
-          --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe_bench.jsonl" >"$P/moe2_$s.log" 2>&1
-        say "fk_model $s tp 2 rc=$?"; grep -E "^decode|^prefill|rank .* of|error" "$P/moe2_$s.log" | sort | uniq | head -12
-        python3 bench/tp_tokens.py "$P/moe1_$s.json" "$P/moe2_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
+        for par in "2" "2e"; do  # TP 2 (every expert's slice), TP 2 + EP 2 (whole experts: Note [Expert-parallel MoE])
+          extra=""; [ "$par" = 2e ] && extra="--ep 2"
+          timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_model" $ma --tp 2 $extra --greedy "$P/moe${par}_$s.json" \
+            --teacher-forced "$P/moetf${par}_$s.json" --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe_bench.jsonl" >"$P/moe${par}_$s.log" 2>&1
+          say "fk_model $s tp 2 $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
+        done
+        python3 bench/tp_tokens.py "$P/moe1_$s.json" "$P/moe2_$s.json" "$P/moe2e_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
         say "$s tokens rc=$?"; grep -v "^  sequence" "$P/moe_tokens_$s.txt" | head -5
-        python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "$P/moetf2_$s.json" >"$P/moe_teacher_$s.txt" 2>&1
+        python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "$P/moetf2_$s.json" "$P/moetf2e_$s.json" >"$P/moe_teacher_$s.txt" 2>&1
         say "$s teacher-forced rc=$?"; head -12 "$P/moe_teacher_$s.txt"
       done
       ;;

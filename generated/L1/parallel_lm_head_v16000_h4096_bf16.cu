@@ -11,7 +11,7 @@ namespace fk::generated::parallel_lm_head_v16000_h4096_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "parallel_lm_head_v16000_h4096_bf16", 1, "parallel_lm_head", "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead", "generated/L1/parallel_lm_head_v16000_h4096_bf16.cu",
-    { "mistralai/Mixtral-8x7B-v0.1@tp2" },
+    { "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -14,7 +14,7 @@ namespace fk::generated::rms_norm_h4096_eps1e_05_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "rms_norm_h4096_eps1e-05_bf16", 1, "rms_norm", "vllm.model_executor.layers.layernorm.RMSNorm", "generated/L1/rms_norm_h4096_eps1e-05_bf16.cu",
-    { "ibm-granite/granite-3.3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct@tp2", "meta-llama/Llama-3.1-8B-Instruct@tp4", "meta-llama/Llama-3.1-8B-Instruct@tp8", "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1@tp2" },
+    { "ibm-granite/granite-3.3-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct@tp2", "meta-llama/Llama-3.1-8B-Instruct@tp4", "meta-llama/Llama-3.1-8B-Instruct@tp8", "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

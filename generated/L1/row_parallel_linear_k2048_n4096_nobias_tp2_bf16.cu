@@ -13,7 +13,7 @@ namespace fk::generated::row_parallel_linear_k2048_n4096_nobias_tp2_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "row_parallel_linear_k2048_n4096_nobias_tp2_bf16", 1, "row_parallel_linear", "vllm.model_executor.layers.linear.RowParallelLinear", "generated/L1/row_parallel_linear_k2048_n4096_nobias_tp2_bf16.cu",
-    { "meta-llama/Llama-3.1-8B-Instruct@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2" },
+    { "meta-llama/Llama-3.1-8B-Instruct@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -13,7 +13,7 @@ namespace fk::generated::silu_and_mul_i14336_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "silu_and_mul_i14336_bf16", 1, "silu_and_mul", "vllm.model_executor.layers.activation.SiluAndMul", "generated/L1/silu_and_mul_i14336_bf16.cu",
-    { "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1" },
+    { "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3", "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -10,7 +10,7 @@ namespace fk::generated::topk_softmax_e8_top2_renorm_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "topk_softmax_e8_top2_renorm_bf16", 1, "topk_softmax", "vllm.model_executor.layers.fused_moe.fused_moe.fused_topk (topk_softmax)", "generated/L1/topk_softmax_e8_top2_renorm_bf16.cu",
-    { "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1@tp2" },
+    { "mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

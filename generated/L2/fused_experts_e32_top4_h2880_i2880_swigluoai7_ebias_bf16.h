@@ -32,6 +32,7 @@ struct Config {
 ///   moe_align_block_size -> w13 grouped GEMM -> SiluAndMul -> w2 grouped GEMM x routing weight -> moe_sum.
 class FusedExperts {
  public:
+  using Cfg = Config;  // for callers that run it on another rank's ids (expert parallelism: fk/tasks/moe.h)
   using MoeAlign = fk::generated::moe_align_block_size_e32_top4_i32::MoeAlignBlockSize;  // moe_align_block_size_e32_top4_i32
   using W13 = fk::generated::moe_grouped_gemm_e32_top4_n5760_k2880_bias_bf16::MoeGroupedGemm;  // moe_grouped_gemm_e32_top4_n5760_k2880_bias_bf16
   using ActFn = fk::generated::swigluoai_and_mul_i2880_a1_702_lim7_bf16::SwigluOAIAndMul;  // swigluoai_and_mul_i2880_a1.702_lim7_bf16

@@ -32,6 +32,7 @@ struct Config {
 ///   moe_align_block_size -> w13 grouped GEMM -> SiluAndMul -> w2 grouped GEMM x routing weight -> moe_sum.
 class FusedExperts {
  public:
+  using Cfg = Config;  // for callers that run it on another rank's ids (expert parallelism: fk/tasks/moe.h)
   using MoeAlign = fk::generated::moe_align_block_size_e8_top2_i32::MoeAlignBlockSize;  // moe_align_block_size_e8_top2_i32
   using W13 = fk::generated::moe_grouped_gemm_e8_top2_n28672_k4096_bf16::MoeGroupedGemm;  // moe_grouped_gemm_e8_top2_n28672_k4096_bf16
   using ActFn = fk::generated::silu_and_mul_i14336_bf16::SiluAndMul;  // silu_and_mul_i14336_bf16

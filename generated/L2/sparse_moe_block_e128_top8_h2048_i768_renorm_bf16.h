@@ -25,6 +25,9 @@ struct Config {
   static constexpr bool renormalize = true;
   /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
   static constexpr int tp_size = 1;
+  /// Expert-parallel ranks (Note [Expert-parallel MoE]): each holds num_experts / ep_size whole experts.
+  static constexpr int ep_size = 1;
+  static constexpr int64_t num_local_experts = num_experts / ep_size;
   using scalar_t = fk::bf16;
 };
 
@@ -41,17 +44,18 @@ class SparseMoeBlock {
   static constexpr bool kRenormalize = Config::renormalize;
   static constexpr double kSwigluLimit = Config::swiglu_limit;  // > 0: SwigluOAIAndMul experts
   static constexpr int kTpSize = Config::tp_size;  // > 1: the experts hold this rank's slice; forward reduces
+  static constexpr int kEpSize = Config::ep_size;  // > 1: this rank holds num_local_experts whole experts
 
   explicit SparseMoeBlock(fk::tasks::FromConfig)
       : gate(Config::hidden_size, Config::num_experts, Config::router_bias),
         router(Config::top_k, Config::renormalize),
-        w13_weight(fk::empty({Config::num_experts, 2 * Config::moe_intermediate_size, Config::hidden_size},
+        w13_weight(fk::empty({Config::num_local_experts, 2 * Config::moe_intermediate_size, Config::hidden_size},
                              fk::dtype_of<Config::scalar_t>)),
-        w2_weight(fk::empty({Config::num_experts, Config::hidden_size, Config::moe_intermediate_size},
+        w2_weight(fk::empty({Config::num_local_experts, Config::hidden_size, Config::moe_intermediate_size},
                             fk::dtype_of<Config::scalar_t>)) {
     if constexpr (Config::expert_bias) {
-      w13_bias = fk::empty({Config::num_experts, 2 * Config::moe_intermediate_size}, fk::dtype_of<Config::scalar_t>);
-      w2_bias = fk::empty({Config::num_experts, Config::hidden_size}, fk::dtype_of<Config::scalar_t>);
+      w13_bias = fk::empty({Config::num_local_experts, 2 * Config::moe_intermediate_size}, fk::dtype_of<Config::scalar_t>);
+      w2_bias = fk::empty({Config::num_local_experts, Config::hidden_size}, fk::dtype_of<Config::scalar_t>);
     }
   }
 

@@ -56,6 +56,7 @@ struct Config {
   static constexpr int64_t intermediate_size = top_k * moe_intermediate_size;
   /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
   static constexpr int tp_size = 1;
+  static constexpr int ep_size = 1;  // expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h)
   using scalar_t = fk::bf16;
 };
 

@@ -60,6 +60,7 @@ struct Config {
   static constexpr bool tie_word_embeddings = false;
   /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
   static constexpr int tp_size = 1;
+  static constexpr int ep_size = 1;  // expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h)
   using scalar_t = fk::bf16;
 };
 

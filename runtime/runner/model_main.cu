@@ -76,6 +76,7 @@ struct Options {
   std::string vision_arch, load_vision_weights, save_vision_weights, config_root = "hf_configs";
   int64_t vision_layers = 0;
   int tp = 1;  ///< tensor-parallel ranks (Note [Tensor-parallel runs])
+  int ep = 1;  ///< expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h: inside the tensor-parallel group)
 };
 
 // Note [Tensor-parallel runs]
@@ -1198,6 +1199,10 @@ int main(int argc, char** argv) {
                  "tensor-parallel ranks: run the config's @tpN layout, one process per GPU started by fk_launch --nproc N, torchrun "
                  "or mpirun (causal LMs: --greedy, --teacher-forced, --dump, --bench, --load-weights)")
       ->check(CLI::Range(1, 64));
+  app.add_option("--ep", o.ep,
+                 "expert-parallel ranks of an MoE model: its experts split over the tensor-parallel group (--ep equal to --tp; "
+                 "runs the config's @tpN_epN layout)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
   app.add_option("--markdown", o.markdown, "bench: write a markdown table here");
@@ -1258,6 +1263,12 @@ int main(int argc, char** argv) {
       return fk::kExitUsage;
     }
     o.arch += "@tp" + std::to_string(o.tp);
+    if (o.ep > 1) o.arch += "_ep" + std::to_string(o.ep);
+  }
+  if (o.ep > 1 && o.ep != o.tp) {
+    std::cerr << "fk_model: --ep " << o.ep << " needs --tp " << o.ep
+              << " (expert parallelism inside the tensor-parallel group; data-parallel attention with EP is not a layout yet)\n";
+    return fk::kExitUsage;
   }
   const fk::TaskInfo* task = find_model(o.arch);
   if (!task) {

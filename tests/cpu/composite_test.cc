@@ -199,8 +199,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // width, its MLP, block, the merger and the deepstack merger, the model (6). SigLIP-2 so400m/16 NaFlex's tower: the
   // model (1: its layers and head are so400m/14's tasks). Llama-3.1-8B at TP 2, 4 and 8 (Note [Parallel layouts]): the
   // seven modules of each layout (21: per-rank constants, and the communicating ones spell the layout). Mixtral-8x7B and
-  // Qwen3-30B-A3B at TP 2: the seven MoE modules of each, less Mixtral's attention_o_proj (Llama-3.1-8B@tp2's: 13).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13);
+  // Qwen3-30B-A3B at TP 2: the seven MoE modules of each, less Mixtral's attention_o_proj (Llama-3.1-8B@tp2's: 13). The
+  // same two at TP 2 + EP 2 (Note [Expert-parallel MoE]): the sparse block, layer and model spell the layout, and the
+  // experts of half the experts are a new fused_experts each (attention is the TP 2 layout's: 8).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -326,6 +326,46 @@ TEST(ParallelLayouts, MixtureOfExpertsShardsEveryExpertsIntermediateAtTp2To8) {
       << out;
 }
 
+TEST(ParallelLayouts, ExpertParallelLayoutsSplitTheExpertsWholeInsideTheTensorParallelGroup) {
+  // Mixtral-8x7B's shape at TP 2 / 4 / 8 with EP equal (Note [Expert-parallel MoE]).
+  const std::string text = R"({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "num_hidden_layers": 2, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{2, 2}, {4, 4}, {8, 8}};
+  Generation g;
+  ASSERT_EQ(run_with(text, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 4u);
+  const int64_t sizes[] = {2, 4, 8};
+  for (size_t i = 0; i < 3; ++i) {
+    const LoweredModel& m = g.lowered[i + 1];
+    const int64_t n = sizes[i];
+    EXPECT_EQ(m.id, "t/t@tp" + std::to_string(n) + "_ep" + std::to_string(n));
+    EXPECT_EQ(op_named(m, "blk.1.qkv_proj")->params.at("num_heads"), Value(32 / n));  // attention: tensor-parallel
+    // Each rank holds 8 / n whole experts; the router still sees all 8.
+    EXPECT_EQ(op_named(m, "blk.1.experts_w13")->params.at("n"), Value(int64_t{2 * 14336}));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w13")->params.at("num_experts"), Value(8 / n));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w2")->params.at("k"), Value(int64_t{14336}));
+    EXPECT_EQ(op_named(m, "blk.1.gate")->params.at("output_size"), Value(int64_t{8}));
+    const ModuleInstance* block = module_named(m, "mlp");
+    ASSERT_TRUE(block);
+    EXPECT_EQ(block->params.at("ep_size"), Value(n));
+    EXPECT_EQ(block->params.at("tp_size"), Value(n));
+    EXPECT_EQ(block->params.at("num_experts"), Value(int64_t{8}));
+    EXPECT_EQ(block->kind->name(block->params, "bf16"), "sparse_moe_block_e8_top2_h4096_i14336_renorm_tp" + std::to_string(n) + "_ep" +
+                                                            std::to_string(n) + "_bf16");
+    EXPECT_EQ(module_named(m, "model")->params.at("ep_size"), Value(n));
+  }
+  // EP without TP (data-parallel attention) is not a layout yet; experts that do not split are refused.
+  c.parallel = {{1, 2}};
+  std::string out = run_with(text, c);
+  EXPECT_NE(out.find("t/config.json: $.num_local_experts: expected a layout whose ep equals its tp"), std::string::npos) << out;
+  c.parallel = {{16, 16}};
+  out = run_with(text, c);
+  EXPECT_NE(out.find("t/config.json: $.num_local_experts: expected a multiple of the layout's ep_size (each expert-parallel rank holds num_experts / ep_size whole experts), got 8 (layout tp16_ep16"), std::string::npos) << out;
+}
+
 TEST(ParallelLayouts, IndivisibleLayoutsAndUnshardedFamiliesAreRefusedNamingTheField) {
   const std::string text = R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
     "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 128256, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"})";

@@ -712,6 +712,46 @@ __global__ void __launch_bounds__(kThreads) moe_sum_kernel(T* __restrict__ out, 
   store16(out + static_cast<size_t>(t) * kH + c * kN, o);
 }
 
+/// moe_sum over the slots whose topk_ids are >= 0 (Note [Expert-parallel MoE] in fk/tasks/moe.h: the
+/// slots of experts on other ranks are -1 and their rows were never written): fp32 sum in k order over
+/// the routed slots, one rounding; equal to moe_sum_kernel bitwise where every slot is routed.
+template <class T, int kK, int kH, int kThreads>
+__global__ void __launch_bounds__(kThreads) moe_sum_masked_kernel(T* __restrict__ out, const T* __restrict__ in,
+                                                                  const int32_t* __restrict__ topk_ids, uint32_t total) {
+  constexpr int kN = Vec16<T>::kN;
+  static_assert(kH % kN == 0, "moe_sum: H must be a multiple of 16 bytes");
+  constexpr uint32_t kRowVecs = kH / kN;
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= total) return;
+  const uint32_t t = i / kRowVecs, c = i - t * kRowVecs;
+  const T* p = in + static_cast<size_t>(t) * (kK * kH) + c * kN;
+  float acc[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) acc[j] = 0.f;
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    if (__ldg(topk_ids + static_cast<size_t>(t) * kK + k) < 0) continue;
+    const Vec16<T> v = load16_stream(p + static_cast<size_t>(k) * kH);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) acc[j] += to_float(v.v[j]);
+  }
+  Vec16<T> o;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) o.v[j] = from_float<T>(acc[j]);
+  store16(out + static_cast<size_t>(t) * kH + c * kN, o);
+}
+
+/// Expert parallelism: ids_out[i] = ids_in[i] - first where first <= ids_in[i] < first + per_rank (this
+/// rank's experts, renumbered from 0), -1 elsewhere (vLLM's expert_map).
+template <class I>
+__global__ void ep_localize_ids_kernel(I* __restrict__ ids_out, const I* __restrict__ ids_in, int64_t n, int first,
+                                       int per_rank) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int e = ids_in[i];
+  ids_out[i] = (e >= first && e < first + per_rank) ? e - first : -1;
+}
+
 }  // namespace detail
 
 // =============================================================================================
@@ -853,6 +893,23 @@ void moe_sum(T* out, const T* in, int64_t num_tokens, cudaStream_t stream) {
   const int64_t total = num_tokens * (kH / Vec16<T>::kN);
   detail::moe_sum_kernel<T, kK, kH, kThreads>
       <<<ceil_div(total, kThreads), kThreads, 0, stream>>>(out, in, static_cast<uint32_t>(total));
+}
+
+/// moe_sum where slots with topk_ids < 0 count as absent (expert parallelism: other ranks' experts).
+template <class T, int kK, int kH>
+void moe_sum_masked(T* out, const T* in, const int32_t* topk_ids, int64_t num_tokens, cudaStream_t stream) {
+  static_assert(kK >= 1, "moe_sum: K >= 1");
+  if (num_tokens <= 0) return;
+  constexpr int kThreads = 128;
+  const int64_t total = num_tokens * (kH / Vec16<T>::kN);
+  detail::moe_sum_masked_kernel<T, kK, kH, kThreads>
+      <<<ceil_div(total, kThreads), kThreads, 0, stream>>>(out, in, topk_ids, static_cast<uint32_t>(total));
+}
+
+/// Global expert ids to this rank's local ids (-1: another rank's expert); n ids.
+inline void ep_localize_ids(int32_t* out, const int32_t* in, int64_t n, int first, int per_rank, cudaStream_t stream) {
+  if (n <= 0) return;
+  detail::ep_localize_ids_kernel<int32_t><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, in, n, first, per_rank);
 }
 
 }  // namespace fk::kernels

@@ -41,6 +41,13 @@ template <class C, class = void> struct TpSizeOf {
 template <class C> struct TpSizeOf<C, std::void_t<decltype(C::tp_size)>> {
   static constexpr int value = C::tp_size;
 };
+/// Note [Parallel layouts]: Cfg::ep_size (expert-parallel ranks) where the task's Config declares it, else 1.
+template <class C, class = void> struct EpSizeOf {
+  static constexpr int value = 1;
+};
+template <class C> struct EpSizeOf<C, std::void_t<decltype(C::ep_size)>> {
+  static constexpr int value = C::ep_size;
+};
 /// The rows of a vocabulary of `vocab` entries that one of `tp` tensor-parallel ranks holds: the
 /// vocabulary padded to a multiple of 64 and split evenly (vLLM's VocabParallelEmbedding /
 /// ParallelLMHead, pad_vocab_size); `vocab` itself when tp is 1.

@@ -146,10 +146,13 @@ template <class Cfg> Tensor moe_sum_forward(const Tensor& x) {
   return out;
 }
 
-/// FusedExperts.forward: the vLLM fused_experts chain through the child modules.
+/// FusedExperts.forward: the vLLM fused_experts chain through the child modules. other_ranks: topk_ids
+/// may hold -1 (slots of experts on other ranks: Note [Expert-parallel MoE]), which the alignment
+/// skips and the sum leaves out (moe_sum_masked in place of the moe_sum child).
 template <class Cfg, class M>
 Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, const Tensor& w2, const Tensor& topk_weights,
-                             const Tensor& topk_ids, const Tensor& w13_bias = Tensor(), const Tensor& w2_bias = Tensor()) {
+                             const Tensor& topk_ids, const Tensor& w13_bias = Tensor(), const Tensor& w2_bias = Tensor(),
+                             bool other_ranks = false) {
   constexpr int64_t K = Cfg::top_k, H = Cfg::hidden_size;
   const int64_t tokens = hidden.size(0);
   FK_CHECK(topk_ids.numel() == tokens * K, "FusedExperts: topk_ids " + topk_ids.str() + " for hidden_states " + hidden.str());
@@ -158,7 +161,36 @@ Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, cons
   Tensor c1 = m.w13.forward(hidden, w13, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm, w13_bias);
   Tensor c2 = m.act_fn.forward(c1);
   Tensor c3 = m.w2.forward(c2, w2, topk_weights, std::get<0>(al), std::get<1>(al), std::get<2>(al), bm, w2_bias);
-  return m.moe_sum.forward(c3.view({tokens, K, H}));
+  if (!other_ranks) return m.moe_sum.forward(c3.view({tokens, K, H}));
+  using T = typename Cfg::scalar_t;
+  Tensor out = empty({tokens, H}, dtype_of<T>);
+  fk::kernels::moe_sum_masked<T, static_cast<int>(K), static_cast<int>(H)>(out.data<T>(), c3.data<T>(), topk_ids.data<int32_t>(), tokens,
+                                                                           current_stream());
+  FK_CHECK_LAUNCH();
+  return out;
+}
+
+// Note [Expert-parallel MoE]
+// At a layout with ep_size > 1 (vLLM's enable_expert_parallel without data parallelism: ep_size equals
+// tp_size, the group is the tensor-parallel one) each rank holds num_experts / ep_size whole experts,
+// rank r the ids [r L, (r + 1) L) (vLLM's linear expert placement), the router whole. Every rank routes
+// the same tokens (attention's output is reduced over the group), renumbers the slots of its own
+// experts from 0 and marks the others -1 (ep_localize_ids: vLLM's expert_map), runs its experts on its
+// slots, sums them per token (moe_sum_masked) and the block all-reduces over the group: each token's
+// sum over all its experts. The reference gathers every rank's experts and computes the unsharded
+// block (ref_sparse_moe). Expert parallelism with data-parallel attention (tokens differing by rank,
+// moved by fk::dist::EpAllToAll's dispatch / combine) is not a layout yet.
+
+/// This rank's expert-parallel slot ids: [first, first + L) renumbered from 0, the rest -1.
+template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
+  constexpr int ep = EpSizeOf<Cfg>::value, L = static_cast<int>(Cfg::num_experts / ep);
+  static_assert(Cfg::num_experts % ep == 0, "experts split evenly over the expert-parallel ranks");
+  FK_CHECK(fk::dist::tp_world_size() == ep, "expert parallelism over " + std::to_string(ep) + " ranks in a group of " +
+                                                std::to_string(fk::dist::tp_world_size()) + " (Note [Expert-parallel MoE])");
+  Tensor local = empty(ids.sizes(), DType::kI32);
+  fk::kernels::ep_localize_ids(local.data<int32_t>(), ids.data<int32_t>(), ids.numel(), fk::dist::tp_rank() * L, L, current_stream());
+  FK_CHECK_LAUNCH();
+  return local;
 }
 
 /// SparseMoeBlock.forward(hidden_states [T, H]) -> [T, H]: gate -> router -> experts.
@@ -166,7 +198,12 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
+  Tensor out;
+  if constexpr (EpSizeOf<Cfg>::value > 1)  // Note [Expert-parallel MoE]: this rank's experts on their slots, then the reduce
+    out = fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, std::get<0>(r),
+                                                                   ep_local_ids<Cfg>(std::get<1>(r)), m.w13_bias, m.w2_bias, true);
+  else
+    out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
   // Tensor parallelism (Note [Sharded parameters]): each rank's experts hold its slice of every expert's
   // intermediate, so the block's output is a partial sum (vLLM's FusedMoE reduce_results).
   if constexpr (TpSizeOf<Cfg>::value > 1) fk::dist::tp_all_reduce_(out);
@@ -183,7 +220,15 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
 /// intermediate: its rows of gate and of up in gate_up_proj, its columns of down_proj (the router whole).
 template <class Cfg, class M> void add_moe_params(ParamList& out, M& m, const std::string& prefix) {
   constexpr bool kGptOss = Cfg::swiglu_limit > 0;
-  constexpr int tp = TpSizeOf<Cfg>::value;
+  constexpr int tp = TpSizeOf<Cfg>::value, ep = EpSizeOf<Cfg>::value;
+  if constexpr (ep > 1) {  // Note [Expert-parallel MoE]: this rank's whole experts, the router whole
+    static_assert(!Cfg::expert_bias, "expert biases are not sharded by expert yet (Note [Expert-parallel MoE])");
+    constexpr int64_t I = Cfg::moe_intermediate_size;
+    add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
+    out.push_back(shard({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))}, 0, ep, Cfg::num_experts));
+    out.push_back(shard({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))}, 0, ep, Cfg::num_experts));
+    return;
+  }
   static_assert(tp == 1 || !Cfg::expert_bias, "expert biases are not sharded (Note [Sharded parameters])");
   constexpr int64_t I = Cfg::moe_intermediate_size * tp;  // the unsharded expert width
   add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
@@ -300,11 +345,26 @@ inline std::tuple<Tensor, Tensor> ref_routing_adopting_ties(const Tensor& logits
 template <class M, class = void> struct BlockTpOf : std::integral_constant<int, 1> {};
 template <class M> struct BlockTpOf<M, std::void_t<decltype(M::kTpSize)>> : std::integral_constant<int, M::kTpSize> {};
 
+/// A sparse MoE block's expert-parallel ranks (its kEpSize; 1 for blocks that do not say).
+template <class M, class = void> struct BlockEpOf : std::integral_constant<int, 1> {};
+template <class M> struct BlockEpOf<M, std::void_t<decltype(M::kEpSize)>> : std::integral_constant<int, M::kEpSize> {};
+
+/// Every expert-parallel rank's experts [L, ...] gathered in rank order: [ranks x L, ...] (the reference's).
+inline Tensor gather_experts(const Tensor& local) {
+  if (!local.defined()) return local;
+  Shape whole = local.sizes();
+  whole[0] *= fk::dist::tp_world_size();
+  return gather_rank_rows(local.view({local.size(0), -1})).view(whole);
+}
+
 template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x) {
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   std::pair<Tensor, int> task = next_task_routing();
   const double delta = task.first.defined() ? 0.05 * std::sqrt(double(task.second + 1)) : 0.0;
   std::tuple<Tensor, Tensor> r = ref_routing_adopting_ties(logits, M::kTopK, M::kRenormalize, task.first, delta);
+  if constexpr (BlockEpOf<M>::value > 1)  // Note [Expert-parallel MoE]: the unsharded block over every rank's experts
+    return ref_fused_experts(x, gather_experts(m.w13_weight), gather_experts(m.w2_weight), std::get<0>(r), std::get<1>(r),
+                             expert_act(M::kSwigluLimit), gather_experts(m.w13_bias), gather_experts(m.w2_bias), false);
   return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), expert_act(M::kSwigluLimit),
                            m.w13_bias, m.w2_bias, BlockTpOf<M>::value > 1);
 }
