@@ -104,6 +104,49 @@ __global__ void count_ep_wrong_kernel(const __nv_bfloat16* out, const __nv_bfloa
   if (!(fabsf(got - want) <= 1e-2f * fabsf(want) + 1e-3f)) atomicAdd(wrong, 1ull);
 }
 
+/// A rank's time per call (us): `warmup` untimed calls, then `runs` repetitions of `iters` calls (eager,
+/// or one CUDA graph of them), each lined up anew (a store barrier named `key`/start/rep, then a one-element
+/// NCCL all-reduce of `align`); the median of the runs.
+template <class Call>
+double time_per_call(Call&& call, bool graph, int iters, int warmup, int runs, fk::dist::TcpStore& store, fk::dist::Communicator& comm,
+                     Tensor& align, const std::string& key) {
+  const cudaStream_t s = fk::current_stream();
+  for (int i = 0; i < warmup; ++i) call();
+  cudaEvent_t e0, e1;
+  FK_CUDA_CHECK(cudaEventCreate(&e0));
+  FK_CUDA_CHECK(cudaEventCreate(&e1));
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < iters; ++i) call();
+    FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    FK_CUDA_CHECK(cudaGraphDestroy(g));
+    FK_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm the graph
+  }
+  comm.synchronize(s);
+  std::vector<double> run_us;
+  for (int rep = 0; rep < runs; ++rep) {
+    store.barrier(key + "/start/" + std::to_string(rep));
+    comm.all_reduce_(align);
+    FK_CUDA_CHECK(cudaEventRecord(e0, s));
+    if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    else
+      for (int i = 0; i < iters; ++i) call();
+    FK_CUDA_CHECK(cudaEventRecord(e1, s));
+    comm.synchronize(s);
+    float ms = 0;
+    FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    run_us.push_back(1000.0 * ms / iters);
+  }
+  if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  FK_CUDA_CHECK(cudaEventDestroy(e0));
+  FK_CUDA_CHECK(cudaEventDestroy(e1));
+  std::sort(run_us.begin(), run_us.end());
+  return run_us[run_us.size() / 2];
+}
+
 /// The expert-parallel rows of fk_collectives (--op ep_dispatch_combine[_nccl]); returns the exit code.
 /// Routing, per rank and token count: top-k distinct experts drawn uniformly (std::mt19937 seeded by
 /// rank and token count, the same on every run), weights uniform in [0.5, 1) normalised to sum 1 (a
@@ -188,40 +231,8 @@ int run_ep(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communica
       const EpAllToAll::Dispatched& dd = ep.dispatch(x, idt, wt);
       ep.combine(dd.x, out);
     };
-    for (int i = 0; i < std::max(warmup, step == 0 ? 50 : 0); ++i) call();
-    cudaEvent_t e0, e1;
-    FK_CUDA_CHECK(cudaEventCreate(&e0));
-    FK_CUDA_CHECK(cudaEventCreate(&e1));
-    cudaGraphExec_t exec = nullptr;
-    if (graph) {
-      cudaGraph_t g = nullptr;
-      FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < iters; ++i) call();
-      FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-      FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-      FK_CUDA_CHECK(cudaGraphDestroy(g));
-      FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    }
-    comm.synchronize(s);
-    std::vector<double> run_us;
-    for (int rep = 0; rep < runs; ++rep) {
-      store.barrier("ep/" + std::to_string(step) + "/start/" + std::to_string(rep));
-      comm.all_reduce_(align);
-      FK_CUDA_CHECK(cudaEventRecord(e0, s));
-      if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
-      else
-        for (int i = 0; i < iters; ++i) call();
-      FK_CUDA_CHECK(cudaEventRecord(e1, s));
-      comm.synchronize(s);
-      float ms = 0;
-      FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      run_us.push_back(1000.0 * ms / iters);
-    }
-    if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    FK_CUDA_CHECK(cudaEventDestroy(e0));
-    FK_CUDA_CHECK(cudaEventDestroy(e1));
-    std::sort(run_us.begin(), run_us.end());
-    const double us = run_us[run_us.size() / 2];
+    const double us = time_per_call(call, graph, iters, std::max(warmup, step == 0 ? 50 : 0), runs, store, comm, align,
+                                    "ep/" + std::to_string(step));
     const std::string k = "ep/" + std::to_string(step) + "/";
     store.set(k + "us/" + std::to_string(r), std::to_string(us));
     store.set(k + "sent/" + std::to_string(r), std::to_string(sent_rows));
@@ -401,41 +412,8 @@ int main(int argc, char** argv) {
       // Timed calls (all_reduce keeps summing in place: the values grow, the time does not depend on them).
       // The first size warms longer: the first calls over freshly mapped peer memory ran slow for a while (the first
       // row of every peer sweep on 2 and 4 H100s, session 24: 22-39 us against 8-12 us at the next sizes).
-      for (int i = 0, n = step == 0 ? std::max(warmup, 200) : warmup; i < n; ++i) call();
-      cudaEvent_t e0, e1;
-      FK_CUDA_CHECK(cudaEventCreate(&e0));
-      FK_CUDA_CHECK(cudaEventCreate(&e1));
-      cudaGraphExec_t exec = nullptr;
-      if (graph) {
-        cudaGraph_t g = nullptr;
-        FK_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int i = 0; i < iters; ++i) call();
-        FK_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-        FK_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
-        FK_CUDA_CHECK(cudaGraphDestroy(g));
-        FK_CUDA_CHECK(cudaGraphLaunch(exec, s));  // warm the graph
-      }
-      comm.synchronize(s);
-      // `runs` timed repetitions, each lined up anew; a rank's time is the median of its runs.
-      std::vector<double> run_us;
-      for (int rep = 0; rep < runs; ++rep) {
-        store.barrier("sweep/" + std::to_string(step) + "/start/" + std::to_string(rep));
-        comm.all_reduce_(align);
-        FK_CUDA_CHECK(cudaEventRecord(e0, s));
-        if (graph) FK_CUDA_CHECK(cudaGraphLaunch(exec, s));
-        else
-          for (int i = 0; i < iters; ++i) call();
-        FK_CUDA_CHECK(cudaEventRecord(e1, s));
-        comm.synchronize(s);
-        float ms = 0;
-        FK_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        run_us.push_back(1000.0 * ms / iters);
-      }
-      if (exec) FK_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      FK_CUDA_CHECK(cudaEventDestroy(e0));
-      FK_CUDA_CHECK(cudaEventDestroy(e1));
-      std::sort(run_us.begin(), run_us.end());
-      const double us = run_us[run_us.size() / 2];
+      const double us = time_per_call(call, graph, iters, step == 0 ? std::max(warmup, 200) : warmup, runs, store, comm, align,
+                                      "sweep/" + std::to_string(step));
       // The slowest rank and the wrong elements of every rank, through the store.
       const std::string k = "sweep/" + std::to_string(step) + "/";
       store.set(k + "us/" + std::to_string(r), std::to_string(us));
