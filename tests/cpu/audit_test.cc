@@ -112,6 +112,27 @@ TEST(Audit, KindsEachArchitectureNeeds) {
   }
 }
 
+// Note [Collectives per step]: counted from the tasks of each sharded layout; none unsharded.
+TEST(Audit, CollectivesPerStepOfTheShardedLayouts) {
+  const cov::Audit& a = repo().a;
+  const std::map<std::string, int64_t> none;
+  EXPECT_EQ(arch(a, "meta-llama/Llama-3.1-8B-Instruct")->collectives, none);
+  EXPECT_EQ(arch(a, "mistralai/Mixtral-8x7B-v0.1")->collectives, none);
+  // 32 layers: o_proj and down_proj reduce in each, the embedding reduces once, the logits are gathered once.
+  const std::map<std::string, int64_t> llama = {{"all_reduce", 2 * 32 + 1}, {"all_gather", 1}};
+  for (const char* id : {"meta-llama/Llama-3.1-8B-Instruct@tp2", "meta-llama/Llama-3.1-8B-Instruct@tp4"}) {
+    ASSERT_NE(arch(a, id), nullptr) << id;
+    EXPECT_EQ(arch(a, id)->collectives, llama) << id;
+  }
+  // MoE: o_proj and the sparse block (a layer-scope module, once per layer) in each of 48 layers, whether the experts
+  // are sliced (TP) or whole (EP inside the TP group).
+  const std::map<std::string, int64_t> qwen = {{"all_reduce", 2 * 48 + 1}, {"all_gather", 1}};
+  for (const char* id : {"Qwen/Qwen3-30B-A3B@tp2", "Qwen/Qwen3-30B-A3B@tp2_ep2"}) {
+    ASSERT_NE(arch(a, id), nullptr) << id;
+    EXPECT_EQ(arch(a, id)->collectives, qwen) << id;
+  }
+}
+
 TEST(Audit, SharingIsSortedAndAgreesWithTheMatrix) {
   const cov::Audit& a = repo().a;
   auto shared = cov::by_sharing(a);

@@ -160,7 +160,8 @@ void expand_params(const ojson& params, const DocContext& doc, const std::string
 
 KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks, const DocContext& doc) {
   static const std::set<std::string> known = {"kind", "level", "template", "source_template", "class", "production", "slots",
-                                              "params", "name", "placeholders", "omit", "maps", "checks", "cases", "served"};
+                                              "params", "name", "placeholders", "omit", "maps", "checks", "cases", "served",
+                                              "collective"};
   if (!j.is_object()) throw std::invalid_argument(where0 + ": expected an object");
   KindSpec k;
   k.kind = str(j, "kind", where0);
@@ -172,6 +173,9 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   k.template_name = str(j, "template", where);
   k.source_template_name = str(j, "source_template", where, false);
   k.class_name = str(j, "class", where);
+  k.collective = str(j, "collective", where, false);
+  if (!k.collective.empty() && k.collective != "all_reduce" && k.collective != "all_gather")
+    throw std::invalid_argument(where + ": \"collective\" must be \"all_reduce\" or \"all_gather\", got " + json_quote(k.collective));
   k.level = 1;
   if (j.contains("level")) {
     if (!j["level"].is_number_integer() || j["level"].get<int>() < 1 || j["level"] > 4)

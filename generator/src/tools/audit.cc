@@ -109,9 +109,16 @@ Table cover_table(const Audit& a, bool markdown) {
   return t;
 }
 
+/// "64 all_reduce, 1 all_gather" (Note [Collectives per step]); "." unsharded.
+std::string collectives_text(const ArchRow& r) {
+  std::vector<std::string> parts;
+  for (const auto& [c, n] : r.collectives) parts.push_back(std::to_string(n) + " " + c);
+  return parts.empty() ? "." : join(parts, ", ");
+}
+
 Table arch_table(const Audit& a, bool markdown) {
-  Table t{{"#", "config", "family", "model_type", "op instances", "tasks", "kinds", "only here"},
-          {true, false, false, false, true, true, true, markdown ? false : true},
+  Table t{{"#", "config", "family", "model_type", "op instances", "tasks", "kinds", "collectives / step", "only here"},
+          {true, false, false, false, true, true, true, false, markdown ? false : true},
           {}};
   for (size_t i = 0; i < a.archs.size(); ++i) {
     const ArchRow& r = a.archs[i];
@@ -122,7 +129,7 @@ Table arch_table(const Audit& a, bool markdown) {
       only += ": " + join(ticked, ", ");
     }
     t.rows.push_back({std::to_string(i + 1), markdown ? "`" + r.id + "`" : r.id, r.family, r.model_type,
-                      std::to_string(r.op_instances), std::to_string(r.tasks), std::to_string(r.kinds.size()), only});
+                      std::to_string(r.op_instances), std::to_string(r.tasks), std::to_string(r.kinds.size()), collectives_text(r), only});
   }
   return t;
 }
@@ -179,7 +186,7 @@ Audit build(const Generation& g) {
   std::sort(models.begin(), models.end(), [](const ModelTasks* x, const ModelTasks* y) { return x->id < y->id; });
 
   for (const ModelTasks* m : models) {
-    ArchRow row{m->id, m->file, family[m->id], m->model_type, m->ops.size() + m->modules.size(), m->tasks.size(), {}, {}};
+    ArchRow row{m->id, m->file, family[m->id], m->model_type, m->ops.size() + m->modules.size(), m->tasks.size(), {}, {}, {}};
     std::vector<size_t> cells(a.kinds.size(), 0);
     for (const auto* list : {&m->ops, &m->modules})
       for (const auto& [op, task] : *list) {
@@ -188,6 +195,26 @@ Audit build(const Generation& g) {
         a.levels.at(t.level - 1).op_instances++;
       }
     for (const auto& task : m->tasks) cells[index.at(g.tasks.tasks.at(task).kind)]++;
+    // Note [Collectives per step]
+    // A kind whose forward communicates (KindSpec::collective) does so once per call where its tp_size is above 1.
+    // L1 ops are listed once per layer, composite modules once per model: a layer-scope module (L2, L3) runs
+    // num_hidden_layers times per step (the model task's), the model (L4) once. So Llama-3.1-8B at TP 2 makes 2 x 32
+    // row-parallel reduces, the embedding's reduce and the logits' gather per step.
+    auto placeholder = [&](const Task& t, const std::string& name) -> int64_t {
+      for (const auto& [k, v] : t.placeholders)
+        if (k == name) return std::stoll(v);
+      return 0;
+    };
+    int64_t layers = 1;
+    for (const auto& [op, task] : m->modules)
+      if (g.tasks.tasks.at(task).level == 4) layers = std::max<int64_t>(1, placeholder(g.tasks.tasks.at(task), "num_hidden_layers"));
+    for (const auto* list : {&m->ops, &m->modules})
+      for (const auto& [op, task] : *list) {
+        const Task& t = g.tasks.tasks.at(task);
+        const KindSpec* spec = find_kind(t.kind);
+        if (spec && !spec->collective.empty() && placeholder(t, "tp_size") > 1)
+          row.collectives[spec->collective] += list == &m->ops || t.level == 4 ? 1 : layers;
+      }
     for (size_t k = 0; k < cells.size(); ++k)
       if (cells[k]) {
         row.kinds.push_back(a.kinds[k].kind);
@@ -284,7 +311,9 @@ std::string render_markdown(const Audit& a) {
       << a.cover.size() << " of " << a.archs.size() << " architectures cover all " << a.needed_kinds << " kinds.\n\n"
       << cover_table(a, true).markdown() << "\n";
   out << "## Architectures\n\n"
-      << "\"only here\": kinds no other architecture needs.\n\n"
+      << "\"only here\": kinds no other architecture needs. \"collectives / step\": the collectives a sharded layout's forward\n"
+      << "step issues (all-reduces of row-parallel linears, the vocabulary-parallel embedding and the MoE blocks; the\n"
+      << "logits' all-gather), as counted from its tasks (Note [Collectives per step]); `.` unsharded.\n\n"
       << arch_table(a, true).markdown() << "\n";
   out << "## Operators, most shared first\n\n"
       << "Columns 1-" << a.archs.size() << " are the architectures above; a cell is the number of distinct tasks of that\n"
@@ -336,6 +365,7 @@ std::string render_json(const Audit& a) {
     j["tasks"] = r.tasks;
     j["kinds"] = r.kinds;
     j["exclusive_kinds"] = r.exclusive;
+    j["collectives_per_step"] = r.collectives;
     root["architectures"].push_back(j);
   }
   root["kinds"] = J::array();

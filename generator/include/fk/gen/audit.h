@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ struct ArchRow {
   size_t tasks = 0;         ///< distinct tasks
   std::vector<std::string> kinds;      ///< kinds it needs, in kind order (level, then name)
   std::vector<std::string> exclusive;  ///< of those, the ones no other architecture needs
+  /// Note [Collectives per step]: collective -> calls per forward step (sharded layouts; empty unsharded).
+  std::map<std::string, int64_t> collectives;
 };
 
 /// One registered task kind: a column of the matrix.

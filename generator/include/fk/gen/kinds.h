@@ -102,6 +102,9 @@ struct KindSpec {
   /// Note [Served constants]: "" when the baseline kernels serve these constants (and dtype:
   /// bfloat16, float16, float32), else what they serve; empty function: every value.
   std::function<std::string(const Params&, const std::string& dtype)> served;
+  /// The collective its forward issues once per call where its tp_size is above 1 ("all_reduce",
+  /// "all_gather"; "" none): what the coverage audit counts per layout (Note [Collectives per step]).
+  std::string collective;
 };
 
 /// Longest task name (Note [Long task names]).
