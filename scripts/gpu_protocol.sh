@@ -272,7 +272,7 @@ for step in "${steps[@]}"; do
     tp-moe)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
       for A in mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B; do
         s="$(basename "$A")"
-        ma="--arch $A --layers 4 --seed $seed --decode-steps 32 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
+        ma="--arch $A --layers 4 --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
         CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
           --jsonl "$P/moe_bench.jsonl" >"$P/moe1_$s.log" 2>&1
         say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
