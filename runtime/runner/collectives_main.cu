@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -102,6 +103,29 @@ __global__ void count_ep_wrong_kernel(const __nv_bfloat16* out, const __nv_bfloa
   if (i >= n) return;
   const float want = f[i / hidden] * __bfloat162float(x[i]), got = __bfloat162float(out[i]);
   if (!(fabsf(got - want) <= 1e-2f * fabsf(want) + 1e-3f)) atomicAdd(wrong, 1ull);
+}
+
+/// Every rank's `values` (the same count on each), in rank order, through the store (TcpStore::all_gather).
+std::vector<std::vector<double>> gather_rank_values(fk::dist::TcpStore& store, const std::string& key, const std::vector<double>& values) {
+  std::string mine;
+  for (double v : values) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g ", v);
+    mine += buf;
+  }
+  std::vector<std::vector<double>> out;
+  for (const std::string& text : store.all_gather(key, mine)) {
+    std::vector<double> row;
+    for (const char* p = text.c_str(); *p;) {
+      char* end = nullptr;
+      row.push_back(std::strtod(p, &end));
+      if (end == p) break;
+      p = end;
+      while (*p == ' ') ++p;
+    }
+    out.push_back(row);
+  }
+  return out;
 }
 
 /// A rank's time per call (us): `warmup` untimed calls, then `runs` repetitions of `iters` calls (eager,
@@ -233,21 +257,18 @@ int run_ep(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communica
     };
     const double us = time_per_call(call, graph, iters, std::max(warmup, step == 0 ? 50 : 0), runs, store, comm, align,
                                     "ep/" + std::to_string(step));
-    const std::string k = "ep/" + std::to_string(step) + "/";
-    store.set(k + "us/" + std::to_string(r), std::to_string(us));
-    store.set(k + "sent/" + std::to_string(r), std::to_string(sent_rows));
-    store.add(k + "wrong", static_cast<int64_t>(wrong));
-    store.barrier(k + "done");
+    // The slowest rank, the most rows any rank sent and the wrong elements of every rank.
+    const auto ranks = gather_rank_values(store, "ep/" + std::to_string(step) + "/done", {us, double(sent_rows), double(wrong)});
     if (r == 0) {
       double slowest = 0;
-      int64_t most_rows = 0;
+      int64_t most_rows = 0, total_wrong = 0;
       std::vector<double> per_rank;
-      for (int q = 0; q < w; ++q) {
-        per_rank.push_back(std::stod(store.get(k + "us/" + std::to_string(q))));
-        slowest = std::max(slowest, per_rank.back());
-        most_rows = std::max<int64_t>(most_rows, std::stoll(store.get(k + "sent/" + std::to_string(q))));
+      for (const auto& v : ranks) {
+        per_rank.push_back(v.at(0));
+        slowest = std::max(slowest, v.at(0));
+        most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(v.at(1)));
+        total_wrong += static_cast<int64_t>(v.at(2));
       }
-      const int64_t total_wrong = store.add(k + "wrong", 0);
       const double bytes = double(most_rows) * hidden * 2;
       std::printf(" %8d %12.0f %10.2f %8lld\n", T, bytes, slowest, (long long)total_wrong);
       if (!jsonl.empty()) {
@@ -415,18 +436,17 @@ int main(int argc, char** argv) {
       const double us = time_per_call(call, graph, iters, step == 0 ? std::max(warmup, 200) : warmup, runs, store, comm, align,
                                       "sweep/" + std::to_string(step));
       // The slowest rank and the wrong elements of every rank, through the store.
-      const std::string k = "sweep/" + std::to_string(step) + "/";
-      store.set(k + "us/" + std::to_string(r), std::to_string(us));
-      store.add(k + "wrong", static_cast<int64_t>(wrong));
-      store.barrier(k + "done");
+      const auto per_rank_values = gather_rank_values(store, "sweep/" + std::to_string(step) + "/done", {us, double(wrong)});
       if (r == 0) {
         double slowest = 0;
+        int64_t total_wrong = 0;
         std::vector<double> per_rank;
-        for (int q = 0; q < w; ++q) {
-          per_rank.push_back(std::stod(store.get(k + "us/" + std::to_string(q))));
-          slowest = std::max(slowest, per_rank.back());
+        for (const auto& v : per_rank_values) {
+          per_rank.push_back(v.at(0));
+          slowest = std::max(slowest, v.at(0));
+          total_wrong += static_cast<int64_t>(v.at(1));
         }
-        const int64_t total_wrong = checked ? store.add(k + "wrong", 0) : -1;
+        if (!checked) total_wrong = -1;
         const double bytes = double(std::max(in_n, out_n)) * esize, algbw = bytes / (slowest * 1e3);
         std::printf(" %12lld %12lld %10.2f %10.2f %10.2f %8lld\n", (long long)bytes, (long long)count, slowest, algbw, algbw * bus,
                     (long long)total_wrong);

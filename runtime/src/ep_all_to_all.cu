@@ -19,6 +19,11 @@ int g_generation = 0;
 
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
+/// The NCCL baseline's pack and reduce kernels: one block per token, at most this many blocks.
+constexpr int64_t kMaxStagingBlocks = 132;
+
+static_assert(ek::kMaxRanks == PeerMemory::kMaxRanks, "the EP kernels address every rank's peer buffer");
+
 }  // namespace
 
 const char* EpAllToAll::backend_name(Backend b) { return b == Backend::kPeer ? "peer" : "nccl"; }
@@ -71,6 +76,22 @@ EpAllToAll::EpAllToAll(TcpStore& store, Communicator& comm, const Config& cfg, B
 
 EpAllToAll::~EpAllToAll() = default;
 
+fk::kernels::ep::PeerArgs EpAllToAll::peer_args() const {
+  ek::PeerArgs a{};
+  for (int p = 0; p < world_; ++p) a.base[p] = mem_->buffers()[p];
+  a.rank = rank_;
+  a.world = world_;
+  a.capacity = cfg_.max_tokens;
+  a.hidden = cfg_.hidden;
+  a.topk = cfg_.topk;
+  a.off_recv_x = off_recv_x_;
+  a.off_recv_ids = off_recv_ids_;
+  a.off_recv_w = off_recv_w_;
+  a.off_comb_x = off_comb_x_;
+  a.timeout_ns = timeout_ns_;
+  return a;
+}
+
 const EpAllToAll::Dispatched& EpAllToAll::dispatch(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights) {
   const int64_t T = x.dim() == 2 ? x.size(0) : -1, H = cfg_.hidden, K = cfg_.topk, cap = cfg_.max_tokens;
   auto bad = [&](const std::string& what) {
@@ -93,18 +114,7 @@ const EpAllToAll::Dispatched& EpAllToAll::dispatch(const Tensor& x, const Tensor
   FK_CHECK_LAUNCH();
   const auto* xp = x.data<__nv_bfloat16>();
   if (backend_ == Backend::kPeer) {
-    ek::PeerArgs a{};
-    for (int p = 0; p < world_; ++p) a.base[p] = mem_->buffers()[p];
-    a.rank = rank_;
-    a.world = world_;
-    a.capacity = cap;
-    a.hidden = int(H);
-    a.topk = int(K);
-    a.off_recv_x = off_recv_x_;
-    a.off_recv_ids = off_recv_ids_;
-    a.off_recv_w = off_recv_w_;
-    a.off_comb_x = off_comb_x_;
-    a.timeout_ns = timeout_ns_;
+    const ek::PeerArgs a = peer_args();
     ek::peer_dispatch_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, xp, topk_ids.data<int32_t>(), topk_weights.data<float>(), T, slot, send_count);
     FK_CHECK_LAUNCH();
     return out_;
@@ -117,7 +127,7 @@ const EpAllToAll::Dispatched& EpAllToAll::dispatch(const Tensor& x, const Tensor
     to.w[d] = send_w_.data<float>();
     to.first_row[d] = int64_t(d) * cap;
   }
-  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(T, 132)));
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(T, kMaxStagingBlocks)));
   if (T > 0) {
     ek::pack_kernel<<<grid, ek::kThreads, 0, s>>>(to, xp, topk_ids.data<int32_t>(), topk_weights.data<float>(), T, int(H), int(K), world_, slot);
     FK_CHECK_LAUNCH();
@@ -161,18 +171,7 @@ void EpAllToAll::combine(const Tensor& y, Tensor& out) {
   const cudaStream_t s = current_stream();
   const int32_t* slot = slot_.data<int32_t>();
   if (backend_ == Backend::kPeer) {
-    ek::PeerArgs a{};
-    for (int p = 0; p < world_; ++p) a.base[p] = mem_->buffers()[p];
-    a.rank = rank_;
-    a.world = world_;
-    a.capacity = cap;
-    a.hidden = int(H);
-    a.topk = cfg_.topk;
-    a.off_recv_x = off_recv_x_;
-    a.off_recv_ids = off_recv_ids_;
-    a.off_recv_w = off_recv_w_;
-    a.off_comb_x = off_comb_x_;
-    a.timeout_ns = timeout_ns_;
+    const ek::PeerArgs a = peer_args();
     ek::peer_combine_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, y.data<__nv_bfloat16>(), tokens_, slot, out.data<__nv_bfloat16>());
     FK_CHECK_LAUNCH();
     return;
@@ -185,7 +184,7 @@ void EpAllToAll::combine(const Tensor& y, Tensor& out) {
   }
   comm_.send_recv(ops);
   if (tokens_ > 0) {
-    const int grid = static_cast<int>(std::min<int64_t>(tokens_, 132));
+    const int grid = static_cast<int>(std::min<int64_t>(tokens_, kMaxStagingBlocks));
     ek::reduce_kernel<<<grid, ek::kThreads, 0, s>>>(comb_x_.data<__nv_bfloat16>(), cap, slot, tokens_, int(H), world_, out.data<__nv_bfloat16>());
     FK_CHECK_LAUNCH();
   }

@@ -44,9 +44,13 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "fk/kernels/peer_allreduce.cuh"
+
 namespace fk::kernels::ep {
 
-constexpr int kMaxRanks = 8;
+using peer_ar::global_timer_ns;
+using peer_ar::kMaxRanks;  // the peer buffers' limit (fk::dist::PeerMemory)
+using peer_ar::ld_acquire_sys;
 constexpr int kThreads = 512;
 constexpr int kPlanThreads = 1024;  // 32 warps: one warp total per lane of warp 0 in the scan
 /// The peer kernels' fixed grid: every block signals every call, so counters advance by kGrid.
@@ -79,16 +83,6 @@ struct PeerArgs {
   uint64_t timeout_ns;
 };
 
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 __device__ __forceinline__ Signals* signals(char* base) { return reinterpret_cast<Signals*>(base); }
 
 /// Waits until *counter reaches want (wrapping compare); traps past the timeout naming the rank.

@@ -19,6 +19,10 @@
 #include "fk/runtime/peer_memory.h"
 #include "fk/runtime/tensor.h"
 
+namespace fk::kernels::ep {
+struct PeerArgs;
+}
+
 namespace fk::dist {
 
 class EpAllToAll {
@@ -67,6 +71,7 @@ class EpAllToAll {
   const Config& config() const { return cfg_; }
 
  private:
+  fk::kernels::ep::PeerArgs peer_args() const;  ///< kPeer: the kernels' view of the buffers
   Communicator& comm_;
   Config cfg_;
   Backend backend_;
