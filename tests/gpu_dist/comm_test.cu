@@ -449,7 +449,8 @@ TEST(EpAllToAll, DispatchCombineMatchesTheHostOnBothBackendsBitwiseAlike) {
   FK_REQUIRE_RANKS();
   using fk::dist::EpAllToAll;
   fk::dist::Communicator c(store(), 60s);
-  const int w = c.world_size(), r = c.rank(), hidden = 264, topk = 4, experts = 6 * w, cap = 100;
+  const int w = c.world_size(), r = c.rank(), hidden = 264, topk = 4, experts = 6 * w;
+  const int cap = 40 + 21 * w;  // the most tokens one rank sends: 37 + 21 (w - 1) + 3
   EpAllToAll peer(store(), c, {experts, hidden, topk, cap}, EpAllToAll::Backend::kPeer, 30s);
   EpAllToAll nccl(store(), c, {experts, hidden, topk, cap}, EpAllToAll::Backend::kNccl, 30s);
   EXPECT_EQ(peer.experts_per_rank(), 6);

@@ -707,20 +707,29 @@ template <class Cfg> struct MoeOf<Cfg, std::void_t<decltype(Cfg::num_experts)>> 
 /// 1% dense bound. Hence 2% for layers with experts, 1% for dense ones.
 inline constexpr double kMoeLayerRelL2 = 0.02;
 
-/// MLP weight elements of one layer (dense: 3 H I; MoE: every expert plus the router).
+/// MLP weight elements of one layer on one rank (dense: 3 H I; MoE: the rank's experts, all of them
+/// or under expert parallelism num_experts / ep_size, plus the whole router).
 template <class Cfg> constexpr double mlp_weight_elems() {
   if constexpr (MoeOf<Cfg>::value)
-    return double(Cfg::num_experts) * (3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size + Cfg::hidden_size);
+    return double(Cfg::num_experts) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size +
+           double(Cfg::num_experts) * Cfg::hidden_size;
   else
     return 3.0 * Cfg::hidden_size * IntermediateOf<Cfg>::value;
 }
-/// Expert weight bytes per layer a step of `tokens` tokens need not read (MoE only; expected
-/// over uniform routing, so the cost counts the experts a step touches, not all of them).
+/// The MLP width one token passes through on one rank, for FLOPs: intermediate_size (a MoE
+/// Config's top_k * moe_intermediate_size); under expert parallelism a rank computes the share of
+/// the slots routed to its experts, 1 / ep_size of them in expectation (Note [Expert-parallel MoE]).
+template <class Cfg> constexpr double active_mlp_width() {
+  return double(IntermediateOf<Cfg>::value) / EpSizeOf<Cfg>::value;
+}
+/// Expert weight bytes per layer a step of `tokens` tokens need not read on one rank (MoE only;
+/// expected over uniform routing, so the cost counts the experts a step touches, not all of them;
+/// under expert parallelism the rank's experts and its share of the hit ones).
 template <class Cfg> double unread_expert_bytes(double tokens) {
   if constexpr (MoeOf<Cfg>::value) {
     const double e = Cfg::num_experts;
-    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
-           sizeof(typename Cfg::scalar_t);
+    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size *
+           Cfg::moe_intermediate_size * sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;
   }
@@ -839,7 +848,7 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
       case AttnKind::kAttentionOProj: flops = attn_flops + o_flops; bytes += kv_read + t * ((Hq + 2 * Hkv) * D + H) * es; break;
       case AttnKind::kLlamaAttention: flops = qkv_flops + attn_flops + o_flops; bytes += kv_read + t * 2 * (H + Hkv * D) * es; break;
       case AttnKind::kDecoderLayer:
-        flops = qkv_flops + attn_flops + o_flops + 6 * t * H * IntermediateOf<Cfg>::value;
+        flops = qkv_flops + attn_flops + o_flops + 6 * t * H * active_mlp_width<Cfg>();
         bytes += kv_read + t * (4 * H + 2 * Hkv * D) * es - unread_expert_bytes<Cfg>(t);
         break;
     }
@@ -955,7 +964,7 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   Cost cost() const override {
     constexpr double Hq = Cfg::num_heads, Hkv = Cfg::num_kv_heads, D = Cfg::head_dim, H = Cfg::hidden_size;
     const double t = double(step_.tokens()), b = double(step_.meta.num_seqs), L = double(model_->model.num_layers());
-    const double per_layer = 2 * t * H * (Hq + 2 * Hkv) * D + 2 * t * Hq * D * H + 6 * t * H * Cfg::intermediate_size;
+    const double per_layer = 2 * t * H * (Hq + 2 * Hkv) * D + 2 * t * Hq * D * H + 6 * t * H * active_mlp_width<Cfg>();
     // Attention pairs and KV reads per layer: each layer's own window (Gemma mixes them).
     double pairs = 0, kv_tokens = 0;
     model_->model.for_each_layer([&](auto& layer) {

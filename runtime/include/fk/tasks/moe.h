@@ -828,7 +828,21 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       // The routing the block will make (reference gate + top-k), for the cost's expert count.
       Tensor logits = ref::linear(x_, module_.gate.weight, module_.gate.bias);
       std::tuple<Tensor, Tensor> r = ref_topk_softmax(logits, Cfg::top_k, Cfg::renormalize);
-      experts_hit_ = count_experts_hit(to_host<int32_t>(std::get<1>(r)), Cfg::num_experts);
+      const std::vector<int32_t> ids = to_host<int32_t>(std::get<1>(r));
+      if constexpr (EpSizeOf<Cfg>::value > 1) {
+        // Note [Expert-parallel MoE]: this rank reads and multiplies through its own experts only, so
+        // the cost counts the slots routed to [first, first + L) and the experts of that range they hit.
+        constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
+        const int64_t first = fk::dist::tp_rank() * L;
+        std::vector<int32_t> local;
+        for (int32_t e : ids)
+          if (e >= first && e < first + L) local.push_back(static_cast<int32_t>(e - first));
+        experts_hit_ = count_experts_hit(local, L);
+        routed_slots_ = static_cast<int64_t>(local.size());
+      } else {
+        experts_hit_ = count_experts_hit(ids, Cfg::num_experts);
+        routed_slots_ = static_cast<int64_t>(ids.size());
+      }
     } else {
       routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 4002));
       experts_hit_ = routing_.experts_hit;
@@ -862,8 +876,10 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   Cost cost() const override {
     constexpr double E = Cfg::num_experts, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k;
     const double t = double(tokens_);
-    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(t, E, K);
-    const double flops = 2 * t * K * 3 * H * I + (kBlock ? 2 * t * H * E : 0.0);
+    const double hit = experts_hit_ >= 0 ? double(experts_hit_) : expected_experts_hit(t, E, K);
+    // The (token, expert) pairs this rank computes: all of them, or under expert parallelism its own.
+    const double slots = kBlock && experts_hit_ >= 0 ? double(routed_slots_) : t * K;
+    const double flops = 2 * slots * 3 * H * I + (kBlock ? 2 * t * H * E : 0.0);
     const double bytes = (hit * 3 * H * I + (kBlock ? E * H : 0.0) + 2 * t * H) * sizeof(T);
     return {flops, bytes};
   }
@@ -879,7 +895,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   ParamList params_;
   Tensor x_, w13_, w2_, w13_bias_, w2_bias_, out_;
   Routing routing_;
-  int64_t experts_hit_ = 0;
+  int64_t experts_hit_ = -1, routed_slots_ = 0;  ///< this rank's (Note [Expert-parallel MoE]); -1: not counted
 };
 
 }  // namespace fk::tasks
