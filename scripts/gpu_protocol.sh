@@ -103,6 +103,11 @@
 #                           fk_collectives --op ep_dispatch_combine (own kernels, eager and graph) and _nccl (the NCCL send /
 #                           recv baseline), hidden 7168, top-8 of 256 experts, 1-512 tokens per rank, beside torch's
 #                           all_to_all_single dispatcher (bench/peers/torch_ep.py), into ep_<n>r*.jsonl
+#     dist-linear[:N]       the overlapped linears (issue 23), in the foreground, at 2 ranks and at every GPU (at N only with
+#                           :N): fk_collectives --op all_gather_matmul / matmul_reduce_scatter (own) and their _nccl serial
+#                           baselines over Llama-3.1-8B's column-parallel (qkv, gate_up) and row-parallel (o_proj, down)
+#                           shapes at TP n, 1024-8192 rows, beside torch's fused symmetric-memory ops and serial forms
+#                           (bench/peers/torch_async_tp.py), into lin_<n>r.jsonl / lin_<n>r_torch.jsonl
 #     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
 #                           at 4 layers under fk_model at TP 1 (GPU 0), TP 2 and TP 2 + EP 2: greedy tokens (near-tie rule), the
 #                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe_bench.jsonl
@@ -267,6 +272,27 @@ for step in "${steps[@]}"; do
         done
         timeout 300 torchrun --nproc-per-node "$n" bench/peers/torch_ep.py --jsonl "$P/ep_${n}r_torch.jsonl" >"$P/ep_${n}r_torch.log" 2>&1
         say "torch ep peer $n ranks rc=$?"; grep -v Warning "$P/ep_${n}r_torch.log" | head -8
+      done
+      ;;
+    dist-linear|dist-linear:*)  # overlapped row/column-parallel linears (issue 23) against serial GEMM + NCCL and torch's fused ops
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      ranks="2 $ngpu"; [ "$step" != dist-linear ] && ranks="${step#dist-linear:}"
+      for n in $(echo $ranks | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        # Llama-3.1-8B at TP n: qkv (K 4096, N 6144/n) and gate_up (K 4096, N 28672/n) after the all-gather;
+        # o_proj (K 4096/n, N 4096) and down (K 14336/n, N 4096) before the reduce-scatter.
+        for shape in "all_gather_matmul 4096 $((6144 / n))" "all_gather_matmul 4096 $((28672 / n))" \
+                     "matmul_reduce_scatter $((4096 / n)) 4096" "matmul_reduce_scatter $((14336 / n)) 4096"; do
+          set -- $shape
+          for v in "" _nccl; do
+            timeout 200 "$b/fk_launch" --nproc "$n" -- "$b/fk_collectives" --op "$1$v" --k "$2" --n "$3" --iters 10 \
+              --jsonl "$P/lin_${n}r.jsonl" >"$P/lin_${n}r_$1${v}_$2_$3.log" 2>&1
+            say "fk_collectives $n ranks $1$v K $2 N $3 rc=$?"; cat "$P/lin_${n}r_$1${v}_$2_$3.log" | head -8
+          done
+          timeout 300 torchrun --nproc-per-node "$n" bench/peers/torch_async_tp.py --op "$1" --k "$2" --n "$3" --iters 10 \
+            --jsonl "$P/lin_${n}r_torch.jsonl" >"$P/lin_${n}r_torch_$1_$2_$3.log" 2>&1
+          say "torch async-tp peers $n ranks $1 K $2 N $3 rc=$?"; grep -v Warning "$P/lin_${n}r_torch_$1_$2_$3.log" | grep -v "^W1" | head -10
+        done
       done
       ;;
     tp-moe)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1

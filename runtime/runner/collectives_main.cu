@@ -13,6 +13,11 @@
 // peer-memory kernels or the NCCL send / recv baseline, with the same seeded routing on both; a row
 // per token count: the rows each rank sends (bytes), the slowest rank's time per dispatch + combine,
 // and #wrong from one checked round trip (a stand-in expert scaling each row; see run_ep).
+// --op all_gather_matmul / matmul_reduce_scatter time the overlapped linears (fk/runtime/overlapped_linear.h)
+// and their _nccl forms the serial baseline (NCCL all_gather then one GEMM; one GEMM then NCCL
+// reduce_scatter; the same cuBLASLt GEMM) over --tokens rows in all (T, each rank T / W), --k, --n; a
+// row per T: the slowest rank's time, TFLOP/s of the rank's GEMM work and #wrong from one checked call
+// against an fp32 reference every rank builds from every rank's seeded inputs (see run_linear).
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +36,9 @@
 #include "fk/runtime/comm.h"
 #include "fk/runtime/cuda_check.h"
 #include "fk/runtime/ep_all_to_all.h"
+#include "fk/kernels/gemm.h"
+#include "fk/runtime/overlapped_linear.h"
+#include "fk/runtime/random.h"
 #include "fk/kernels/ep_all_to_all.cuh"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
@@ -285,6 +293,122 @@ int run_ep(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communica
   return 0;
 }
 
+/// |got - sum of the parts| above 1% of it plus abs_tol: wrong.
+__global__ void count_linear_wrong_kernel(const __nv_bfloat16* got, const float* parts, int nparts, int64_t n, float abs_tol,
+                                          unsigned long long* wrong) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float want = 0;
+  for (int q = 0; q < nparts; ++q) want += parts[q * n + i];
+  const float g = __bfloat162float(got[i]);
+  if (!(fabsf(g - want) <= 1e-2f * fabsf(want) + abs_tol)) atomicAdd(wrong, 1ull);
+}
+
+/// The overlapped linears' rows of fk_collectives (--op all_gather_matmul[_nccl], matmul_reduce_scatter[_nccl]); returns
+/// the exit code. Rank q's inputs: x_q ~ N(0, 1) (seed 1000 + q; all_gather_matmul: its shard [T/W, K]; matmul_reduce_scatter:
+/// [T, K]), its weight w_q [N, K] ~ N(0, 1/sqrt(K)) (seed 2000 + q); every rank rebuilds the others' from the seeds for
+/// its fp32 reference (cuBLAS, fp32 out): all_gather_matmul y = concat_q(x_q) w_r^T, matmul_reduce_scatter y = rows r of
+/// sum_q x_q w_q^T. Tolerance: 1% of the value plus 0.01 x (W + 1) (W + 1 roundings of O(1) partials in bf16).
+int run_linear(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communicator& comm, const std::vector<int>& totals, int64_t K,
+               int64_t N, int iters, int warmup, int runs, const std::string& jsonl, const std::string& launcher) {
+  const int w = comm.world_size(), r = comm.rank();
+  const bool gather = op.rfind("all_gather_matmul", 0) == 0, nccl = op.size() > 5 && op.compare(op.size() - 5, 5, "_nccl") == 0;
+  int64_t max_t = 0;
+  for (int t : totals) {
+    if (t <= 0 || t % w != 0) throw std::runtime_error("--tokens " + std::to_string(t) + ": the rows over all ranks, a positive multiple of the " + std::to_string(w) + " ranks");
+    max_t = std::max<int64_t>(max_t, t);
+  }
+  if (K % 8 != 0 || N % 8 != 0) throw std::runtime_error("--k " + std::to_string(K) + " / --n " + std::to_string(N) + ": multiples of 8");
+  std::unique_ptr<fk::dist::OverlappedLinear> ol;
+  if (!nccl) ol = std::make_unique<fk::dist::OverlappedLinear>(store, comm, fk::dist::OverlappedLinear::Config{max_t, gather ? K : 0, gather ? 0 : N});
+  const cudaStream_t s = fk::current_stream();
+  const auto bf = fk::DType::kBF16;
+  Tensor align = fk::empty({1}, fk::DType::kF32);
+  FK_CUDA_CHECK(cudaMemsetAsync(align.data_ptr(), 0, 4, s));
+  unsigned long long* wrong_d = nullptr;
+  FK_CUDA_CHECK(cudaMalloc(&wrong_d, sizeof(unsigned long long)));
+  if (r == 0)
+    std::printf("# fk_collectives %s bf16, %d ranks (%s), K %lld, N %lld, eager\n#%8s %10s %12s %8s\n", op.c_str(), w, launcher.c_str(),
+                (long long)K, (long long)N, "tokens", "time (us)", "TFLOP/s/rank", "#wrong");
+  for (size_t step = 0; step < totals.size(); ++step) {
+    const int64_t T = totals[step], c = T / w;
+    auto gemm = [&](void* y, int64_t ldy, const void* x, const void* wt, int64_t m) {
+      fk::kernels::gemm_cublaslt(y, ldy, x, K, wt, nullptr, m, N, K, fk::kernels::GemmDType::kBF16, s);
+    };
+    Tensor x = fk::empty({gather ? c : T, K}, bf), wt = fk::empty({N, K}, bf), y = fk::empty({gather ? T : c, N}, bf);
+    fk::fill_normal(x, 1000 + uint64_t(r));
+    fk::fill_normal(wt, 2000 + uint64_t(r), 0.f, 1.f / std::sqrt(float(K)));
+    Tensor full, partial;  // the serial baseline's gathered input / partial product
+    if (nccl) full = gather ? fk::empty({T, K}, bf) : fk::empty({T, N}, bf);
+    auto call = [&] {
+      if (!nccl && gather) ol->all_gather_matmul(x, wt, y);
+      else if (!nccl) ol->matmul_reduce_scatter(x, wt, y);
+      else if (gather) {
+        comm.all_gather(x, full);
+        gemm(y.data_ptr(), N, full.data_ptr(), wt.data_ptr(), T);
+      } else {
+        gemm(full.data_ptr(), N, x.data_ptr(), wt.data_ptr(), T);
+        comm.reduce_scatter(full, y);
+      }
+    };
+    // Checked call against the fp32 reference.
+    call();
+    {
+      const int parts = gather ? 1 : w;
+      const int64_t out_rows = gather ? T : c;
+      Tensor ref = fk::empty({parts, out_rows, N}, fk::DType::kF32);
+      if (gather) {
+        Tensor xf = fk::empty({T, K}, bf);
+        for (int q = 0; q < w; ++q) {
+          Tensor view = Tensor::from_blob(static_cast<char*>(xf.data_ptr()) + int64_t(q) * c * K * 2, bf, {c, K});
+          fk::fill_normal(view, 1000 + uint64_t(q));
+        }
+        fk::kernels::gemm_f32_out(ref.data<float>(), N, xf.data_ptr(), K, wt.data_ptr(), T, N, K, fk::kernels::GemmDType::kBF16, s);
+      } else {
+        Tensor xq = fk::empty({T, K}, bf), wq = fk::empty({N, K}, bf);
+        for (int q = 0; q < w; ++q) {
+          fk::fill_normal(xq, 1000 + uint64_t(q));
+          fk::fill_normal(wq, 2000 + uint64_t(q), 0.f, 1.f / std::sqrt(float(K)));
+          fk::kernels::gemm_f32_out(ref.data<float>() + int64_t(q) * c * N, N, static_cast<char*>(xq.data_ptr()) + int64_t(r) * c * K * 2, K,
+                                    wq.data_ptr(), c, N, K, fk::kernels::GemmDType::kBF16, s);
+        }
+      }
+      const int64_t n = out_rows * N;
+      FK_CUDA_CHECK(cudaMemsetAsync(wrong_d, 0, sizeof(unsigned long long), s));
+      count_linear_wrong_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(y.data<__nv_bfloat16>(), ref.data<float>(), parts, n,
+                                                                         0.01f * float(w + 1), wrong_d);
+      FK_CHECK_LAUNCH();
+      comm.synchronize(s);
+    }
+    unsigned long long wrong = 0;
+    FK_CUDA_CHECK(cudaMemcpy(&wrong, wrong_d, sizeof wrong, cudaMemcpyDeviceToHost));
+    const double us = time_per_call(call, false, iters, std::max(warmup, step == 0 ? 10 : 2), runs, store, comm, align,
+                                    "linear/" + std::to_string(step));
+    const auto ranks = gather_rank_values(store, "linear/" + std::to_string(step) + "/done", {us, double(wrong)});
+    if (r == 0) {
+      double slowest = 0;
+      int64_t total_wrong = 0;
+      std::vector<double> per_rank;
+      for (const auto& v : ranks) {
+        per_rank.push_back(v.at(0));
+        slowest = std::max(slowest, v.at(0));
+        total_wrong += static_cast<int64_t>(v.at(1));
+      }
+      const double tflops = 2.0 * double(T) * double(K) * double(N) / (slowest * 1e6);
+      std::printf(" %8lld %10.1f %12.1f %8lld\n", (long long)T, slowest, tflops, (long long)total_wrong);
+      if (!jsonl.empty()) {
+        nlohmann::json j{{"tool", "fk_collectives"}, {"op", op}, {"backend", nccl ? "nccl_serial" : "overlapped_peer"}, {"dtype", "bf16"},
+                         {"ranks", w}, {"launcher", launcher}, {"graph", false}, {"tokens", T}, {"k", K}, {"n", N}, {"us", slowest},
+                         {"us_per_rank", per_rank}, {"tflops_per_rank", tflops}, {"wrong", total_wrong}, {"iters", iters}, {"runs", runs}};
+        std::ofstream(jsonl, std::ios::app) << j.dump() << "\n";
+      }
+    }
+  }
+  cudaFree(wrong_d);
+  store.barrier("linear/end");
+  return 0;
+}
+
 int64_t parse_bytes(const std::string& s) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -307,10 +431,17 @@ int main(int argc, char** argv) {
                  "choice), all_reduce_one_shot, all_reduce_two_shot, all_reduce_lamport; all_reduce_add_rms_norm (the own all-reduce fused with the residual "
                  "add and RMSNorm, rows of --hidden) and nccl_add_rms_norm (NCCL's all-reduce, then fused_add_rms_norm)")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_reduce_peer", "all_reduce_one_shot", "all_reduce_two_shot", "all_reduce_lamport",
-                             "all_reduce_add_rms_norm", "nccl_add_rms_norm", "ep_dispatch_combine", "ep_dispatch_combine_nccl"}));
+                             "all_reduce_add_rms_norm", "nccl_add_rms_norm", "ep_dispatch_combine", "ep_dispatch_combine_nccl",
+                             "all_gather_matmul", "all_gather_matmul_nccl", "matmul_reduce_scatter", "matmul_reduce_scatter_nccl"}));
   std::vector<int> ep_tokens{1, 16, 64, 128, 256, 512};
   int ep_topk = 8, ep_experts = 256;
-  app.add_option("--tokens", ep_tokens, "ep_*: the tokens per rank, one row each")->check(CLI::Range(0, 65536));
+  int64_t lin_k = 4096, lin_n = 3072;
+  app.add_option("--tokens", ep_tokens,
+                 "ep_*: the tokens per rank, one row each (default 1 16 64 128 256 512); *matmul*: the rows over all ranks "
+                 "(default 1024 2048 4096 8192)")
+      ->check(CLI::Range(0, 65536));
+  app.add_option("--k", lin_k, "*matmul*: the GEMM's inner size on one rank (all_gather_matmul: the hidden size)")->check(CLI::Range(int64_t{8}, int64_t{1} << 20));
+  app.add_option("--n", lin_n, "*matmul*: the GEMM's output columns on one rank")->check(CLI::Range(int64_t{8}, int64_t{1} << 20));
   app.add_option("--topk", ep_topk, "ep_*: experts per token")->check(CLI::Range(1, 32));
   app.add_option("--experts", ep_experts, "ep_*: experts over all ranks (a multiple of the ranks)")->check(CLI::Range(1, 1 << 16));
   int hidden = 4096;
@@ -337,6 +468,11 @@ int main(int argc, char** argv) {
     cudaStream_t s = nullptr;
     FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     fk::StreamGuard guard(s);
+    if (op.find("matmul") != std::string::npos) {
+      if (dtype != "bf16" || graph) throw std::runtime_error("--op " + op + ": bf16 and eager only (drop --dtype / --graph)");
+      if (app.count("--tokens") == 0) ep_tokens = {1024, 2048, 4096, 8192};
+      return run_linear(op, store, comm, ep_tokens, lin_k, lin_n, iters, warmup, runs, jsonl, env.launcher);
+    }
     if (op.rfind("ep_", 0) == 0) {
       if (dtype != "bf16") throw std::runtime_error("--op " + op + ": bf16 only");
       if (ep_tokens.empty()) throw std::runtime_error("--tokens: at least one token count");

@@ -6,6 +6,8 @@
 // order, both algorithms, every dtype, odd sizes, in and out of place, replayed from a CUDA graph.
 // The expert-parallel dispatch + combine (fk/runtime/ep_all_to_all.h), both backends, against the
 // host's per-token sums and bitwise against each other, replayed from a CUDA graph (own backend).
+// The overlapped linears (fk/runtime/overlapped_linear.h) exactly against the host on integer inputs,
+// several calls in a row (both receive halves) with changing row counts, and their refusals.
 // Every test skips, on every rank alike, where fewer GPUs than ranks are visible.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "fk/runtime/cuda_check.h"
 #include "fk/kernels/rms_norm.cuh"
 #include "fk/runtime/ep_all_to_all.h"
+#include "fk/runtime/overlapped_linear.h"
 #include "fk/kernels/ep_all_to_all.cuh"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
@@ -538,4 +542,107 @@ TEST(EpAllToAll, RefusesBadConfigsAndInputsNamingWhy) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no dispatch"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+/// Small integers in {-1, 0, 1}, different per rank, call and element: GEMM sums of 32 of them and
+/// sums of up to 8 such partials are exact in fp32 and in bf16 (|v| <= 256).
+std::vector<fk::bf16> ternary(int64_t n, int rank, int salt, int kind) {
+  std::vector<fk::bf16> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = fk::bf16(float(int((i * 5 + rank * 7 + salt * 3 + kind * 11 + (i / 7) * 13) % 3) - 1));
+  return v;
+}
+/// y[m, n] = x[m, k] w[n, k]^T on the host (row-major).
+std::vector<float> host_gemm(const std::vector<fk::bf16>& x, const std::vector<fk::bf16>& w, int64_t m, int64_t n, int64_t k) {
+  std::vector<float> y(size_t(m * n), 0.f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0;
+      for (int64_t l = 0; l < k; ++l) acc += float(x[size_t(i * k + l)]) * float(w[size_t(j * k + l)]);
+      y[size_t(i * n + j)] = acc;
+    }
+  return y;
+}
+
+}  // namespace
+
+TEST(OverlappedLinear, AllGatherMatmulMatchesTheHostExactly) {
+  FK_REQUIRE_RANKS();
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size(), r = c.rank();
+  const int64_t K = 32, N = 48;
+  fk::dist::OverlappedLinear ol(store(), c, {int64_t(8) * w, K, 0}, 30s);
+  int call = 0;
+  for (int64_t rows : {int64_t(3), int64_t(8), int64_t(1), int64_t(0), int64_t(5)}) {  // rows per rank; five calls: both halves, twice
+    ++call;
+    const int64_t T = rows * w;
+    std::vector<fk::bf16> full;
+    for (int q = 0; q < w; ++q) {
+      const std::vector<fk::bf16> xq = ternary(rows * K, q, call, 0);
+      full.insert(full.end(), xq.begin(), xq.end());
+    }
+    const std::vector<fk::bf16> wh = ternary(N * K, r, call, 1);
+    fk::Tensor x = fk::to_device(ternary(rows * K, r, call, 0), {rows, K}), wt = fk::to_device(wh, {N, K}), y = fk::empty({T, N}, fk::DType::kBF16);
+    ol.all_gather_matmul(x, wt, y);
+    c.synchronize(fk::current_stream());
+    const std::vector<float> want = host_gemm(full, wh, T, N, K);
+    const std::vector<fk::bf16> got = host_of<fk::bf16>(y);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) wrong += float(got[i]) != want[i];
+    EXPECT_EQ(wrong, 0) << "rank " << r << ", call " << call << ", " << rows << " rows per rank";
+  }
+}
+
+TEST(OverlappedLinear, MatmulReduceScatterMatchesTheHostExactly) {
+  FK_REQUIRE_RANKS();
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size(), r = c.rank();
+  const int64_t K = 32, N = 40;
+  fk::dist::OverlappedLinear ol(store(), c, {int64_t(8) * w, 0, N}, 30s);
+  int call = 0;
+  for (int64_t rows : {int64_t(2), int64_t(8), int64_t(1), int64_t(0), int64_t(7)}) {
+    ++call;
+    const int64_t T = rows * w;
+    std::vector<float> want(size_t(rows * N), 0.f);
+    for (int q = 0; q < w; ++q) {
+      const std::vector<float> part = host_gemm(ternary(T * K, q, call, 2), ternary(N * K, q, call, 3), T, N, K);
+      for (int64_t i = 0; i < rows * N; ++i) want[size_t(i)] += part[size_t(r * rows * N + i)];
+    }
+    fk::Tensor x = fk::to_device(ternary(T * K, r, call, 2), {T, K}), wt = fk::to_device(ternary(N * K, r, call, 3), {N, K});
+    fk::Tensor y = fk::empty({rows, N}, fk::DType::kBF16);
+    ol.matmul_reduce_scatter(x, wt, y);
+    c.synchronize(fk::current_stream());
+    const std::vector<fk::bf16> got = host_of<fk::bf16>(y);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) wrong += float(got[i]) != want[i];
+    EXPECT_EQ(wrong, 0) << "rank " << r << ", call " << call << ", " << rows << " rows per rank";
+  }
+}
+
+// Bad configs and inputs are refused on the host (every rank alike), naming the field.
+TEST(OverlappedLinear, RefusesBadConfigsAndInputsNamingWhy) {
+  FK_REQUIRE_RANKS();
+  fk::dist::Communicator c(store(), 60s);
+  const int w = c.world_size();
+  auto expect_refused = [](const std::function<void()>& f, const std::string& word, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([&] { fk::dist::OverlappedLinear bad(store(), c, {int64_t(8) * w + 1, 32, 0}); }, "max_tokens", "max_tokens not a multiple of the ranks");
+  expect_refused([&] { fk::dist::OverlappedLinear bad(store(), c, {int64_t(8) * w, 36, 0}); }, "multiples of 8", "gather_k 36");
+  fk::dist::OverlappedLinear ol(store(), c, {int64_t(4) * w, 32, 0});
+  fk::Tensor wt = fk::empty({16, 32}, fk::DType::kBF16);
+  fk::Tensor x5 = fk::empty({5, 32}, fk::DType::kBF16), y5 = fk::empty({5 * w, 16}, fk::DType::kBF16);
+  expect_refused([&] { ol.all_gather_matmul(x5, wt, y5); }, "max_tokens", "5 rows per rank above max_tokens");
+  fk::Tensor xf = fk::empty({2, 32}, fk::DType::kF32), y2 = fk::empty({2 * w, 16}, fk::DType::kBF16);
+  expect_refused([&] { ol.all_gather_matmul(xf, wt, y2); }, "bf16", "an f32 x_shard");
+  fk::Tensor x2 = fk::empty({2, 32}, fk::DType::kBF16), ybad = fk::empty({2 * w, 8}, fk::DType::kBF16);
+  expect_refused([&] { ol.all_gather_matmul(x2, wt, ybad); }, "y", "y of the wrong width");
+  fk::Tensor xr = fk::empty({2 * w, 32}, fk::DType::kBF16), yr = fk::empty({2, 16}, fk::DType::kBF16);
+  expect_refused([&] { ol.matmul_reduce_scatter(xr, wt, yr); }, "scatter_n 0", "matmul_reduce_scatter without scatter_n");
 }
