@@ -289,7 +289,7 @@ for step in "${steps[@]}"; do
               --jsonl "$P/lin_${n}r.jsonl" >"$P/lin_${n}r_$1${v}_$2_$3.log" 2>&1
             say "fk_collectives $n ranks $1$v K $2 N $3 rc=$?"; cat "$P/lin_${n}r_$1${v}_$2_$3.log" | head -8
           done
-          timeout 300 torchrun --nproc-per-node "$n" bench/peers/torch_async_tp.py --op "$1" --k "$2" --n "$3" --iters 10 \
+          timeout 300 torchrun --nproc-per-node "$n" bench/peers/torch_async_tp.py --op "$1" --inner "$2" --cols "$3" --iters 10 \
             --jsonl "$P/lin_${n}r_torch.jsonl" >"$P/lin_${n}r_torch_$1_$2_$3.log" 2>&1
           say "torch async-tp peers $n ranks $1 K $2 N $3 rc=$?"; grep -v Warning "$P/lin_${n}r_torch_$1_$2_$3.log" | grep -v "^W1" | head -10
         done

@@ -6,7 +6,7 @@ serial torch forms they replace (all_gather_into_tensor then one mm; one mm then
 reduce_scatter_tensor), timed the way fk_collectives times its rows, in the same job layout.
 
     torchrun --nproc-per-node 2 bench/peers/torch_async_tp.py --jsonl peers.jsonl --op all_gather_matmul \\
-        --k 4096 --n 3072 [--tokens 1024,2048,4096,8192]
+        --inner 4096 --cols 3072 [--tokens 1024,2048,4096,8192]
 
 Shapes as fk_collectives: --tokens the rows over all ranks (T, each rank T / W); all_gather_matmul
 gathers x_shard [T/W, K] and multiplies by this rank's weight [N, K]^T into [T, N];
@@ -40,8 +40,9 @@ def main():
     ap.add_argument("--jsonl", required=True)
     ap.add_argument("--op", choices=["all_gather_matmul", "matmul_reduce_scatter"], required=True)
     ap.add_argument("--tokens", default="1024,2048,4096,8192")
-    ap.add_argument("--k", type=int, default=4096)
-    ap.add_argument("--n", type=int, default=3072)
+    # --inner / --cols, not --k / --n: torchrun reads abbreviations of its own options (--n) anywhere on the line
+    ap.add_argument("--inner", type=int, default=4096, help="K, the GEMM's inner size on one rank")
+    ap.add_argument("--cols", type=int, default=3072, help="N, the GEMM's output columns on one rank")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--runs", type=int, default=5)
@@ -69,11 +70,11 @@ def main():
             sys.exit(f"torch_async_tp: --tokens {T} must be a multiple of the {world} ranks")
         c = T // world
         gen.manual_seed(1000 + r)
-        x = torch.randn(c if a.op == "all_gather_matmul" else T, a.k, device="cuda", generator=gen).to(torch.bfloat16)
-        w = (torch.randn(a.n, a.k, device="cuda", generator=gen) / a.k ** 0.5).to(torch.bfloat16)
+        x = torch.randn(c if a.op == "all_gather_matmul" else T, a.inner, device="cuda", generator=gen).to(torch.bfloat16)
+        w = (torch.randn(a.cols, a.inner, device="cuda", generator=gen) / a.inner ** 0.5).to(torch.bfloat16)
         b = w.t()  # [K, N], as the fused ops take it (A @ B)
         if a.op == "all_gather_matmul":
-            full = torch.empty(T, a.k, device="cuda", dtype=torch.bfloat16)
+            full = torch.empty(T, a.inner, device="cuda", dtype=torch.bfloat16)
 
             def serial():
                 dist.all_gather_into_tensor(full, x)
@@ -86,7 +87,7 @@ def main():
                 dist.all_gather_into_tensor(full, x)
                 return (full.float() @ b.float())
         else:
-            out = torch.empty(c, a.n, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty(c, a.cols, device="cuda", dtype=torch.bfloat16)
 
             def serial():
                 dist.reduce_scatter_tensor(out, x @ b)
@@ -97,13 +98,13 @@ def main():
 
             def exact():
                 part = x.float() @ b.float()
-                o = torch.empty(c, a.n, device="cuda", dtype=torch.float32)
+                o = torch.empty(c, a.cols, device="cuda", dtype=torch.float32)
                 dist.reduce_scatter_tensor(o, part)
                 return o
         want = exact()
         ref = serial().clone()
         for name, fn in (("torch_serial_nccl", serial), ("torch_symm_mem_fused", fused)):
-            row = {**env, "peer": name, "op": a.op, "tokens": T, "k": a.k, "n": a.n}
+            row = {**env, "peer": name, "op": a.op, "tokens": T, "k": a.inner, "n": a.cols}
             try:
                 if fn is fused and symm is None:
                     raise RuntimeError("torch.ops.symm_mem unavailable")
@@ -113,7 +114,7 @@ def main():
                 dist.all_reduce(wrong)
                 per = timed(fn, a.iters, a.warmup + (5 if i == 0 else 0), False, align, a.runs)
                 us = max(per)
-                row.update(us=us, us_per_rank=per, wrong=int(wrong.item()), tflops_per_rank=2.0 * T * a.k * a.n / (us * 1e6))
+                row.update(us=us, us_per_rank=per, wrong=int(wrong.item()), tflops_per_rank=2.0 * T * a.inner * a.cols / (us * 1e6))
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
                 torch.cuda.synchronize()

@@ -79,12 +79,24 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+/// The largest power of two up to 256 that divides the address. cuBLASLt's heuristic assumes 256-byte
+/// aligned operands unless told otherwise, and an algorithm chosen so reads or writes wrongly at a
+/// smaller alignment (rows [q c, (q + 1) c) of an output with c N 2 bytes not a multiple of 256: the
+/// overlapped linears' chunks, Note [Overlapped linears], gave wrong rows on 2 x H100). The plan is
+/// keyed by, and its heuristic told, each operand's alignment.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t r = 256;
+  while (r > 1 && a % r != 0) r >>= 1;
+  return r;
+}
+
+using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, uint32_t, uint32_t>;
 
 LtPlan& get_plan(DeviceState& st, GemmDType dtype, int64_t m, int64_t n, int64_t k, int64_t ldx, int64_t ldy,
-                 bool bias, const void* bias_ptr) {
+                 bool bias, const void* bias_ptr, uint32_t align_w, uint32_t align_x, uint32_t align_y) {
   static std::map<PlanKey, LtPlan> plans;
-  const PlanKey key{current_device(), static_cast<int>(dtype), m, n, k, ldx, ldy, bias};
+  const PlanKey key{current_device(), static_cast<int>(dtype), m, n, k, ldx, ldy, bias, align_w, align_x, align_y};
   auto it = plans.find(key);
   if (it != plans.end()) return it->second;
   LtPlan p;
@@ -107,6 +119,10 @@ LtPlan& get_plan(DeviceState& st, GemmDType dtype, int64_t m, int64_t n, int64_t
   FK_LT(cublasLtMatmulPreferenceCreate(&pref));
   FK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspaceBytes,
                                              sizeof(kWorkspaceBytes)));
+  FK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_w, sizeof(align_w)));
+  FK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_x, sizeof(align_x)));
+  FK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_y, sizeof(align_y)));
+  FK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_y, sizeof(align_y)));
   cublasLtMatmulHeuristicResult_t res[1];
   int found = 0;
   FK_LT(cublasLtMatmulAlgoGetHeuristic(st.lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, res, &found));
@@ -133,7 +149,7 @@ void gemm_cublaslt(void* y, int64_t ldy, const void* x, int64_t ldx, const void*
   check_args(y, x, w, m, n, k, ldx, ldy);
   std::lock_guard<std::mutex> lock(g_mu);
   DeviceState& st = device_state();
-  LtPlan& p = get_plan(st, dtype, m, n, k, ldx, ldy, bias != nullptr, bias);
+  LtPlan& p = get_plan(st, dtype, m, n, k, ldx, ldy, bias != nullptr, bias, alignment_of(w), alignment_of(x), alignment_of(y));
   if (bias) {
     FK_LT(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }

@@ -41,24 +41,42 @@ OverlappedLinear::OverlappedLinear(TcpStore& store, Communicator& comm, const Co
   if (cfg.gather_k < 0 || cfg.gather_k % 8 != 0 || cfg.scatter_n < 0 || cfg.scatter_n % 8 != 0 || cfg.gather_k + cfg.scatter_n == 0)
     throw std::runtime_error(who + ": gather_k " + std::to_string(cfg.gather_k) + " and scatter_n " + std::to_string(cfg.scatter_n) +
                              " must be multiples of 8 (16-byte rows), not both 0");
-  const int64_t T = cfg.max_tokens;
+  // Two halves of W slots, each holding up to T/W rows and starting 256-byte aligned (the GEMMs read them).
+  const int64_t rows = cfg.max_tokens / world_;
+  ag_slot_ = align_up(rows * cfg.gather_k * 2, 256);
+  rs_slot_ = align_up(rows * cfg.scatter_n * 2, 256);
   off_ag_ = at::kFlagBytes;
-  off_rs_ = align_up(off_ag_ + 2 * T * cfg.gather_k * 2, 256);  // two halves of W chunks of T/W rows
-  const int64_t total = off_rs_ + 2 * T * cfg.scatter_n * 2;
+  off_rs_ = off_ag_ + 2 * world_ * ag_slot_;
+  const int64_t total = off_rs_ + 2 * world_ * rs_slot_;
   mem_ = std::make_unique<PeerMemory>(store, "fk/overlapped_linear/" + std::to_string(g_generation++) + "/", who, total, at::kFlagBytes);
-  if (cfg.scatter_n > 0) stage_ = empty({T, cfg.scatter_n}, DType::kBF16);
-  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
-  FK_CUDA_CHECK(cudaEventCreateWithFlags(&start_, cudaEventDisableTiming));
-  FK_CUDA_CHECK(cudaEventCreateWithFlags(&done_copies_, cudaEventDisableTiming));
-  for (auto& e : chunk_) FK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  if (cfg.scatter_n > 0) stage_ = empty({world_ * rs_slot_}, DType::kU8);
+  for (int p = 0; p < world_; ++p) {
+    FK_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_[p], cudaStreamNonBlocking));
+    FK_CUDA_CHECK(cudaEventCreateWithFlags(&chunk_[p], cudaEventDisableTiming));
+    FK_CUDA_CHECK(cudaEventCreateWithFlags(&sent_[p], cudaEventDisableTiming));
+  }
 }
 
 OverlappedLinear::~OverlappedLinear() {
-  cudaStreamSynchronize(copy_);
-  for (auto& e : chunk_) cudaEventDestroy(e);
-  cudaEventDestroy(done_copies_);
-  cudaEventDestroy(start_);
-  cudaStreamDestroy(copy_);
+  for (int p = 0; p < world_; ++p) {
+    cudaStreamSynchronize(copy_[p]);
+    cudaEventDestroy(sent_[p]);
+    cudaEventDestroy(chunk_[p]);
+    cudaStreamDestroy(copy_[p]);
+  }
+}
+
+void OverlappedLinear::push(int p, char* dst, const void* src, int64_t bytes, uint32_t* flag, uint32_t epoch) {
+  cudaStream_t c = copy_[p];
+  if (bytes > 0) FK_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, c));
+  at::signal_kernel<<<1, 1, 0, c>>>(flag, epoch);
+  FK_CHECK_LAUNCH();
+  FK_CUDA_CHECK(cudaEventRecord(sent_[p], c));
+}
+
+void OverlappedLinear::wait_pushes(cudaStream_t s) {
+  for (int p = 0; p < world_; ++p)
+    if (p != rank_) FK_CUDA_CHECK(cudaStreamWaitEvent(s, sent_[p], 0));
 }
 
 void OverlappedLinear::check_call(const char* op, const Tensor& a, int64_t rows, int64_t cols, const char* what) const {
@@ -82,18 +100,15 @@ void OverlappedLinear::all_gather_matmul(const Tensor& x_shard, const Tensor& w,
   const int64_t chunk_bytes = c * K * 2;
   char* const* bases = mem_->buffers();
   auto slot = [&](int owner, int src) {  // where rank src's shard lands in rank owner's buffer this call
-    return bases[owner] + off_ag_ + (int64_t(epoch & 1) * world_ + src) * chunk_bytes;
+    return bases[owner] + off_ag_ + (int64_t(epoch & 1) * world_ + src) * ag_slot_;
   };
-  // Pushes: rank r + i gets this shard as this rank's i-th copy.
-  FK_CUDA_CHECK(cudaEventRecord(start_, s));
-  FK_CUDA_CHECK(cudaStreamWaitEvent(copy_, start_, 0));
+  // Pushes, one copy stream per peer (copies to different peers run side by side on their links).
+  FK_CUDA_CHECK(cudaEventRecord(chunk_[rank_], s));
   for (int i = 1; i < world_; ++i) {
     const int p = (rank_ + i) % world_;
-    if (chunk_bytes > 0) FK_CUDA_CHECK(cudaMemcpyAsync(slot(p, rank_), x_shard.data_ptr(), size_t(chunk_bytes), cudaMemcpyDeviceToDevice, copy_));
-    at::signal_kernel<<<1, 1, 0, copy_>>>(&flags_of(bases[p])->ag[rank_], epoch);
-    FK_CHECK_LAUNCH();
+    FK_CUDA_CHECK(cudaStreamWaitEvent(copy_[p], chunk_[rank_], 0));
+    push(p, slot(p, rank_), x_shard.data_ptr(), chunk_bytes, &flags_of(bases[p])->ag[rank_], epoch);
   }
-  FK_CUDA_CHECK(cudaEventRecord(done_copies_, copy_));
   // GEMMs: the own chunk, then ranks r - 1, r - 2, ... as they arrive.
   auto* yp = static_cast<char*>(y.data_ptr());
   gemm(yp + int64_t(rank_) * c * N * 2, N, x_shard.data_ptr(), w.data_ptr(), c, N, K, s);
@@ -104,7 +119,7 @@ void OverlappedLinear::all_gather_matmul(const Tensor& x_shard, const Tensor& w,
     gemm(yp + int64_t(q) * c * N * 2, N, slot(rank_, q), w.data_ptr(), c, N, K, s);
   }
   // The call ends when the shard has left (the caller may reuse x_shard).
-  FK_CUDA_CHECK(cudaStreamWaitEvent(s, done_copies_, 0));
+  wait_pushes(s);
 }
 
 void OverlappedLinear::matmul_reduce_scatter(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -124,28 +139,24 @@ void OverlappedLinear::matmul_reduce_scatter(const Tensor& x, const Tensor& w, T
   const int64_t chunk_bytes = c * N * 2;
   char* const* bases = mem_->buffers();
   auto slot = [&](int owner, int src) {  // where rank src's partial rows for rank owner land this call
-    return bases[owner] + off_rs_ + (int64_t(epoch & 1) * world_ + src) * chunk_bytes;
+    return bases[owner] + off_rs_ + (int64_t(epoch & 1) * world_ + src) * rs_slot_;
   };
   const auto* xp = static_cast<const char*>(x.data_ptr());
   auto* stage = static_cast<char*>(stage_.data_ptr());
   // The rows for rank r + 1, r + 2, ... (each pushed as soon as computed), the own rows last.
   for (int i = 1; i <= world_; ++i) {
     const int d = (rank_ + i) % world_;
-    gemm(stage + int64_t(d) * chunk_bytes, N, xp + int64_t(d) * c * K * 2, w.data_ptr(), c, N, K, s);
+    gemm(stage + int64_t(d) * rs_slot_, N, xp + int64_t(d) * c * K * 2, w.data_ptr(), c, N, K, s);
     if (d == rank_) break;
     FK_CUDA_CHECK(cudaEventRecord(chunk_[d], s));
-    FK_CUDA_CHECK(cudaStreamWaitEvent(copy_, chunk_[d], 0));
-    if (chunk_bytes > 0)
-      FK_CUDA_CHECK(cudaMemcpyAsync(slot(d, rank_), stage + int64_t(d) * chunk_bytes, size_t(chunk_bytes), cudaMemcpyDeviceToDevice, copy_));
-    at::signal_kernel<<<1, 1, 0, copy_>>>(&flags_of(bases[d])->rs[rank_], epoch);
-    FK_CHECK_LAUNCH();
+    FK_CUDA_CHECK(cudaStreamWaitEvent(copy_[d], chunk_[d], 0));
+    push(d, slot(d, rank_), stage + int64_t(d) * rs_slot_, chunk_bytes, &flags_of(bases[d])->rs[rank_], epoch);
   }
-  FK_CUDA_CHECK(cudaEventRecord(done_copies_, copy_));
   at::SumArgs a{};
   a.world = world_;
   for (int q = 0; q < world_; ++q) {
     if (q == rank_) {
-      a.part[q] = reinterpret_cast<const __nv_bfloat16*>(stage + int64_t(q) * chunk_bytes);
+      a.part[q] = reinterpret_cast<const __nv_bfloat16*>(stage + int64_t(q) * rs_slot_);
       continue;
     }
     at::wait_kernel<<<1, 1, 0, s>>>(&flags_of(bases[rank_])->rs[q], epoch, timeout_ns_, rank_, q, 1);
@@ -159,7 +170,7 @@ void OverlappedLinear::matmul_reduce_scatter(const Tensor& x, const Tensor& w, T
     FK_CHECK_LAUNCH();
   }
   // The staged rows must not be overwritten (next call) before they have left.
-  FK_CUDA_CHECK(cudaStreamWaitEvent(s, done_copies_, 0));
+  wait_pushes(s);
 }
 
 }  // namespace fk::dist

@@ -6,8 +6,9 @@
 // and row-parallel linear before a reduce-scatter (matmul_reduce_scatter: y[T/W, N] = the rank's
 // rows of sum over ranks of x_q[T, K] W_q^T), the two patterns vLLM's async-TP pass rewrites into
 // PyTorch's symmetric-memory fused_all_gather_matmul / fused_matmul_reduce_scatter. The GEMMs run
-// on the caller's stream one chunk of T / W rows at a time (cuBLASLt); the transfers run on a second
-// stream as copy-engine copies into the peers' mapped buffers (no SM spent on moving data), each
+// on the caller's stream one chunk of T / W rows at a time (cuBLASLt); the transfers run on one stream
+// per peer (side by side on the links) as copy-engine copies into the peers' mapped buffers (no SM
+// spent on moving data; slots 256-byte aligned for the GEMMs that read them), each
 // followed by a one-thread signal kernel that writes the call's epoch into the receiver's flag for
 // this sender. A wait kernel on the compute stream spins on such a flag before the GEMM or the
 // reduction that reads the data.

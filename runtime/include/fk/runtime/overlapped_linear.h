@@ -51,11 +51,15 @@ class OverlappedLinear {
   uint64_t timeout_ns_ = 0;
   uint32_t ag_epoch_ = 0, rs_epoch_ = 0;
   int64_t off_ag_ = 0, off_rs_ = 0;  ///< byte offsets of the receive areas in every rank's buffer
+  int64_t ag_slot_ = 0, rs_slot_ = 0;  ///< bytes of one rank's slot in them (256-byte multiples)
   std::unique_ptr<PeerMemory> mem_;
-  Tensor stage_;                       ///< matmul_reduce_scatter's partial rows [T, N] (sent from here)
-  cudaStream_t copy_ = nullptr;        ///< the transfers' stream
-  cudaEvent_t start_ = nullptr, done_copies_ = nullptr;
-  cudaEvent_t chunk_[PeerMemory::kMaxRanks] = {};
+  Tensor stage_;                       ///< matmul_reduce_scatter's partial rows, W slots of rs_slot_ bytes (sent from here)
+  /// Copies `bytes` to a peer's slot on copy_[p], then its flag = epoch; sent_[p] marks the end.
+  void push(int p, char* dst, const void* src, int64_t bytes, uint32_t* flag, uint32_t epoch);
+  void wait_pushes(cudaStream_t s);  ///< s waits for every push of the call
+  cudaStream_t copy_[PeerMemory::kMaxRanks] = {};  ///< the transfers to peer p
+  cudaEvent_t chunk_[PeerMemory::kMaxRanks] = {};  ///< the data for peer p is ready (on the compute stream)
+  cudaEvent_t sent_[PeerMemory::kMaxRanks] = {};   ///< the push to peer p is done
 };
 
 }  // namespace fk::dist
