@@ -50,6 +50,9 @@ struct Config {
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
   /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
   static constexpr int tp_size = 1;
+  /// Ranks holding a copy of each KV head: tp_size / num_key_value_heads where the config has fewer KV heads than
+  /// ranks, else 1 (Note [Replicated KV heads] in fk/tasks/llama.h).
+  static constexpr int kv_head_replicas = 1;
   using scalar_t = fk::bf16;
 };
 

@@ -46,6 +46,7 @@ struct Config {
   static constexpr double softmax_scale = 0.08838834764831845;  // the attention children's scale
   static constexpr double softcap = 0;  // attention-logit soft-capping (0: none)
   static constexpr bool sinks = false;  // per-head attention-sink logits (gpt-oss; false: none)
+  static constexpr int kv_head_replicas = 1;  // ranks sharing each KV head (Note [Replicated KV heads])
   static constexpr int64_t intermediate_size = 11008;
   static constexpr bool mlp_bias = false;
   static constexpr int64_t num_hidden_layers = 32;

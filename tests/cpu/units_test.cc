@@ -277,6 +277,17 @@ TEST(ParallelLayouts, PerRankConstantsAndNamesAtTp2To16) {
     EXPECT_EQ(o->kind->name(o->params, "bf16"), "row_parallel_linear_k" + std::to_string(4096 / tp) + "_n4096_nobias_tp" + std::to_string(tp) + "_bf16");
     EXPECT_EQ(qkv->kind->name(qkv->params, "bf16"),
               "qkv_parallel_linear_h4096_d128_hq" + std::to_string(32 / tp) + "_hkv" + std::to_string(std::max<int64_t>(1, 8 / tp)) + "_nobias_bf16");
+    // Note [Replicated KV heads]: one KV head per rank is split at TP 8 (8 heads) and shared by 2 ranks at TP 16;
+    // the attention, the layer and the model say so, and their names spell it (one head per rank is ambiguous otherwise).
+    const int64_t replicas = tp > 8 ? tp / 8 : 1;
+    for (const char* name : {"self_attn", "layer", "model"}) {
+      const ModuleInstance* mod = module_named(m, name);
+      ASSERT_TRUE(mod) << name;
+      EXPECT_EQ(mod->params.at("kv_head_replicas"), Value(replicas)) << name << " at tp " << tp;
+    }
+    const ModuleInstance* attn = module_named(m, "self_attn");
+    EXPECT_EQ(attn->kind->name(attn->params, "bf16").find("_kvrep") != std::string::npos, replicas > 1) << attn->kind->name(attn->params, "bf16");
+    if (replicas > 1) EXPECT_NE(attn->kind->name(attn->params, "bf16").find("_hkv1_d128_kvrep2"), std::string::npos);
   }
   // Unsharded, nothing changes: no suffix, the full sizes.
   const OpInstance* o1 = op_named(g.lowered[0], "blk.1.o_proj");
@@ -324,6 +335,31 @@ TEST(ParallelLayouts, MixtureOfExpertsShardsEveryExpertsIntermediateAtTp2To8) {
                      "moe_intermediate_size for Qwen3-MoE) that divides by the layout's tp_size"),
             std::string::npos)
       << out;
+}
+
+TEST(ParallelLayouts, MixtureOfExpertsModelsReplicateTheirKvHeadsPastTheirCount) {
+  // Qwen3-30B-A3B's shape (4 KV heads) at TP 4 (one head per rank, split) and TP 8 (each head on 2 ranks).
+  const std::string q = R"({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "num_hidden_layers": 2, "num_experts": 128, "num_experts_per_tok": 8,
+    "vocab_size": 151936, "max_position_embeddings": 40960, "head_dim": 128, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{4, 1}, {8, 1}, {4, 4}};
+  Generation g;
+  ASSERT_EQ(run_with(q, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 4u);
+  const int64_t want[] = {1, 2, 1};
+  for (size_t i = 0; i < 3; ++i) {
+    const LoweredModel& m = g.lowered[i + 1];
+    EXPECT_EQ(op_named(m, "blk.1.qkv_proj")->params.at("num_kv_heads"), Value(int64_t{1})) << m.id;
+    for (const char* name : {"self_attn", "layer", "model"}) {
+      const ModuleInstance* mod = module_named(m, name);
+      ASSERT_TRUE(mod) << name;
+      EXPECT_EQ(mod->params.at("kv_head_replicas"), Value(want[i])) << name << " of " << m.id;
+      EXPECT_EQ(mod->kind->name(mod->params, "bf16").find("_kvrep2") != std::string::npos, want[i] == 2)
+          << mod->kind->name(mod->params, "bf16");
+    }
+  }
 }
 
 TEST(ParallelLayouts, ExpertParallelLayoutsSplitTheExpertsWholeInsideTheTensorParallelGroup) {

@@ -343,9 +343,19 @@ std::string layer_pattern_spelling(const std::string& pat) {
 std::string heads_spelling(const Params& p) {
   return "hq" + i2s(I(p, "num_heads")) + "_hkv" + i2s(I(p, "num_kv_heads")) + "_d" + i2s(I(p, "head_dim"));
 }
+// Ranks holding a copy of each KV head (Note [Replicated KV heads] in fk/tasks/llama.h): _kvrep{r} above 1.
+std::string kv_replicas_spelling(const Params& p) {
+  auto it = p.find("kv_head_replicas");
+  if (it == p.end()) return "";
+  const int64_t r = std::get<int64_t>(it->second);
+  if (r < 1) throw GenError{"kv_head_replicas must be >= 1, got " + i2s(r)};
+  return r > 1 ? "_kvrep" + i2s(r) : "";
+}
 // The heads of a kind that runs attention: then _sw{W} under a sliding window, _scale{s} for a
-// softmax scale other than head_dim^-0.5 and _cap{c} under soft-capping.
-std::string attn_heads_spelling(const Params& p) { return heads_spelling(p) + window_spelling(p) + attn_extra_spelling(p); }
+// softmax scale other than head_dim^-0.5, _cap{c} under soft-capping, _kvrep{r} for KV heads replicated over r ranks.
+std::string attn_heads_spelling(const Params& p) {
+  return heads_spelling(p) + window_spelling(p) + attn_extra_spelling(p) + kv_replicas_spelling(p);
+}
 std::string qk_norm_spelling(const Params& p) { return B(p, "qk_norm") ? "_qknorm_eps" + nf(F(p, "rms_norm_eps")) : ""; }
 // h{hidden}_i{intermediate}_hq_hkv_d_eps_{rope}_qkv{bias}_o{bias}_mlp{bias}[_qknorm]: a decoder layer's constants.
 std::string layer_spelling(const Params& p) {

@@ -276,18 +276,56 @@ template <class M> void share_sinks(M& m) {
 template <class M> void add_sinks(ParamList& out, M& m, const std::string& prefix) {
   if (m.attn_prefill.sinks.defined()) out.push_back({prefix + "sinks", m.attn_prefill.sinks, 0.f, 1.f});
 }
+// Note [Replicated KV heads]
+// With fewer KV heads than tensor-parallel ranks (Qwen3-30B-A3B's 4 at TP 8, Llama-3.1-8B's 8 at TP 16),
+// vLLM's QKVParallelLinear gives every rank one KV head and r = tp / num_key_value_heads ranks the same
+// one: rank t holds KV head t / r (num_kv_head_replicas), its query heads [t Hq/tp, (t+1) Hq/tp) being
+// the ones that head serves under GQA. A rank's attention is then the unsharded attention of its query
+// heads. The per-rank constants cannot tell one KV head per rank split (8 heads at TP 8) from one
+// replicated (4 heads at TP 8), so the attention's Config says it: kv_head_replicas (1: split), which
+// the descriptors derive from the config and the task names spell (_kvrep{r}).
+
+/// The ranks holding each KV head (Cfg::kv_head_replicas; 1 for configs that do not say).
+template <class Cfg, class = void> struct KvReplicasOf : std::integral_constant<int, 1> {};
+template <class Cfg> struct KvReplicasOf<Cfg, std::void_t<decltype(Cfg::kv_head_replicas)>>
+    : std::integral_constant<int, Cfg::kv_head_replicas> {};
+
+/// This rank's slice of a KV projection's rows (k_proj or v_proj) when its `replicas` ranks share each
+/// KV head: rows [t / replicas x n, + n) of tp / replicas x n (Note [Replicated KV heads]).
+inline NamedParam shard_replicated_kv(NamedParam p, int tp, int replicas) {
+  const int64_t n = p.tensor.size(0);
+  FK_CHECK(replicas >= 1 && tp % replicas == 0 && fk::dist::tp_world_size() == tp,
+           p.name + ": " + std::to_string(replicas) + " replicas of each KV head do not divide a tensor-parallel group of " +
+               std::to_string(fk::dist::tp_world_size()) + " (the layout's " + std::to_string(tp) + ")");
+  p.shard_dim = 0;
+  p.shard_full = n * (tp / replicas);
+  p.shard_start = int64_t(fk::dist::tp_rank() / replicas) * n;
+  p.shard_parts = 1;
+  return p;
+}
+
 template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const std::string& prefix) {
-  constexpr int tp = TpSizeOf<Cfg>::value;
-  if constexpr (tp > 1)
-    FK_CHECK(Cfg::num_kv_heads > 1, prefix + "k_proj: one KV head per rank at " + std::to_string(tp) +
-                                        "-way tensor parallelism: whether it is replicated is not in the per-rank constants (Note [Sharded "
-                                        "parameters]); sharded weights are not built for this layout yet");
+  constexpr int tp = TpSizeOf<Cfg>::value, replicas = KvReplicasOf<Cfg>::value;
+  static_assert(replicas == 1 || (Cfg::num_kv_heads == 1 && tp % replicas == 0),
+                "replicated KV heads: one per rank, tp_size a multiple of the replicas (Note [Replicated KV heads])");
   if constexpr (tp > 1 && kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>)
     static_assert(!FullWidthQKNorm<std::decay_t<decltype(m.qk_norm)>>::value,
                   "a full-width q/k norm spans every head: its weights are not sharded (Note [Sharded parameters])");
-  add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
-                               Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
-                               Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
+  if constexpr (replicas == 1) {
+    add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
+                                 Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
+                                 Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
+  } else {
+    // q as a column-parallel part; k and v each this rank's copy of its KV head.
+    ParamList parts;
+    add_linear(parts, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
+                                   Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
+                                   Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
+    for (NamedParam& p : parts) {
+      const bool kv = p.name.rfind(prefix + "k_proj.", 0) == 0 || p.name.rfind(prefix + "v_proj.", 0) == 0;
+      out.push_back(kv ? shard_replicated_kv(p, tp, replicas) : p);
+    }
+  }
   add_qk_norm(out, m.qk_norm, prefix);
 }
 template <class M, class = void> struct has_down_proj : std::false_type {};
