@@ -201,8 +201,7 @@ inline uint64_t name_hash(const std::string& s) {
 // model draws it, then cut) and safetensors loading (the whole tensor read, then cut) give each rank
 // exactly its part of the unsharded model's weights: a TP run and the TP-1 run compute the same
 // model. The rank is the tensor-parallel group's (fk::dist::tp_rank) when the module is listed.
-// Replicated KV heads (fewer KV heads than ranks) would need the unsharded head count, which a
-// layout's per-rank constants do not carry: one KV head per rank is refused (below).
+// Replicated KV heads (fewer KV heads than ranks): each rank a copy of one head (Note [Replicated KV heads]).
 
 /// This rank's slice of `p` along `dim`: `parts` equal slices of the whole (padded) extent;
 /// `blocks` > 1: the dimension is that many blocks side by side (gate | up), each sliced alike.
