@@ -110,7 +110,8 @@
 #                           (bench/peers/torch_async_tp.py), into lin_<n>r.jsonl / lin_<n>r_torch.jsonl
 #     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
 #                           at 4 layers under fk_model at TP 1 (GPU 0), TP 2 and TP 2 + EP 2: greedy tokens (near-tie rule), the
-#                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe_bench.jsonl
+#                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe*.jsonl;
+#                           tp-moe:4 (issue 24) Qwen3-30B-A3B at TP 1, TP 2 + EP 2, TP 4 and TP 4 + EP 4
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -295,22 +296,27 @@ for step in "${steps[@]}"; do
         done
       done
       ;;
-    tp-moe)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
-      for A in mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B; do
+    tp-moe|tp-moe:4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
+      models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"
+      # tp-moe:4 (issue 24): Qwen3-30B-A3B at TP 2 + EP 2, TP 4 and TP 4 + EP 4 (one KV head per rank: Note [Replicated KV heads])
+      [ "$step" = tp-moe:4 ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 4 4e"
+      for A in $models; do
         s="$(basename "$A")"
         ma="--arch $A --layers 4 --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
         CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
-          --jsonl "$P/moe_bench.jsonl" >"$P/moe1_$s.log" 2>&1
+          --jsonl "$P/moe1_$s.jsonl" >"$P/moe1_$s.log" 2>&1
         say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
-        for par in "2" "2e"; do  # TP 2 (every expert's slice), TP 2 + EP 2 (whole experts: Note [Expert-parallel MoE])
-          extra=""; [ "$par" = 2e ] && extra="--ep 2"
-          timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_model" $ma --tp 2 $extra --greedy "$P/moe${par}_$s.json" \
-            --teacher-forced "$P/moetf${par}_$s.json" --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe_bench.jsonl" >"$P/moe${par}_$s.log" 2>&1
-          say "fk_model $s tp 2 $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
+        runs=(); tfs=()
+        for par in $pars; do  # TP n (every expert's slice), TP n + EP n ("ne": whole experts, Note [Expert-parallel MoE])
+          n="${par%e}"; extra=""; [ "$par" != "$n" ] && extra="--ep $n"
+          timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $ma --tp "$n" $extra --greedy "$P/moe${par}_$s.json" \
+            --teacher-forced "$P/moetf${par}_$s.json" --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe${par}_$s.jsonl" >"$P/moe${par}_$s.log" 2>&1
+          say "fk_model $s tp $n $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
+          runs+=("$P/moe${par}_$s.json"); tfs+=("$P/moetf${par}_$s.json")
         done
-        python3 bench/tp_tokens.py "$P/moe1_$s.json" "$P/moe2_$s.json" "$P/moe2e_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
+        python3 bench/tp_tokens.py "$P/moe1_$s.json" "${runs[@]}" >"$P/moe_tokens_$s.txt" 2>&1
         say "$s tokens rc=$?"; grep -v "^  sequence" "$P/moe_tokens_$s.txt" | head -5
-        python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "$P/moetf2_$s.json" "$P/moetf2e_$s.json" >"$P/moe_teacher_$s.txt" 2>&1
+        python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "${tfs[@]}" >"$P/moe_teacher_$s.txt" 2>&1
         say "$s teacher-forced rc=$?"; head -12 "$P/moe_teacher_$s.txt"
       done
       ;;

@@ -201,8 +201,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // seven modules of each layout (21: per-rank constants, and the communicating ones spell the layout). Mixtral-8x7B and
   // Qwen3-30B-A3B at TP 2: the seven MoE modules of each, less Mixtral's attention_o_proj (Llama-3.1-8B@tp2's: 13). The
   // same two at TP 2 + EP 2 (Note [Expert-parallel MoE]): the sparse block, layer and model spell the layout, and the
-  // experts of half the experts are a new fused_experts each (attention is the TP 2 layout's: 8).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8);
+  // experts of half the experts are a new fused_experts each (attention is the TP 2 layout's: 8). Qwen3-30B-A3B at TP 4
+  // and TP 4 + EP 4 (issue 24): qkv_rope_cache, attention_o_proj, attention, two sparse blocks, two fused_experts (a
+  // quarter of each expert; a quarter of the experts), two layers, two models (11).
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
