@@ -128,9 +128,13 @@ endif()
 
 # A runner (fk_bench: main.cc, fk_model: model_main.cu) over a set of task objects; candidate
 # builds (cmake/candidates.cmake) make more of them over other task sets.
+# The collectives sweep (`fk_collectives`, `fk_bench collectives`): runtime/runner/collectives_tool.cu.
+add_library(fk_collectives_tool STATIC ${CMAKE_SOURCE_DIR}/runtime/runner/collectives_tool.cu)
+target_link_libraries(fk_collectives_tool PUBLIC fk_runtime CLI11::CLI11)
+
 function(fk_add_runner target main objects)
   add_executable(${target} ${CMAKE_SOURCE_DIR}/runtime/runner/${main} ${objects})
-  target_link_libraries(${target} PRIVATE fk_runtime CLI11::CLI11)
+  target_link_libraries(${target} PRIVATE fk_runtime CLI11::CLI11 fk_collectives_tool)
 endfunction()
 
 fk_add_runner(fk_bench main.cc "${FK_GENERATED_OBJECTS}")

@@ -25,12 +25,17 @@
 #include "fk/runtime/dist.h"
 #include "fk/runtime/parallel_state.h"
 #include "fk/runtime/runner.h"
+#include "collectives_tool.h"
 
 int main(int argc, char** argv) {
+  // `fk_bench collectives --op ...`: the nccl-tests-style sweep of the collectives (the fk_collectives tool).
+  if (argc > 1 && std::string(argv[1]) == "collectives") return fk_collectives_main(argc - 1, argv + 1);
   CLI::App app{"fk_bench: check and time FastKernels generated tasks against references and production baselines"};
   app.footer(
       "Exit codes: 0 all passed; 1 some case failed (INCORRECT/SUSPECT/RUNTIME_ERROR); 2 usage error; 3 no CUDA device;\n"
-      "4 a case timed out (--case-timeout); 5 CUDA context lost. After 4 or 5 rerun with --resume to continue.");
+      "4 a case timed out (--case-timeout); 5 CUDA context lost. After 4 or 5 rerun with --resume to continue.\n"
+      "`fk_bench collectives --op OP ...` runs the nccl-tests-style sweep of the collectives instead (as fk_collectives; "
+      "`fk_bench collectives --help`).");
   fk::RunnerOptions opt;
   bool list = false, dry_run = false, no_time = false;
   std::string export_path;
