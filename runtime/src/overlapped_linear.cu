@@ -79,6 +79,15 @@ void OverlappedLinear::wait_pushes(cudaStream_t s) {
     if (p != rank_) FK_CUDA_CHECK(cudaStreamWaitEvent(s, sent_[p], 0));
 }
 
+/// The epochs and receive halves are host values (Note [Overlapped linears]): a captured call would replay one epoch.
+void refuse_capture(const char* op, int rank, cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  FK_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+  if (st != cudaStreamCaptureStatusNone)
+    throw std::runtime_error(std::string("overlapped linear ") + op + " (rank " + std::to_string(rank) +
+                             "): called while the stream is captured into a CUDA graph; it runs eager only (its epochs are host values)");
+}
+
 void OverlappedLinear::check_call(const char* op, const Tensor& a, int64_t rows, int64_t cols, const char* what) const {
   if (a.dim() != 2 || a.size(0) != rows || a.size(1) != cols || a.dtype() != DType::kBF16 || !a.is_contiguous())
     throw std::runtime_error(std::string("overlapped linear ") + op + " (rank " + std::to_string(rank_) + "): " + what + " " + a.str() +
@@ -96,6 +105,7 @@ void OverlappedLinear::all_gather_matmul(const Tensor& x_shard, const Tensor& w,
   check_call("all_gather_matmul", w, N, K, "w");
   check_call("all_gather_matmul", y, T, N, "y");
   const cudaStream_t s = current_stream();
+  refuse_capture("all_gather_matmul", rank_, s);
   const uint32_t epoch = ++ag_epoch_;
   const int64_t chunk_bytes = c * K * 2;
   char* const* bases = mem_->buffers();
@@ -135,6 +145,7 @@ void OverlappedLinear::matmul_reduce_scatter(const Tensor& x, const Tensor& w, T
   check_call("matmul_reduce_scatter", w, N, K, "w");
   check_call("matmul_reduce_scatter", y, c, N, "y");
   const cudaStream_t s = current_stream();
+  refuse_capture("matmul_reduce_scatter", rank_, s);
   const uint32_t epoch = ++rs_epoch_;
   const int64_t chunk_bytes = c * N * 2;
   char* const* bases = mem_->buffers();

@@ -645,4 +645,17 @@ TEST(OverlappedLinear, RefusesBadConfigsAndInputsNamingWhy) {
   expect_refused([&] { ol.all_gather_matmul(x2, wt, ybad); }, "y", "y of the wrong width");
   fk::Tensor xr = fk::empty({2 * w, 32}, fk::DType::kBF16), yr = fk::empty({2, 16}, fk::DType::kBF16);
   expect_refused([&] { ol.matmul_reduce_scatter(xr, wt, yr); }, "scatter_n 0", "matmul_reduce_scatter without scatter_n");
+  // Under CUDA-graph capture (its epochs are host values): refused before anything is enqueued.
+  cudaStream_t cs = nullptr;
+  FK_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  {
+    fk::StreamGuard guard(cs);
+    fk::Tensor y2ok = fk::empty({2 * w, 16}, fk::DType::kBF16);
+    FK_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    expect_refused([&] { ol.all_gather_matmul(x2, wt, y2ok); }, "CUDA graph", "a call under capture");
+    cudaGraph_t g = nullptr;
+    FK_CUDA_CHECK(cudaStreamEndCapture(cs, &g));
+    if (g) FK_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  FK_CUDA_CHECK(cudaStreamDestroy(cs));
 }
