@@ -93,7 +93,8 @@
 #                           every tp2 task under 2 ranks, and the tasks of the machine's GPU count under that many (L1-L3,
 #                           then the L4 models at decode batch 1), every rank checking against the unsharded reference,
 #                           the slowest rank's time, into tpbench<n>_*.jsonl
-#     dist-tests            the multi-rank GPU tests alone (ctest -R dist_ at 2 ranks, the test binary at every GPU)
+#     dist-tests            the multi-rank GPU tests alone (ctest -R dist_ at 2 ranks, the test binary at every GPU, and
+#                           the killed-rank test at every GPU, timed)
 #     dist-bench-l1[:N]     the level-1 part of dist-bench (at N ranks only with :N); dist-ep:N likewise
 #     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
@@ -327,6 +328,14 @@ for step in "${steps[@]}"; do
       if [ "$ngpu" -gt 2 ]; then
         timeout 300 "$b/fk_launch" --nproc "$ngpu" -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=-*KilledRank* >"$P/dist_tests_$ngpu.log" 2>&1
         say "dist tests ($ngpu ranks) rc=$?"; grep -E "PASSED|FAILED|SKIPPED" "$P/dist_tests_$ngpu.log" | sort | uniq -c | head
+        # The rank-failure test at every GPU (issue 24): rank 1 is killed inside an all-reduce; every rank must end
+        # with the launcher's report within seconds (timed here; the 2-rank form is ctest dist_killed_rank_2ranks).
+        k0=$(date +%s.%N)
+        timeout 120 "$b/fk_launch" --nproc "$ngpu" --grace 2 -- "$b/tests/fk_dist_gpu_tests" --gtest_filter=*KilledRank* \
+          >"$P/dist_killed_rank_$ngpu.log" 2>&1
+        krc=$?; k1=$(date +%s.%N)
+        say "killed-rank test ($ngpu ranks) rc=$krc in $(python3 -c "print(f'{$k1 - $k0:.1f}')") s"
+        grep -E "was killed by signal|every rank ended" "$P/dist_killed_rank_$ngpu.log" | head -3
       fi
       ;;
     dist-bench|dist-bench-l1|dist-bench-l1:*)
