@@ -35,10 +35,12 @@ class OverlappedLinear {
 
   /// y [T, N] = all_gather(x_shard) W^T, rows of rank q at [q T/W, (q+1) T/W): x_shard [T/W, K] bf16 with
   /// K = gather_k, w [N, K] bf16 (this rank's column shard), T <= max_tokens a multiple of W. Every rank
-  /// calls, in the same order as the others, on the current stream.
+  /// calls, in the same order as the others and with the same T, on the current stream; eager only (a call
+  /// under CUDA-graph capture is refused).
   void all_gather_matmul(const Tensor& x_shard, const Tensor& w, Tensor& y);
   /// y [T/W, N] = rows [r T/W, (r+1) T/W) of sum over ranks q of x_q W_q^T: x [T, K] bf16 (this rank's
-  /// slice of the inner dimension), w [N, K] bf16 with N = scatter_n, T <= max_tokens a multiple of W.
+  /// slice of the inner dimension), w [N, K] bf16 with N = scatter_n, T <= max_tokens a multiple of W; every
+  /// rank calls with the same T, eager only.
   void matmul_reduce_scatter(const Tensor& x, const Tensor& w, Tensor& y);
 
   const Config& config() const { return cfg_; }
