@@ -296,6 +296,8 @@ for step in "${steps[@]}"; do
           say "torch async-tp peers $n ranks $1 K $2 N $3 rc=$?"; grep -v Warning "$P/lin_${n}r_torch_$1_$2_$3.log" | grep -v "^W1" | head -10
         done
       done
+      python3 bench/linear_report.py "$P"/lin_*r.jsonl "$P"/lin_*r_torch.jsonl --out "$P/linear_report.md" >/dev/null 2>&1
+      say "linear report rc=$?"; tail -1 "$P/linear_report.md" 2>/dev/null
       ;;
     tp-moe|tp-moe:4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
       models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"
