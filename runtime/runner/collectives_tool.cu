@@ -139,6 +139,23 @@ std::vector<std::vector<double>> gather_rank_values(fk::dist::TcpStore& store, c
   return out;
 }
 
+/// A row's figures over the ranks (gather_rank_values' rows: the time in column 0, wrong elements in column
+/// `wrong_col`): every rank's time, the slowest, the wrong elements summed.
+struct RankTimes {
+  std::vector<double> per_rank;
+  double slowest = 0;
+  int64_t wrong = 0;
+};
+RankTimes rank_times(const std::vector<std::vector<double>>& ranks, size_t wrong_col) {
+  RankTimes t;
+  for (const auto& v : ranks) {
+    t.per_rank.push_back(v.at(0));
+    t.slowest = std::max(t.slowest, v.at(0));
+    t.wrong += static_cast<int64_t>(v.at(wrong_col));
+  }
+  return t;
+}
+
 /// A rank's time per call (us): `warmup` untimed calls, then `runs` repetitions of `iters` calls (eager,
 /// or one CUDA graph of them), each lined up anew (a store barrier named `key`/start/rep, then a one-element
 /// NCCL all-reduce of `align`); the median of the runs.
@@ -271,15 +288,12 @@ int run_ep(const std::string& op, fk::dist::TcpStore& store, fk::dist::Communica
     // The slowest rank, the most rows any rank sent and the wrong elements of every rank.
     const auto ranks = gather_rank_values(store, "ep/" + std::to_string(step) + "/done", {us, double(sent_rows), double(wrong)});
     if (r == 0) {
-      double slowest = 0;
-      int64_t most_rows = 0, total_wrong = 0;
-      std::vector<double> per_rank;
-      for (const auto& v : ranks) {
-        per_rank.push_back(v.at(0));
-        slowest = std::max(slowest, v.at(0));
-        most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(v.at(1)));
-        total_wrong += static_cast<int64_t>(v.at(2));
-      }
+      const RankTimes rt = rank_times(ranks, 2);
+      const double slowest = rt.slowest;
+      const int64_t total_wrong = rt.wrong;
+      const std::vector<double>& per_rank = rt.per_rank;
+      int64_t most_rows = 0;
+      for (const auto& v : ranks) most_rows = std::max<int64_t>(most_rows, static_cast<int64_t>(v.at(1)));
       const double bytes = double(most_rows) * hidden * 2;
       std::printf(" %8d %12.0f %10.2f %8lld\n", T, bytes, slowest, (long long)total_wrong);
       if (!jsonl.empty()) {
@@ -389,14 +403,10 @@ int run_linear(const std::string& op, fk::dist::TcpStore& store, fk::dist::Commu
                                     "linear/" + std::to_string(step));
     const auto ranks = gather_rank_values(store, "linear/" + std::to_string(step) + "/done", {us, double(wrong)});
     if (r == 0) {
-      double slowest = 0;
-      int64_t total_wrong = 0;
-      std::vector<double> per_rank;
-      for (const auto& v : ranks) {
-        per_rank.push_back(v.at(0));
-        slowest = std::max(slowest, v.at(0));
-        total_wrong += static_cast<int64_t>(v.at(1));
-      }
+      const RankTimes rt = rank_times(ranks, 1);
+      const double slowest = rt.slowest;
+      const int64_t total_wrong = rt.wrong;
+      const std::vector<double>& per_rank = rt.per_rank;
       const double tflops = 2.0 * double(T) * double(K) * double(N) / (slowest * 1e6);
       std::printf(" %8lld %10.1f %12.1f %8lld\n", (long long)T, slowest, tflops, (long long)total_wrong);
       if (!jsonl.empty()) {
@@ -578,15 +588,10 @@ int fk_collectives_main(int argc, char** argv) {
       // The slowest rank and the wrong elements of every rank, through the store.
       const auto per_rank_values = gather_rank_values(store, "sweep/" + std::to_string(step) + "/done", {us, double(wrong)});
       if (r == 0) {
-        double slowest = 0;
-        int64_t total_wrong = 0;
-        std::vector<double> per_rank;
-        for (const auto& v : per_rank_values) {
-          per_rank.push_back(v.at(0));
-          slowest = std::max(slowest, v.at(0));
-          total_wrong += static_cast<int64_t>(v.at(1));
-        }
-        if (!checked) total_wrong = -1;
+        const RankTimes rt = rank_times(per_rank_values, 1);
+        const double slowest = rt.slowest;
+        const std::vector<double>& per_rank = rt.per_rank;
+        const int64_t total_wrong = checked ? rt.wrong : -1;
         const double bytes = double(std::max(in_n, out_n)) * esize, algbw = bytes / (slowest * 1e3);
         std::printf(" %12lld %12lld %10.2f %10.2f %10.2f %8lld\n", (long long)bytes, (long long)count, slowest, algbw, algbw * bus,
                     (long long)total_wrong);
