@@ -17,8 +17,6 @@ namespace ek = fk::kernels::ep;
 /// EpAllToAll objects made by this process so far (the n-th one's store keys; the same order on every rank).
 int g_generation = 0;
 
-int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 /// The NCCL baseline's pack and reduce kernels: one block per token, at most this many blocks.
 constexpr int64_t kMaxStagingBlocks = 132;
 

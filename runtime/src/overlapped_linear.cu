@@ -18,8 +18,6 @@ namespace at = fk::kernels::async_tp;
 /// OverlappedLinear objects made by this process so far (the n-th one's store keys; the same order on every rank).
 int g_generation = 0;
 
-int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 static_assert(at::kMaxRanks == PeerMemory::kMaxRanks, "the flags hold every rank");
 
 at::Flags* flags_of(char* base) { return reinterpret_cast<at::Flags*>(base); }

@@ -32,7 +32,7 @@
 
 namespace fk::kernels::async_tp {
 
-constexpr int kMaxRanks = 8;
+using peer_ar::kMaxRanks;  // the peer buffers' limit (fk::dist::PeerMemory)
 
 /// The flags at the start of every rank's buffer: ag[q] / rs[q] the last call (epoch) whose data rank q
 /// has delivered here.
@@ -46,20 +46,12 @@ static_assert(sizeof(Flags) <= kFlagBytes, "the flags fit their area");
 /// One thread: release-store `epoch` into a peer's flag (after the copies before it on the stream).
 template <int = 0> __global__ void signal_kernel(uint32_t* flag, uint32_t epoch) {
   __threadfence_system();
-  fk::kernels::peer_ar::st_release_sys(flag, epoch);
+  peer_ar::st_release_sys(flag, epoch);
 }
 
-/// One thread: spin until *flag reaches `epoch` (wrapping compare); past timeout_ns, report and trap.
+/// One thread: waits until *flag reaches `epoch` (peer_ar::wait_for_peer); op 0 all-gather, 1 reduce-scatter.
 template <int = 0> __global__ void wait_kernel(const uint32_t* flag, uint32_t epoch, uint64_t timeout_ns, int rank, int peer, int op) {
-  namespace pa = fk::kernels::peer_ar;
-  const uint64_t t0 = pa::global_timer_ns();
-  while (static_cast<int32_t>(pa::ld_acquire_sys(flag) - epoch) < 0) {
-    if (pa::global_timer_ns() - t0 > timeout_ns) {
-      printf("fk overlapped linear: rank %d waited %.1f s for rank %d's %s data of call %u; a peer is gone or the ranks' calls differ\n", rank,
-             double(timeout_ns) * 1e-9, peer, op == 0 ? "all-gather" : "reduce-scatter", epoch);
-      __trap();
-    }
-  }
+  peer_ar::wait_for_peer(flag, epoch, timeout_ns, "overlapped linear", rank, peer, op == 0 ? "all-gather data" : "reduce-scatter data");
 }
 
 /// out[i] = sum over q = 0..W-1 of part[q][i] in fp32 (rank order), bf16 out; n a multiple of 8.

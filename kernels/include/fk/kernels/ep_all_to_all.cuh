@@ -48,9 +48,7 @@
 
 namespace fk::kernels::ep {
 
-using peer_ar::global_timer_ns;
 using peer_ar::kMaxRanks;  // the peer buffers' limit (fk::dist::PeerMemory)
-using peer_ar::ld_acquire_sys;
 constexpr int kThreads = 512;
 constexpr int kPlanThreads = 1024;  // 32 warps: one warp total per lane of warp 0 in the scan
 /// The peer kernels' fixed grid: every block signals every call, so counters advance by kGrid.
@@ -85,17 +83,10 @@ struct PeerArgs {
 
 __device__ __forceinline__ Signals* signals(char* base) { return reinterpret_cast<Signals*>(base); }
 
-/// Waits until *counter reaches want (wrapping compare); traps past the timeout naming the rank.
+/// Waits until *counter reaches want (peer_ar::wait_for_peer), naming the rows awaited.
 __device__ __forceinline__ void wait_counter(const uint32_t* counter, uint32_t want, uint64_t timeout_ns, int rank, int from,
                                              const char* what) {
-  const uint64_t t0 = global_timer_ns();
-  while (static_cast<int32_t>(ld_acquire_sys(counter) - want) < 0) {
-    if (global_timer_ns() - t0 > timeout_ns) {
-      printf("fk ep all-to-all: rank %d block %d waited %.1f s for rank %d's %s; a peer is gone or the ranks' calls differ\n", rank,
-             int(blockIdx.x), double(timeout_ns) * 1e-9, from, what);
-      __trap();
-    }
-  }
+  peer_ar::wait_for_peer(counter, want, timeout_ns, "ep all-to-all", rank, from, what);
 }
 
 /// slot[t * world + d] and send_count[d] (Note [Expert-parallel all-to-all], plan); one block.

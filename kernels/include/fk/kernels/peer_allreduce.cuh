@@ -83,6 +83,20 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+/// Spins until *flag reaches want (wrapping compare: counters and epochs may wrap); past timeout_ns, says who
+/// (`tool`, this rank and block) waited for what from which rank, and traps. The peer kernels' one wait.
+__device__ __forceinline__ void wait_for_peer(const uint32_t* flag, uint32_t want, uint64_t timeout_ns, const char* tool, int rank,
+                                              int from, const char* what) {
+  const uint64_t t0 = global_timer_ns();
+  while (static_cast<int32_t>(ld_acquire_sys(flag) - want) < 0) {
+    if (global_timer_ns() - t0 > timeout_ns) {
+      printf("fk %s: rank %d block %d waited %.1f s for rank %d's %s; a peer is gone or the ranks' calls differ\n", tool, rank,
+             int(blockIdx.x), double(timeout_ns) * 1e-9, from, what);
+      __trap();
+    }
+  }
+}
+
 /// Block blockIdx.x of every rank meets here (Note [Peer all-reduce], step 2).
 template <int W> __device__ __forceinline__ void block_barrier(const Args& a, int phase, uint32_t epoch) {
   __syncthreads();

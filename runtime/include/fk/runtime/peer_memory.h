@@ -13,6 +13,9 @@
 
 namespace fk::dist {
 
+/// v rounded up to a multiple of a: the offsets of the areas inside a peer buffer.
+inline int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
 class PeerMemory {
  public:
   static constexpr int kMaxRanks = 8;

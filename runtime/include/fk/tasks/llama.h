@@ -310,20 +310,14 @@ template <class Cfg, class M> void add_qkv_params(ParamList& out, M& m, const st
   if constexpr (tp > 1 && kHasQKNorm<std::decay_t<decltype(m.qk_norm)>>)
     static_assert(!FullWidthQKNorm<std::decay_t<decltype(m.qk_norm)>>::value,
                   "a full-width q/k norm spans every head: its weights are not sharded (Note [Sharded parameters])");
-  if constexpr (replicas == 1) {
-    add_linear(out, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
+  // q, k and v column-parallel; with replicated KV heads, k and v each this rank's copy of its KV head.
+  ParamList parts;
+  add_linear(parts, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
                                  Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
                                  Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
-  } else {
-    // q as a column-parallel part; k and v each this rank's copy of its KV head.
-    ParamList parts;
-    add_linear(parts, m.qkv_proj, {Part(prefix + "q_proj", Cfg::num_heads * Cfg::head_dim),
-                                   Part(prefix + "k_proj", Cfg::num_kv_heads * Cfg::head_dim),
-                                   Part(prefix + "v_proj", Cfg::num_kv_heads * Cfg::head_dim)}, tp);
-    for (NamedParam& p : parts) {
-      const bool kv = p.name.rfind(prefix + "k_proj.", 0) == 0 || p.name.rfind(prefix + "v_proj.", 0) == 0;
-      out.push_back(kv ? shard_replicated_kv(p, tp, replicas) : p);
-    }
+  for (NamedParam& p : parts) {
+    const bool kv = p.name.rfind(prefix + "k_proj.", 0) == 0 || p.name.rfind(prefix + "v_proj.", 0) == 0;
+    out.push_back(replicas > 1 && kv ? shard_replicated_kv(p, tp, replicas) : p);
   }
   add_qk_norm(out, m.qk_norm, prefix);
 }

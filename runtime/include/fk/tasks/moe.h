@@ -828,21 +828,15 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       // The routing the block will make (reference gate + top-k), for the cost's expert count.
       Tensor logits = ref::linear(x_, module_.gate.weight, module_.gate.bias);
       std::tuple<Tensor, Tensor> r = ref_topk_softmax(logits, Cfg::top_k, Cfg::renormalize);
-      const std::vector<int32_t> ids = to_host<int32_t>(std::get<1>(r));
-      if constexpr (EpSizeOf<Cfg>::value > 1) {
-        // Note [Expert-parallel MoE]: this rank reads and multiplies through its own experts only, so
-        // the cost counts the slots routed to [first, first + L) and the experts of that range they hit.
-        constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
-        const int64_t first = fk::dist::tp_rank() * L;
-        std::vector<int32_t> local;
-        for (int32_t e : ids)
-          if (e >= first && e < first + L) local.push_back(static_cast<int32_t>(e - first));
-        experts_hit_ = count_experts_hit(local, L);
-        routed_slots_ = static_cast<int64_t>(local.size());
-      } else {
-        experts_hit_ = count_experts_hit(ids, Cfg::num_experts);
-        routed_slots_ = static_cast<int64_t>(ids.size());
-      }
+      // This rank's experts [first, first + L): all of them, or under expert parallelism its share (Note
+      // [Expert-parallel MoE]); the cost counts the slots routed to them and the experts they hit.
+      constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
+      const int64_t first = EpSizeOf<Cfg>::value > 1 ? fk::dist::tp_rank() * L : 0;
+      std::vector<int32_t> local;
+      for (int32_t e : to_host<int32_t>(std::get<1>(r)))
+        if (e >= first && e < first + L) local.push_back(static_cast<int32_t>(e - first));
+      experts_hit_ = count_experts_hit(local, L);
+      routed_slots_ = static_cast<int64_t>(local.size());
     } else {
       routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 4002));
       experts_hit_ = routing_.experts_hit;
