@@ -54,8 +54,8 @@ endif()
 # Candidate sets, side by side in one build (what scripts/bench_candidates.py uses):
 #   -DFK_CANDIDATE_SETS="dir1;dir2;..."
 # Each folder holds candidates (L<n>/<task>.cu) and is one set, named after the folder. A set
-# gets its own object library of the tasks it affects (the candidates' tasks and every L2-L4 task
-# that includes one of them, transitively, from the manifest's `children`), compiled against its
+# gets its own object library of the tasks it affects (the candidates' tasks and every task that
+# includes one of them, transitively, from the manifest's `children`), compiled against its
 # own shadow headers, and its own executables fk_bench_<set> (those tasks only) and, when an L4
 # task is affected, fk_model_<set>. The runtime and the baseline kernels are built once and
 # shared; fk_bench_baseline / fk_model_baseline (the union of the sets' tasks, no candidates) are
@@ -64,13 +64,14 @@ set(FK_CANDIDATE_SETS "" CACHE STRING "Folders of candidate sets (L<n>/<task>.cu
 set(FK_CANDIDATE_MAX_LEVEL 4 CACHE STRING "Highest level of the affected tasks built for candidate sets (1 = the candidates' own L1 tasks only)")
 
 # Sets `out_var` to the manifest's tasks affected by `tasks` (names): the tasks themselves and
-# every composite whose children include an affected task, transitively (children are at lower
-# levels, so one pass per level suffices).
+# every task whose children include an affected task, transitively (children are at lower levels, or
+# at level 1 the collective child of a task that communicates, which has no children itself: Note
+# [Collective tasks]; so one pass per level suffices).
 function(fk_affected_tasks out_var tasks)
   set(_affected ${tasks})
   list(LENGTH FK_TASK_NAMES _n)  # the manifest index (Note [Manifest index] in cmake/generated.cmake)
   math(EXPR _last "${_n} - 1")
-  foreach(_level 2 3 4)
+  foreach(_level 1 2 3 4)
     foreach(_i RANGE ${_last})
       list(GET FK_TASK_LEVELS ${_i} _lv)
       if(NOT _lv EQUAL _level)

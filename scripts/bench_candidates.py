@@ -92,11 +92,18 @@ def load_static(path):
     return out
 
 
-def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout):
-    """fk_bench with the watchdog; resumes after TIMEOUT / lost context. Returns the last exit code."""
+def launched(exe, world, launcher):
+    """The command that runs `exe` on `world` ranks (fk_launch, one process per GPU), or alone."""
+    return [launcher, "--nproc", str(world), "--", exe] if world > 1 else [exe]
+
+
+def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout, world=1, launcher=""):
+    """fk_bench with the watchdog; resumes after TIMEOUT / lost context. Returns the last exit code.
+    world > 1: every rank under fk_launch, fk_bench --world-size world (the tasks sharded for it)."""
     if os.path.exists(jsonl):
         os.remove(jsonl)
-    cmd = [exe, "--jsonl", jsonl, "--case-timeout", str(case_timeout)] + args
+    cmd = launched(exe, world, launcher) + (["--world-size", str(world)] if world > 1 else []) + \
+        ["--jsonl", jsonl, "--case-timeout", str(case_timeout)] + args
     deadline = time.time() + total_timeout
     rc, first = None, True
     with open(log_path, "a") as lf:
@@ -115,13 +122,21 @@ def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout):
             lf.write(f"bench_candidates.py: exit {rc}; resuming after the last recorded case\n")
 
 
-def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True):
+def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True, world=1, launcher=""):
     """fk_model --greedy, --teacher-forced (feeding the tokens of the greedy file `force_from`: the
     baseline's) and --bench for one architecture, into <outdir>/greedy-<arch>.json,
     <outdir>/teacher-<arch>.json and (appended) <outdir>/model.jsonl; returns a dict of what happened."""
     res = {}
     tag = arch.replace("/", "__")
-    common = [exe, "--arch", arch] + (["--layers", str(layers)] if layers else [])
+    # A layout's model ("org/name@tp2_ep2") runs as the unsharded config under --tp / --ep, on world ranks.
+    base, _, layout = arch.partition("@")
+    par = []
+    for part in layout.split("_") if layout else []:
+        m = re.fullmatch(r"(tp|ep)(\d+)", part)
+        if not m:
+            raise SystemExit(f"bench_candidates.py: {arch}: unknown layout part {part!r}")
+        par += ["--" + m.group(1), m.group(2)]
+    common = launched(exe, world, launcher) + ["--arch", base] + par + (["--layers", str(layers)] if layers else [])
     part = os.path.join(outdir, f"model-{tag}.jsonl")
     steps = {"greedy": common + ["--greedy", os.path.join(outdir, f"greedy-{tag}.json"), "--decode-steps", "64"]}
     steps["teacher"] = common + ["--teacher-forced", os.path.join(outdir, f"teacher-{tag}.json"), "--decode-steps", "64",
@@ -172,6 +187,11 @@ def main():
                          "the same for the baseline and every set)")
     ap.add_argument("--cmake-arg", action="append", default=[], help="passed to the CMake configure")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--world-size", type=int, default=1,
+                    help="ranks (GPUs) of every fk_bench / fk_model run, under fk_launch: the tasks sharded for that many "
+                         "(a collective candidate: Note [Collective tasks])")
+    ap.add_argument("--arch", default="", help="only the tasks of architectures matching this regex (fk_bench --arch) and "
+                                                 "only their models under --model")
     a = ap.parse_args()
 
     sets = []
@@ -234,7 +254,7 @@ def main():
         with open(os.path.join(b, "candidate_sets", s["name"], "set.json")) as f:
             set_info[s["name"]] = json.load(f)
     any_model = a.model and any(set_info[s["name"]]["model"] for s in sets)
-    targets = ["fk_bench_baseline"] + (["fk_model_baseline"] if any_model else [])
+    targets = ["fk_bench_baseline"] + (["fk_model_baseline"] if any_model else []) + (["fk_launch"] if a.world_size > 1 else [])
     for s in sets:
         targets.append("fk_bench_" + s["name"])
         if a.model and set_info[s["name"]]["model"]:
@@ -260,6 +280,12 @@ def main():
     log(f"seed {seed} (pass --seed {seed} to rerun the same cases)")
     if not any(x.startswith("--seed") for x in a.bench_arg):
         a.bench_arg = a.bench_arg + [f"--seed={seed}"]
+    if a.arch:
+        a.bench_arg = a.bench_arg + ["--arch", a.arch]
+    if a.world_size > 1 and not built.get("fk_launch"):
+        log(f"fk_launch did not build: see {build_log}")
+        return 3
+    dist = {"world": a.world_size, "launcher": os.path.join(b, "fk_launch")}
     base_dir = os.path.join(a.out, "baseline")
     os.makedirs(base_dir, exist_ok=True)
     for stale in [os.path.join(a.out, x["name"]) for x in sets] + [base_dir]:
@@ -267,14 +293,15 @@ def main():
             if f.startswith(("model", "greedy", "teacher")):
                 os.remove(os.path.join(stale, f))
     rc = run_bench(os.path.join(b, "fk_bench_baseline"), os.path.join(base_dir, "bench.jsonl"),
-                   os.path.join(base_dir, "bench.log"), a.bench_arg, a.case_timeout, a.run_timeout)
+                   os.path.join(base_dir, "bench.log"), a.bench_arg, a.case_timeout, a.run_timeout, **dist)
     log(f"baseline fk_bench exit {rc} ({time.time() - t0:.0f}s)")
     manifest = json.load(open(os.path.join(ROOT, "generated", "manifest.json")))
     model_archs = {}
     for s in sets:
         l4 = [t for t in set_info[s["name"]]["affected"]
               if any(m["name"] == t and m["level"] == 4 for m in manifest["tasks"])]
-        model_archs[s["name"]] = sorted({arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"]})
+        model_archs[s["name"]] = sorted({arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"]
+                                         if not a.arch or re.search(a.arch, arch)})
     base_model = {}
 
     def base_greedy(arch):  # every build is fed the baseline's greedy tokens (Note [Teacher-forced check])
@@ -283,7 +310,7 @@ def main():
     if any_model:
         for arch in sorted({x for s in sets for x in model_archs[s["name"]]}):
             base_model[arch] = run_model(os.path.join(b, "fk_model_baseline"), arch, base_dir, a.model_layers, a.model_timeout,
-                                         os.path.join(base_dir, "model.log"), base_greedy(arch), not a.model_checks_only)
+                                         os.path.join(base_dir, "model.log"), base_greedy(arch), not a.model_checks_only, **dist)
             log(f"baseline fk_model {arch}: {base_model[arch]}")
 
     for s in sets:
@@ -311,7 +338,7 @@ def main():
             log(f"{name}: COMPILE_ERROR")
         else:
             rc = run_bench(os.path.join(b, "fk_bench_" + name), os.path.join(d, "bench.jsonl"), os.path.join(d, "bench.log"),
-                           a.bench_arg, a.case_timeout, a.run_timeout)
+                           a.bench_arg, a.case_timeout, a.run_timeout, **dist)
             status["bench_exit"] = rc
             log(f"{name}: fk_bench exit {rc} ({time.time() - t0:.0f}s)")
             if a.model and set_info[name]["model"]:
@@ -319,7 +346,7 @@ def main():
                 for arch in model_archs[name]:
                     status["model_runs"][arch] = run_model(os.path.join(b, "fk_model_" + name), arch, d, a.model_layers,
                                                            a.model_timeout, os.path.join(d, "model.log"), base_greedy(arch),
-                                                           not a.model_checks_only)
+                                                           not a.model_checks_only, **dist)
                     log(f"{name}: fk_model {arch}: {status['model_runs'][arch]}")
         with open(os.path.join(d, "status.json"), "w") as f:
             json.dump(status, f, indent=1, sort_keys=True)

@@ -13,6 +13,9 @@
 #                           included, on GPU G in the background (resumed after a TIMEOUT or a
 #                           lost context)
 #     candidates@G          scripts/bench_candidates.py over the bad suite on GPU G (background)
+#     candidates-dist@G-H   the collective candidates (tests/fixtures/candidates_dist: an NCCL-only all-reduce and two
+#                           known-bad ones) swapped into Llama-3.1-8B@tp2 at every level, fk_bench --world-size 2 and
+#                           fk_model --tp 2 (4 layers) on GPUs G and H (background), compared with the baseline
 #     candidates-l4@G       good_rms_norm and bad_layer_drift at every level (one decode case per task, so that
 #                           compare can judge), the whole models also through fk_model's
 #                           greedy and teacher-forced checks on 4-layer models (background)
@@ -389,6 +392,15 @@ for step in "${steps[@]}"; do
         --build-dir build/cand --max-level 1 --case-timeout 30 --run-timeout 900 --static-results $S/static.jsonl \
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t1|t256|t16384)\$' --seed $seed --jobs $(nproc)"
       ;;
+    candidates-dist@*)  # collective candidates (Note [Collective tasks]) on GPUs G-H: L1-L4 of Llama-3.1-8B@tp2 + fk_model
+      S=tests/fixtures/candidates_dist
+      gs="${step#*@}"
+      bg candidates-dist "CUDA_VISIBLE_DEVICES=${gs//-/,} python3 scripts/bench_candidates.py $S/good_* $S/bad_* --out '$P/cand-dist' \
+        --build-dir build/cand-dist --world-size 2 --arch 'Llama-3.1-8B-Instruct@tp2\$' --max-level 4 --model --model-layers 4 \
+        --model-checks-only --case-timeout 120 --run-timeout 900 --cmake-arg=-DFK_BUILD_GENERATOR=OFF \
+        '--bench-arg=--case=^(t1|t8|t1024|t4096|b1_kv2048|p1x512)\$' --bench-arg=--off-registry=0 --bench-arg=--max-iters=30 \
+        --seed $seed --jobs $(nproc)"
+      ;;
     candidates-l4@*)
       S=tests/fixtures/candidates_runtime
       bg candidates-l4 "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/good_rms_norm $S/bad_layer_drift --out '$P/cand-l4' --build-dir build/cand-l4 --max-level 4 --model --model-layers 4 \
@@ -645,7 +657,7 @@ for step in "${steps[@]}"; do
       say "waited"
       ;;
     collect)
-      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='*.safetensors' --exclude='protocol/cand/*/build*' --exclude='protocol/cand-l4/*/build*' protocol)
+      (cd "$root/out" && tar czf "$OUT/protocol.tar.gz" --exclude='*.safetensors' --exclude='protocol/cand/*/build*' --exclude='protocol/cand-l4/*/build*' --exclude='protocol/cand-dist/*/build*' protocol)
       ls -la "$OUT"
       ;;
     *) echo "gpu_protocol.sh: unknown step $step" >&2; exit 2 ;;

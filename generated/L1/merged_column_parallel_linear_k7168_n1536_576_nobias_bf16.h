@@ -36,7 +36,7 @@ class MergedColumnParallelLinear {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config, fk::tasks::NoCollective>(input, weight, bias));
   }
 
   /// Input-feature shards of the weight (Note [Sharded parameters]): tp_size for a sharded RowParallelLinear.

@@ -8,6 +8,7 @@
 #pragma once
 // Level 1 task `row_parallel_linear_k2048_n4096_nobias_tp2_bf16`: mirrors vllm.model_executor.layers.linear.RowParallelLinear.
 #include "fk/tasks/linear.h"
+#include "L1/all_reduce_n4096_tp2_bf16.h"
 
 namespace fk::generated::row_parallel_linear_k2048_n4096_nobias_tp2_bf16 {
 
@@ -38,7 +39,7 @@ class RowParallelLinear {
   /// returns_bias: (output, output_bias) with output_bias undefined (bias is fused), as vLLM's
   /// linear layers with skip_bias_add=False; otherwise the logits tensor (ParallelLMHead).
   auto forward(const fk::Tensor& input) {
-    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config>(input, weight, bias));
+    return fk::tasks::linear_result<Config>(fk::tasks::linear_forward_tp<Config, fk::generated::all_reduce_n4096_tp2_bf16::AllReduce>(input, weight, bias));
   }
 
   /// Input-feature shards of the weight (Note [Sharded parameters]): tp_size for a sharded RowParallelLinear.

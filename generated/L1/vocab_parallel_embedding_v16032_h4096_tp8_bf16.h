@@ -6,6 +6,7 @@
 #pragma once
 // Level 1 task `vocab_parallel_embedding_v16032_h4096_tp8_bf16`: mirrors vllm.model_executor.layers.vocab_parallel_embedding.VocabParallelEmbedding.
 #include "fk/tasks/embedding.h"
+#include "L1/all_reduce_n4096_tp8_bf16.h"
 
 namespace fk::generated::vocab_parallel_embedding_v16032_h4096_tp8_bf16 {
 
@@ -32,7 +33,7 @@ class VocabParallelEmbedding {
     FK_CHECK(fk::tasks::vocab_shard_rows(num_embeddings, Config::tp_size) == Config::num_embeddings && embedding_dim == Config::embedding_dim,
              "vocab_parallel_embedding_v16032_h4096_tp8_bf16 is specialised on num_embeddings 16032 (per rank of 8), embedding_dim 4096");
   }
-  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward_tp<Config>(input_, weight); }
+  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward_tp<Config, fk::generated::all_reduce_n4096_tp8_bf16::AllReduce>(input_, weight); }
   /// The factor rows are multiplied by (0: none), for references.
   static float embed_scale() { return fk::tasks::embed_scale_of<Config>(); }
 

@@ -32,7 +32,7 @@ class VocabParallelEmbedding {
     FK_CHECK(fk::tasks::vocab_shard_rows(num_embeddings, Config::tp_size) == Config::num_embeddings && embedding_dim == Config::embedding_dim,
              "vocab_parallel_embedding_v32768_h4096_bf16 is specialised on num_embeddings 32768 (per rank of 1), embedding_dim 4096");
   }
-  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward_tp<Config>(input_, weight); }
+  fk::Tensor forward(const fk::Tensor& input_) { return fk::tasks::embedding_forward_tp<Config, fk::tasks::NoCollective>(input_, weight); }
   /// The factor rows are multiplied by (0: none), for references.
   static float embed_scale() { return fk::tasks::embed_scale_of<Config>(); }
 

@@ -59,7 +59,7 @@ class SparseMoeBlock {
     }
   }
 
-  fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::sparse_moe_forward<Config>(*this, hidden_states); }
+  fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::sparse_moe_forward<Config, fk::tasks::NoCollective>(*this, hidden_states); }
 
   /// HF transformers names under `prefix` (e.g. "model.layers.0.mlp.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) { fk::tasks::add_moe_params<Config>(out, *this, prefix); }

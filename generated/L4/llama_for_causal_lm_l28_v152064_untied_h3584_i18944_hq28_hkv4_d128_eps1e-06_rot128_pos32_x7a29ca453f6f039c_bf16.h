@@ -129,7 +129,7 @@ class LlamaForCausalLM {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
   fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
     fk::Tensor logits = lm_head.forward(hidden_states);
-    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits<fk::tasks::NoCollective>(logits, Config::vocab_size);
     if constexpr (Config::logits_scaling != 1.0) fk::tasks::scale_<Config>(logits, 1.0 / Config::logits_scaling);
     return logits;
   }

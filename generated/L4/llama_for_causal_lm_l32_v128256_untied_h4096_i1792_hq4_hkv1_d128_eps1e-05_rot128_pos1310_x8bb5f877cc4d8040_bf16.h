@@ -14,6 +14,7 @@
 #include "L3/llama_decoder_layer_h4096_i1792_hq4_hkv1_d128_eps1e-05_rot128_pos131072_base500000_llama_x7682a3f7eaf35868_bf16.h"
 #include "L1/fused_add_rms_norm_h4096_eps1e-05_bf16.h"
 #include "L1/parallel_lm_head_v16032_h4096_bf16.h"
+#include "L1/all_gather_n16032_tp8_bf16.h"
 
 namespace fk::generated::llama_for_causal_lm_l32_v128256_untied_h4096_i1792_hq4_hkv1_d128_eps1e_05_rot128_pos1310_x8bb5f877cc4d8040_bf16 {
 
@@ -129,7 +130,7 @@ class LlamaForCausalLM {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
   fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
     fk::Tensor logits = lm_head.forward(hidden_states);
-    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits<fk::generated::all_gather_n16032_tp8_bf16::AllGather>(logits, Config::vocab_size);
     if constexpr (Config::logits_scaling != 1.0) fk::tasks::scale_<Config>(logits, 1.0 / Config::logits_scaling);
     return logits;
   }

@@ -14,6 +14,7 @@
 #include "L3/moe_decoder_layer_h4096_e8_top2_i14336_renorm_hq16_hkv4_d128_eps1e-05_rot128_pos32768_ba_x96716ed6df9a72b9_bf16.h"
 #include "L1/fused_add_rms_norm_h4096_eps1e-05_bf16.h"
 #include "L1/parallel_lm_head_v16000_h4096_bf16.h"
+#include "L1/all_gather_n16000_tp2_bf16.h"
 
 namespace fk::generated::moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq16_hkv4_d128_eps1e_05_xb716297495eb0d12_bf16 {
 
@@ -120,7 +121,7 @@ class MoeForCausalLM {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
   fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
     fk::Tensor logits = lm_head.forward(hidden_states);
-    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits<fk::generated::all_gather_n16000_tp2_bf16::AllGather>(logits, Config::vocab_size);
     return logits;
   }
 

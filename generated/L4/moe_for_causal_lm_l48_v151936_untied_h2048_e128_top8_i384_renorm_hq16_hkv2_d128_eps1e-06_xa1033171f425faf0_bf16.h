@@ -14,6 +14,7 @@
 #include "L3/moe_decoder_layer_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e-06_rot128_pos40960_ba_x109202d8bdcc441e_bf16.h"
 #include "L1/fused_add_rms_norm_h2048_eps1e-06_bf16.h"
 #include "L1/parallel_lm_head_v75968_h2048_bf16.h"
+#include "L1/all_gather_n75968_tp2_bf16.h"
 
 namespace fk::generated::moe_for_causal_lm_l48_v151936_untied_h2048_e128_top8_i384_renorm_hq16_hkv2_d128_eps1e_06_xa1033171f425faf0_bf16 {
 
@@ -120,7 +121,7 @@ class MoeForCausalLM {
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
   fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
     fk::Tensor logits = lm_head.forward(hidden_states);
-    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits(logits, Config::vocab_size);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits<fk::generated::all_gather_n75968_tp2_bf16::AllGather>(logits, Config::vocab_size);
     return logits;
   }
 

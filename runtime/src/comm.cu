@@ -139,6 +139,16 @@ void Communicator::all_reduce_(Tensor& t) {
   wait_ready("all_reduce_");
 }
 
+void Communicator::all_reduce(const Tensor& in, Tensor& out) {
+  FK_CHECK(in.is_contiguous() && out.is_contiguous() && in.numel() == out.numel() && in.dtype() == out.dtype(),
+           "all_reduce: contiguous tensors of one size and dtype, got " + in.str() + " -> " + out.str());
+  if (aborted_) fail("all_reduce after an abort");
+  const ncclResult_t r = ncclAllReduce(in.data_ptr(), out.data_ptr(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()), ncclSum,
+                                       comm_, current_stream());
+  if (r != ncclSuccess && r != ncclInProgress) fail(std::string("ncclAllReduce: ") + ncclGetErrorString(r));
+  wait_ready("all_reduce");
+}
+
 void Communicator::send_recv(const std::vector<P2P>& ops) {
   if (aborted_) fail("send_recv after an abort");
   for (const P2P& op : ops)

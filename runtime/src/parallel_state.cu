@@ -51,8 +51,7 @@ Tensor GroupCoordinator::all_reduce(const Tensor& input) {
     peer_->all_reduce(input, out);
     return out;
   }
-  copy_(out, input);
-  comm_->all_reduce_(out);
+  comm_->all_reduce(input, out);  // out of place: no copy first
   return out;
 }
 
@@ -103,6 +102,15 @@ int tp_world_size() { return g_tp_group == nullptr ? 1 : g_tp_group->world_size(
 int tp_rank() { return tp_group().rank(); }
 
 void tp_all_reduce_(Tensor& t) { tp_group().all_reduce_(t); }
+
+Tensor tp_all_reduce(const Tensor& t) { return tp_group().all_reduce(t); }
+
+Tensor tp_nccl_all_reduce(const Tensor& t) {
+  FK_CHECK(t.is_contiguous(), "tp_nccl_all_reduce: a contiguous tensor, got " + t.str());
+  Tensor out = empty_like(t);
+  tp_group().nccl().all_reduce(t, out);
+  return out;
+}
 
 Tensor tp_all_gather_last_dim(const Tensor& t) { return tp_group().all_gather_last_dim(t); }
 

@@ -41,6 +41,11 @@ template <class T> __global__ void add_f32_kernel(float* out, const T* a, const 
   if (i < n) out[i] = static_cast<float>(a[i]) + static_cast<float>(b[i]);
 }
 
+template <class T> __global__ void accumulate_f32_kernel(float* acc, const T* x, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) acc[i] += static_cast<float>(x[i]);
+}
+
 template <class T>
 __global__ void store_rows_kernel(T* cache, int64_t num_slots, const T* x, int64_t x_stride, const int64_t* slots,
                                   int64_t tokens, int64_t row) {
@@ -492,6 +497,16 @@ Tensor add_f32(const Tensor& a, const Tensor& b) {
   });
   FK_CHECK_LAUNCH();
   return out;
+}
+
+void accumulate_f32_(Tensor& acc, const Tensor& x) {
+  FK_CHECK(acc.is_contiguous() && x.is_contiguous() && acc.dtype() == DType::kF32 && acc.numel() == x.numel(),
+           "accumulate_f32_: " + acc.str() + " += " + x.str());
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    accumulate_f32_kernel<T><<<blocks(x.numel()), 256, 0, current_stream()>>>(acc.data<float>(), x.data<T>(), x.numel());
+  });
+  FK_CHECK_LAUNCH();
 }
 
 }  // namespace fk::tasks::ref

@@ -1,6 +1,7 @@
 // The `fastkernels` binary: verbs, --help, exit codes, `add`, and `generate --check` against the
 // committed repository tree (generated/ must be up to date in every commit).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 
@@ -148,6 +149,26 @@ TEST(Cli, AddRecordsParallelLayoutsAndGeneratesEach) {
   EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "row_parallel_linear_k32_n64_nobias_tp2_bf16.h"));
   EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "row_parallel_linear_k16_n64_nobias_tp4_bf16.h"));
   EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / "qkv_parallel_linear_h64_d16_hq1_hkv1_nobias_bf16.h"));  // KV replicated at 4
+  // Note [Collective tasks]: each layout's all-reduce (the row-parallel linears' output, the embedding's hidden size) and
+  // the logits' all-gather (the vocabulary padded to 64 = 320, one rank's rows) are L1 tasks, the communicating tasks' children.
+  for (const char* t : {"all_reduce_n64_tp2_bf16", "all_reduce_n64_tp4_bf16", "all_gather_n160_tp2_bf16", "all_gather_n80_tp4_bf16"})
+    EXPECT_TRUE(fs::exists(tmp.path() / "generated" / "L1" / (std::string(t) + ".h"))) << t;
+  const auto j = nlohmann::json::parse(slurp(tmp.path() / "generated" / "manifest.json"));
+  int checked = 0;
+  for (const auto& t : j["tasks"]) {
+    const std::string name = t["name"];
+    if (name == "row_parallel_linear_k32_n64_nobias_tp2_bf16" || name.rfind("vocab_parallel_embedding_v160_h64_tp2", 0) == 0) {
+      EXPECT_EQ(t["children"], (nlohmann::json{{"collective", "all_reduce_n64_tp2_bf16"}})) << name;
+      ++checked;
+    } else if (t["kind"] == "llama_for_causal_lm" && t["archs"] == nlohmann::json{"acme/tp@tp4"}) {
+      EXPECT_EQ(t["children"]["collective"], "all_gather_n80_tp4_bf16") << name;
+      ++checked;
+    } else if (name == "row_parallel_linear_k64_n64_nobias_bf16") {
+      EXPECT_FALSE(t.contains("children")) << name;  // unsharded: no collective
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4) << "the sharded linear, embedding and model, and the unsharded linear, each once";
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
 }
 

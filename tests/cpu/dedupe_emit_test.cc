@@ -142,11 +142,11 @@ TEST(Descriptors, RejectsUnboundParameterUnknownKindAndUnknownName) {
   EXPECT_EQ(diag.text(),
             "generator/descriptors/x.json: $.extra: unknown key (known: checks, constants, doc, family, fields, forward, ignored_keys, model_types, modules)\n"
             "generator/descriptors/x.json: $.forward[0].bind.eps: expected number expression for parameter eps of kind rms_norm, got nothing\n"
-            "generator/descriptors/x.json: $.forward[1].kind: expected one of activation, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
+            "generator/descriptors/x.json: $.forward[1].kind: expected one of activation, all_gather, all_reduce, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
             "fused_add_layer_norm, fused_add_rms_norm, gelu_and_mul, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, grouped_topk, interpolate, l2_normalize, layer_norm, layer_scale, merged_column_parallel_linear, mla_decode, mla_prefill, moe_align_block_size, moe_grouped_gemm, moe_sum, mrope, olmo2_qk_norm, parallel_lm_head, patch_embedding, patch_embedding_3d, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
             "store_kvcache, swigluoai_and_mul, token_classifier, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"mamba_mixer\"\n"
-            "generator/descriptors/x.json: $.forward[3].kind: expected one of activation, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
+            "generator/descriptors/x.json: $.forward[3].kind: expected one of activation, all_gather, all_reduce, column_parallel_linear, concat_and_cache_mla, cross_attention, embedding_pooler, flash_attn_decode, flash_attn_prefill, "
             "fused_add_layer_norm, fused_add_rms_norm, gelu_and_mul, gelu_tanh_and_mul, gemma_fused_add_rms_norm, gemma_qk_norm, gemma_rms_norm, grouped_topk, interpolate, l2_normalize, layer_norm, layer_scale, merged_column_parallel_linear, mla_decode, mla_prefill, moe_align_block_size, moe_grouped_gemm, moe_sum, mrope, olmo2_qk_norm, parallel_lm_head, patch_embedding, patch_embedding_3d, "
             "qk_norm, qkv_parallel_linear, replicated_linear, rms_norm, rotary_embedding, row_parallel_linear, scaled_word_embedding, silu_and_mul, "
             "store_kvcache, swigluoai_and_mul, token_classifier, topk_softmax, vision_rope_2d, vocab_parallel_embedding, got \"llama_mlp\" "

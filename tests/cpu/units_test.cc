@@ -1361,7 +1361,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"layer_scale", "LayerScale"}, {"patch_embedding", "PatchEmbedding"},
       {"patch_embedding_3d", "PatchEmbedding3D"}, {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"},
-      {"mrope", "MRotaryEmbedding"}};
+      {"mrope", "MRotaryEmbedding"}, {"all_reduce", "AllReduce"}, {"all_gather", "AllGather"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);

@@ -173,9 +173,20 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   k.template_name = str(j, "template", where);
   k.source_template_name = str(j, "source_template", where, false);
   k.class_name = str(j, "class", where);
-  k.collective = str(j, "collective", where, false);
-  if (!k.collective.empty() && k.collective != "all_reduce" && k.collective != "all_gather")
-    throw std::invalid_argument(where + ": \"collective\" must be \"all_reduce\" or \"all_gather\", got " + json_quote(k.collective));
+  // Note [Collective tasks]: "collective": {"kind": "all_reduce" | "all_gather", "width": "<template>"}; the width (the
+  // collective's last dimension per rank) is rendered from the kind's parameters like a placeholder.
+  std::string collective_width;
+  if (j.contains("collective")) {
+    const ojson& c = j["collective"];
+    if (!c.is_object() || c.size() != 2 || !c.contains("kind") || !c.contains("width") || !c["kind"].is_string() ||
+        !c["width"].is_string())
+      throw std::invalid_argument(where + ": \"collective\" must be {\"kind\": \"all_reduce\" or \"all_gather\", \"width\": "
+                                  "\"<template of the last dimension>\"}, got " + c.dump());
+    k.collective = c["kind"].get<std::string>();
+    collective_width = c["width"].get<std::string>();
+    if (k.collective != "all_reduce" && k.collective != "all_gather")
+      throw std::invalid_argument(where + ": collective.kind must be \"all_reduce\" or \"all_gather\", got " + json_quote(k.collective));
+  }
   k.level = 1;
   if (j.contains("level")) {
     if (!j["level"].is_number_integer() || j["level"].get<int>() < 1 || j["level"] > 4)
@@ -243,6 +254,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   render(name, nullptr, "", true, *e, hooks);
   render(production, nullptr, "", false, *e, hooks);
   for (const auto& [ph, t] : extra) render(t, nullptr, "", false, *e, hooks);
+  if (!collective_width.empty()) render(collective_width, nullptr, "", false, *e, hooks);
 
   // A caller may leave out a parameter with a default (as a descriptor's bind may): it is the default.
   const std::vector<ParamSpec> specs = k.params;
@@ -273,6 +285,25 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
       if (std::find(derived.begin(), derived.end(), ph) == derived.end()) out.emplace_back(ph, render(t, &p, "", false, *e, hooks));
     return out;
   };
+  if (!k.collective.empty()) {
+    if (!e->types.count("tp_size") || e->types.at("tp_size") != ParamType::kInt)
+      throw std::invalid_argument(where + ": a kind with a \"collective\" needs an int parameter tp_size");
+    k.collective_params = [e, collective_width, specs, &hooks](const Params& given) {
+      Params p = given;
+      for (const ParamSpec& ps : specs)
+        if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+      const std::string w = render(collective_width, &p, "", false, *e, hooks);
+      int64_t width = 0;
+      try {
+        size_t used = 0;
+        width = std::stoll(w, &used);
+        if (used != w.size()) throw std::invalid_argument(w);
+      } catch (const std::exception&) {
+        throw GenError{e->where + ": collective.width " + json_quote(collective_width) + " gave " + json_quote(w) + ", expected an integer"};
+      }
+      return Params{{"width", Value(width)}, {"tp_size", p.at("tp_size")}};
+    };
+  }
   const std::string cases = str(j, "cases", where);
   auto c = hooks.cases.find(cases);
   if (c == hooks.cases.end()) throw std::invalid_argument(where + ": cases: unknown registry " + json_quote(cases));

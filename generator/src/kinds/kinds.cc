@@ -453,6 +453,12 @@ const KindHooks& kind_hooks() {
     h.spell["qkv_out_features"] = [](const Params& p) {
       return i2s((I(p, "num_heads") + 2 * I(p, "num_kv_heads")) * I(p, "head_size"));
     };
+    // The vocabulary rows of one rank (VocabParallelEmbedding: padded to a multiple of 64, then split; the runtime's
+    // fk::tasks::vocab_shard_rows): the width of the logits' all-gather (Note [Collective tasks]).
+    h.spell["vocab_shard"] = [](const Params& p) {
+      const int64_t v = I(p, "vocab_size"), tp = I(p, "tp_size");
+      return i2s(tp <= 1 ? v : (v + 63) / 64 * 64 / tp);
+    };
     h.spell["merged_out_features"] = [](const Params& p) { return i2s(I(p, "n0") + I(p, "n1")); };
     h.checks["swigluoai"] = [](const Params& p) {
       if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))

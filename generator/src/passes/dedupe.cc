@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "fk/gen/format.h"
 
@@ -149,6 +150,51 @@ bool add_children(Task& t, const KindSpec& k, const ModuleInstance& mod, const s
   return true;
 }
 
+// Note [Collective tasks]
+// A kind whose forward communicates at a layout (KindSpec::collective: RowParallelLinear's and the MoE block's
+// all-reduce, the embedding's masked-lookup all-reduce, the models' logits gather) calls that collective as a child
+// task, an L1 task of kind all_reduce or all_gather (`all_reduce_n4096_tp2_bf16`: the last dimension per rank and the
+// group size), as vLLM's RowParallelLinear calls tensor_model_parallel_all_reduce. So the collective is a task like any
+// kernel: fk_bench --world-size N checks and times it alone, and a candidate that replaces its header
+// (docs/candidates.md) is what the linear, the attention block, the layer and the model above it call. The child is
+// recorded as the parent's "collective" child (the manifest's children: the candidate closure follows it) and reaches
+// the templates as {{collective_t}} (its class; fk::tasks::NoCollective unsharded) and {{collective_include}} (a
+// newline and its #include, written at the end of an #include line; empty unsharded). Every
+// task whose header template a communicating kind uses gets both, so kinds sharing that template (a ColumnParallelLinear
+// renders linear.h like a RowParallelLinear) render them as the unsharded fallback.
+bool add_collective(Task& t, const KindSpec& k, const Params& params, const LoweredModel& m, const std::string& op, Merger& merger,
+                    ModelTasks& mt, Diagnostics& diag) {
+  static const std::set<std::string> templates = [] {
+    std::set<std::string> out;
+    for (bool composite : {false, true})
+      for (const auto& name : kind_names(composite))
+        if (const KindSpec* s = find_kind(name); s && !s->collective.empty()) out.insert(s->template_name);
+    return out;
+  }();
+  if (!templates.count(t.template_name)) return true;
+  std::string type = "fk::tasks::NoCollective", include;
+  if (k.collective_params) {
+    try {
+      const Params cp = k.collective_params(params);
+      if (std::get<int64_t>(cp.at("tp_size")) > 1) {
+        const KindSpec* ck = find_kind(k.collective);
+        if (!ck) throw GenError{"kind " + k.kind + " names collective kind " + json_quote(k.collective) + ", which is not in the kind table"};
+        const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + k.collective);
+        mt.tasks.insert(c.name);
+        t.children.emplace_back("collective", c.name);
+        type = "fk::generated::" + to_ident(c.name) + "::" + ck->class_name;
+        include = "\n#include \"" + task_include(c.level, c.name) + "\"";  // after the line the templates end it on
+      }
+    } catch (const GenError& e) {
+      diag.error(m.file + ": " + op + ": " + e.message);
+      return false;
+    }
+  }
+  t.placeholders.emplace_back("collective_t", type);
+  t.placeholders.emplace_back("collective_include", include);
+  return true;
+}
+
 }  // namespace
 
 TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag) {
@@ -172,6 +218,7 @@ TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag) {
         diag.error(m->file + ": " + op.name + ": " + e.message);
         continue;
       }
+      if (!add_collective(t, *op.kind, op.params, *m, op.name, merger, mt, diag)) continue;
       const Task& task = merger.add(t, cases, *m, op.name);
       mt.ops.emplace_back(op.name, task.name);
       mt.tasks.insert(task.name);
@@ -188,6 +235,7 @@ TaskSet dedupe(const std::vector<LoweredModel>& models, Diagnostics& diag) {
         continue;
       }
       if (!add_children(t, *mod.kind, mod, task_of, set)) continue;
+      if (!add_collective(t, *mod.kind, mod.params, *m, mod.name, merger, mt, diag)) continue;
       const Task& task = merger.add(t, cases, *m, mod.name);
       mt.modules.emplace_back(mod.name, task.name);
       mt.tasks.insert(task.name);

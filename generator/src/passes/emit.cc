@@ -137,7 +137,7 @@ std::string manifest_json(const TaskSet& set) {
                  {"production", t.production},
                  {"archs", std::vector<std::string>(t.archs.begin(), t.archs.end())}};
     if (t.spelled != t.name) task["spelled"] = t.spelled;
-    if (t.level > 1) {
+    if (t.level > 1 || !t.children.empty()) {  // an L1 task's children: its collective (Note [Collective tasks])
       json children = json::object();
       for (const auto& [slot, child] : t.children) children[slot] = child.empty() ? json() : json(child);
       task["children"] = children;

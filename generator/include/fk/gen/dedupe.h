@@ -27,7 +27,8 @@ struct Task {
   std::string source;  ///< generated/L<level>/<name>.cu
   std::string header;  ///< generated/L<level>/<name>.h
   std::string dtype;   ///< torch_dtype
-  /// Composite kinds: (slot, child task name), in slot order; empty name for an absent optional.
+  /// Composite kinds: (slot, child task name), in slot order; empty name for an absent optional. Then, for a kind
+  /// that communicates at its layout, ("collective", its collective task) (Note [Collective tasks]), at any level.
   std::vector<std::pair<std::string, std::string>> children;
   /// Kind-specific placeholders (name -> C++ text), the task's content besides its identity.
   std::vector<std::pair<std::string, std::string>> placeholders;

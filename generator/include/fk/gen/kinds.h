@@ -105,6 +105,9 @@ struct KindSpec {
   /// The collective its forward issues once per call where its tp_size is above 1 ("all_reduce",
   /// "all_gather"; "" none): what the coverage audit counts per layout (Note [Collectives per step]).
   std::string collective;
+  /// Note [Collective tasks]: the parameters of that collective's L1 task (width, tp_size) from this
+  /// kind's; empty function where `collective` is "".
+  std::function<Params(const Params&)> collective_params;
 };
 
 /// Longest task name (Note [Long task names]).

@@ -39,6 +39,8 @@ class Communicator {
 
   /// Sum over the ranks, in place (t contiguous, the same shape on every rank).
   void all_reduce_(Tensor& t);
+  /// out = the sum over the ranks of in (both contiguous, the same size; in is left as it was).
+  void all_reduce(const Tensor& in, Tensor& out);
   /// out [world * n] = every rank's in [n], in rank order (flat, contiguous).
   void all_gather(const Tensor& in, Tensor& out);
   /// out [n / world] = the sum over the ranks of in's rank-th slice (flat, contiguous).

@@ -20,6 +20,11 @@ int tp_world_size();
 int tp_rank();
 /// tp_group().all_reduce_(t): the sum over the group, in place (Note [Group all-reduce choice]).
 void tp_all_reduce_(Tensor& t);
+/// tp_group().all_reduce(t): the sum over the group in a new tensor (t is left as it was).
+Tensor tp_all_reduce(const Tensor& t);
+/// The sum over the group through NCCL alone (ncclAllReduce out of place: what torch.distributed.all_reduce runs), in
+/// a new tensor: the peer of the all-reduce task (Note [Collective tasks] in fk/tasks/collective.h).
+Tensor tp_nccl_all_reduce(const Tensor& t);
 /// tp_group().all_gather_last_dim(t): every rank's [rows, n] side by side, [rows, world x n].
 Tensor tp_all_gather_last_dim(const Tensor& t);
 

@@ -42,13 +42,12 @@ template <class Cfg> Tensor embedding_forward(const Tensor& input_, const Tensor
 /// The forward of a task sharded for tensor parallelism (Note [Parallel layouts]): this rank's rows
 /// [rank x num_embeddings, (rank + 1) x num_embeddings) of the padded vocabulary, zero rows for the
 /// other ids, summed over the tensor-parallel group (vLLM's masked lookup + all-reduce).
-template <class Cfg> Tensor embedding_forward_tp(const Tensor& input_, const Tensor& weight) {
+/// Reduce: the task's all-reduce child (Note [Collective tasks] in fk/tasks/collective.h).
+template <class Cfg, class Reduce = NoCollective> Tensor embedding_forward_tp(const Tensor& input_, const Tensor& weight) {
   if constexpr (TpSizeOf<Cfg>::value == 1) {
     return embedding_forward<Cfg>(input_, weight);
   } else {
-    Tensor out = embedding_forward<Cfg>(input_, weight, int64_t(fk::dist::tp_rank()) * Cfg::num_embeddings);
-    fk::dist::tp_all_reduce_(out);
-    return out;
+    return collective_call<Reduce>(embedding_forward<Cfg>(input_, weight, int64_t(fk::dist::tp_rank()) * Cfg::num_embeddings));
   }
 }
 

@@ -60,10 +60,33 @@ inline Tensor gather_rank_rows(const Tensor& shard) {
   return fk::dist::tp_all_gather_last_dim(shard.view({1, rows * width})).view({rows * fk::dist::tp_world_size(), width});
 }
 
+/// The seed rank `rank`'s draws use in a task sharded for tensor parallelism (rank_seed below); every rank can
+/// redraw every other rank's inputs with it (the collective tasks' references: Note [Collective tasks]).
+inline uint64_t seed_of_rank(uint64_t seed, int rank) { return mix_seed(seed, 1000 + uint64_t(rank)); }
+
 /// The seed of a draw that differs by rank in a task sharded for tensor parallelism (each rank's own
 /// columns or rows: Note [Sharded references] in fk/tasks/llama.h); `unsharded` where Cfg is not sharded.
 template <class Cfg> uint64_t rank_seed(uint64_t seed, uint64_t unsharded) {
-  return TpSizeOf<Cfg>::value > 1 ? mix_seed(seed, 1000 + uint64_t(fk::dist::tp_rank())) : unsharded;
+  return TpSizeOf<Cfg>::value > 1 ? seed_of_rank(seed, fk::dist::tp_rank()) : unsharded;
+}
+
+/// Tag for the generated classes' config-only constructor (the harness builds modules from the
+/// Config; the production constructor checks its arguments and delegates to it).
+struct FromConfig {};
+inline constexpr FromConfig from_config{};
+
+/// The collective child of a task that communicates nowhere (unsharded: Note [Collective tasks] in
+/// fk/tasks/collective.h). Never called: collective_call refuses it at compile time.
+struct NoCollective {
+  NoCollective() = default;
+  explicit NoCollective(FromConfig) {}
+};
+
+/// Calls a task's collective child (its generated class, or a candidate's) on `t`.
+template <class Coll> Tensor collective_call(const Tensor& t) {
+  static_assert(!std::is_same_v<Coll, NoCollective>,
+                "a task sharded for tensor parallelism calls its collective child task (Note [Collective tasks]); regenerate");
+  return Coll(from_config).forward(t);
 }
 
 /// A task sharded for tensor parallelism runs only in a process whose tensor-parallel group has its
@@ -74,7 +97,7 @@ template <class Cfg> void require_layout() {
     const int have = fk::dist::tp_world_size();
     if (have != tp)
       throw SkipCase("sharded for " + std::to_string(tp) + "-way tensor parallelism: it runs in a tensor-parallel group of " +
-                     std::to_string(tp) + " ranks (fk_bench --world-size, not built yet: issue 23); this process has " +
+                     std::to_string(tp) + " ranks (fk_launch --nproc N -- fk_bench --world-size N; docs/multi-gpu.md); this process has " +
                      (have == 1 ? std::string("none") : "one of " + std::to_string(have)));
   }
 }

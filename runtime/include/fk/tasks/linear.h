@@ -28,11 +28,6 @@
 
 namespace fk::tasks {
 
-/// Tag for the generated linear classes' config-only constructor (the harness builds modules
-/// from the Config; the production constructor checks its arguments and delegates to it).
-struct FromConfig {};
-inline constexpr FromConfig from_config{};
-
 namespace detail {
 template <class T> constexpr fk::kernels::GemmDType gemm_dtype() {
   static_assert(std::is_same_v<T, bf16> || std::is_same_v<T, f16>, "linear tasks support bf16/f16");
@@ -163,21 +158,26 @@ template <class Cfg> Tensor linear_forward(const Tensor& input, const Tensor& we
 template <class L, class = void> struct RowShardsOf : std::integral_constant<int, 1> {};
 template <class L> struct RowShardsOf<L, std::void_t<decltype(L::row_shards)>> : std::integral_constant<int, L::row_shards> {};
 
-template <class Cfg> Tensor linear_forward_tp(const Tensor& input, const Tensor& weight, const Tensor& bias) {
+/// Reduce: the task's all-reduce child (Note [Collective tasks] in fk/tasks/collective.h), called on the partial
+/// product as vLLM's RowParallelLinear calls tensor_model_parallel_all_reduce.
+template <class Cfg, class Reduce = NoCollective>
+Tensor linear_forward_tp(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   if constexpr (TpSizeOf<Cfg>::value == 1) {
     return linear_forward<Cfg>(input, weight, bias);
   } else {
-    Tensor out = linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor());
-    fk::dist::tp_all_reduce_(out);
-    return out;
+    return collective_call<Reduce>(linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor()));
   }
 }
 
 /// The logits of a model sharded for tensor parallelism: every rank's shard of the (padded) vocabulary
 /// side by side, cut to the model's vocab_size (vLLM's LogitsProcessor: gather, then [..., :vocab]).
-inline Tensor gather_vocab_logits(const Tensor& local, int64_t vocab_size) {
+/// Gather: the model's all-gather child (Note [Collective tasks]); the default, the group's own all-gather, serves
+/// the references.
+template <class Gather = void> Tensor gather_vocab_logits(const Tensor& local, int64_t vocab_size) {
   const int64_t cols = local.size(-1), rows = local.numel() / cols;
-  const Tensor all = fk::dist::tp_all_gather_last_dim(local.view({rows, cols}));
+  Tensor all;
+  if constexpr (std::is_void_v<Gather>) all = fk::dist::tp_all_gather_last_dim(local.view({rows, cols}));
+  else all = collective_call<Gather>(local.view({rows, cols}));
   FK_CHECK(all.size(1) >= vocab_size, "gather_vocab_logits: " + all.str() + " has fewer than " + std::to_string(vocab_size) + " columns");
   Tensor out = empty({rows, vocab_size}, local.dtype());
   copy_strided_(out, all.narrow_last(0, vocab_size));

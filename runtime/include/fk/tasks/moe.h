@@ -194,7 +194,8 @@ template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
 }
 
 /// SparseMoeBlock.forward(hidden_states [T, H]) -> [T, H]: gate -> router -> experts.
-template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidden) {
+/// Reduce: the block's all-reduce child at tensor parallelism (Note [Collective tasks] in fk/tasks/collective.h).
+template <class Cfg, class Reduce = NoCollective, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidden) {
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
@@ -206,7 +207,7 @@ template <class Cfg, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidd
     out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
   // Tensor parallelism (Note [Sharded parameters]): each rank's experts hold its slice of every expert's
   // intermediate, so the block's output is a partial sum (vLLM's FusedMoE reduce_results).
-  if constexpr (TpSizeOf<Cfg>::value > 1) fk::dist::tp_all_reduce_(out);
+  if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
   return out;
 }
 

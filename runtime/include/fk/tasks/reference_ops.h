@@ -92,6 +92,8 @@ Tensor moe_linear_f32(const Tensor& a, const Tensor& w, const std::vector<int32_
 Tensor moe_sum_f32(const Tensor& x);
 /// a + b elementwise, fp32 result (for comparing residual streams).
 Tensor add_f32(const Tensor& a, const Tensor& b);
+/// acc (fp32) += x (model dtype), elementwise, in place (a sum over tensors in a fixed order).
+void accumulate_f32_(Tensor& acc, const Tensor& x);
 /// fp32 -> dtype, rounding to nearest even.
 Tensor round_to(const Tensor& f32, DType dtype);
 
