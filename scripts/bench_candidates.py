@@ -296,6 +296,7 @@ def main():
                    os.path.join(base_dir, "bench.log"), a.bench_arg, a.case_timeout, a.run_timeout, **dist)
     log(f"baseline fk_bench exit {rc} ({time.time() - t0:.0f}s)")
     manifest = json.load(open(os.path.join(ROOT, "generated", "manifest.json")))
+    archs_of = {m["name"]: m["archs"] for m in manifest["tasks"]}
     model_archs = {}
     for s in sets:
         l4 = [t for t in set_info[s["name"]]["affected"]
@@ -325,9 +326,13 @@ def main():
                                               "flags": [], "diagnostics": ""}) for c in s["candidates"]],
             "build": "OK" if ok else "COMPILE_ERROR",
             "build_log": "",
-            "affected": [t for t in set_info[name]["affected"] if t not in set_info[name]["tasks"]],
+            # With --arch, only the tasks of the selected architectures ran (fk_bench --arch); compare expects those.
+            "affected": [t for t in set_info[name]["affected"] if t not in set_info[name]["tasks"] and
+                         (not a.arch or any(re.search(a.arch, x) for x in archs_of.get(t, [])))],
             "max_level": a.max_level,
         }
+        if a.arch:
+            status["arch"] = a.arch
         if not ok:
             for stale in ("bench.jsonl", "bench.log"):
                 if os.path.exists(os.path.join(d, stale)):

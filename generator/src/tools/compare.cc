@@ -536,6 +536,7 @@ CandidateSet load_set(const fs::path& dir, const std::string& name, Diagnostics&
   set.build_log = d.str(*j, "$", "build_log", /*required=*/false).value_or("");
   set.affected = d.strings(*j, "$", "affected").value_or(std::vector<std::string>{});
   set.max_level = static_cast<int>(d.integer(*j, "$", "max_level", 1, 4, /*required=*/false).value_or(4));
+  if (j->contains("arch")) set.arch = d.str(*j, "$", "arch").value_or("");
   if (!d.ok()) return set;
 
   if (set.build_ok) {
@@ -630,6 +631,7 @@ std::optional<TaskGraph> load_manifest(const fs::path& file, Diagnostics& diag) 
         else fams.insert(f->second);
       }
       task.families.assign(fams.begin(), fams.end());
+      task.archs = *archs;
       if (const json* children = d.field(*t, path, "children", "object", false)) {
         if (d.object(*children, path + ".children")) {
           for (const auto& [role, child] : children->items()) {
@@ -847,7 +849,7 @@ class Evaluator {
                     "), got " + std::to_string(c.level));
       std::set<std::string>& anc = v.ancestors[c.task];
       for (const auto& a : g_.ancestors(c.task))
-        if (g_.tasks.at(a).level <= set.max_level) anc.insert(a);
+        if (g_.tasks.at(a).level <= set.max_level && of_arch(set, a, st)) anc.insert(a);
       expected_affected.insert(anc.begin(), anc.end());
     }
     if (!known) return v;
@@ -879,6 +881,22 @@ class Evaluator {
     v.e2e = end_to_end(set);
     return v;
   }
+
+  // Whether task `t` belongs to an architecture the set's runs selected ($.arch; every task without one).
+  bool of_arch(const CandidateSet& set, const std::string& t, const std::string& st) {
+    if (set.arch.empty()) return true;
+    std::regex re;
+    try {
+      re = std::regex(set.arch);
+    } catch (const std::regex_error&) {
+      if (bad_arch_.insert(st).second) diag_.error(st + ": $.arch: expected a regular expression, got " + json_quote(set.arch));
+      return true;
+    }
+    for (const auto& a : g_.tasks.at(t).archs)
+      if (std::regex_search(a, re)) return true;
+    return false;
+  }
+  std::set<std::string> bad_arch_;
 
   void check_run(const CandidateSet& set, const BenchRun& run, const std::vector<std::string>& judged, SetView& v) {
     v.run = index_run(run, diag_);

@@ -127,6 +127,9 @@ struct CandidateSet {
   std::string build_log;
   std::vector<std::string> affected;  ///< tasks up to max_level that include a candidate, transitively
   int max_level = 4;                  ///< highest level of affected tasks built and run
+  /// A regex (ECMAScript, searched) the run's architectures matched (bench_candidates.py --arch): only tasks of a
+  /// matching architecture are expected among the affected ones; empty: every architecture.
+  std::string arch;
   std::optional<BenchRun> bench;      ///< absent when the build failed
   std::optional<ModelRun> model;
   std::vector<GreedyRun> greedy;      ///< at most one per architecture
@@ -149,6 +152,7 @@ struct TaskGraph {
     int level = 0;
     std::vector<std::string> families;  ///< descriptor basenames of the archs that use the task, sorted
     std::vector<std::string> children;  ///< tasks this one includes directly
+    std::vector<std::string> archs;     ///< the ids of the configs (and layouts) that use the task
   };
   std::string file;
   std::map<std::string, Task> tasks;
