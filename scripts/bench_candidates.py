@@ -187,6 +187,8 @@ def main():
                          "the same for the baseline and every set)")
     ap.add_argument("--cmake-arg", action="append", default=[], help="passed to the CMake configure")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--build-only", action="store_true",
+                    help="configure and build, then stop (a later run with the same sets and --build-dir only relinks)")
     ap.add_argument("--world-size", type=int, default=1,
                     help="ranks (GPUs) of every fk_bench / fk_model run, under fk_launch: the tasks sharded for that many "
                          "(a collective candidate: Note [Collective tasks])")
@@ -268,6 +270,10 @@ def main():
         subprocess.run(["cmake", "--build", b, "-j", str(a.jobs), "--target", *targets, *keep_going], stdout=lf, stderr=lf)
     log(f"build {time.time() - t0:.0f}s")
     built = {t: os.path.exists(os.path.join(b, t)) for t in targets}
+    if a.build_only:
+        log("built: " + ", ".join(t for t in targets if built[t]) + ("" if all(built.values()) else
+            "; NOT built: " + ", ".join(t for t in targets if not built[t])))
+        return 0 if all(built.values()) else 3
     if not built["fk_bench_baseline"]:
         log(f"the baseline did not build: see {build_log}")
         return 3

@@ -16,6 +16,7 @@
 #     candidates-dist@G-H   the collective candidates (tests/fixtures/candidates_dist: an NCCL-only all-reduce and two
 #                           known-bad ones) swapped into Llama-3.1-8B@tp2 at every level, fk_bench --world-size 2 and
 #                           fk_model --tp 2 (4 layers) on GPUs G and H (background), compared with the baseline
+#     cand-build-dist       candidates-dist's build alone, in the background (no GPU); candidates-dist then relinks
 #     candidates-l4@G       good_rms_norm and bad_layer_drift at every level (one decode case per task, so that
 #                           compare can judge), the whole models also through fk_model's
 #                           greedy and teacher-forced checks on 4-layer models (background)
@@ -391,6 +392,11 @@ for step in "${steps[@]}"; do
       bg candidates "CUDA_VISIBLE_DEVICES=${step#*@} python3 scripts/bench_candidates.py $S/bad_* --out '$P/cand' \
         --build-dir build/cand --max-level 1 --case-timeout 30 --run-timeout 900 --static-results $S/static.jsonl \
         --cmake-arg=-DFK_BUILD_GENERATOR=OFF '--bench-arg=--case=^(t1|t256|t16384)\$' --seed $seed --jobs $(nproc)"
+      ;;
+    cand-build-dist)  # the build of candidates-dist alone (background, no GPU), so that candidates-dist later only relinks
+      S=tests/fixtures/candidates_dist
+      bg cand-build-dist "python3 scripts/bench_candidates.py $S/good_* $S/bad_* --out '$P/cand-dist' --build-dir build/cand-dist \
+        --world-size 2 --max-level 4 --model --build-only --cmake-arg=-DFK_BUILD_GENERATOR=OFF --jobs $(nproc)"
       ;;
     candidates-dist@*)  # collective candidates (Note [Collective tasks]) on GPUs G-H: L1-L4 of Llama-3.1-8B@tp2 + fk_model
       S=tests/fixtures/candidates_dist
