@@ -105,6 +105,11 @@ void tp_all_reduce_(Tensor& t) { tp_group().all_reduce_(t); }
 
 Tensor tp_all_reduce(const Tensor& t) { return tp_group().all_reduce(t); }
 
+PeerAllReduce* tp_peer_all_reduce_for(int64_t bytes) {
+  GroupCoordinator& g = tp_group();
+  return g.world_size() > 1 && bytes <= g.peer_preferred_bytes() ? g.peer() : nullptr;
+}
+
 Tensor tp_nccl_all_reduce(const Tensor& t) {
   FK_CHECK(t.is_contiguous(), "tp_nccl_all_reduce: a contiguous tensor, got " + t.str());
   Tensor out = empty_like(t);

@@ -165,7 +165,7 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"qwen2_vl_patch_merger", 2}, {"qwen2_vl_vision_model", 4},
                                        {"qwen2_5_vl_vision_block", 3}, {"qwen2_5_vl_patch_merger", 2}, {"qwen2_5_vl_vision_model", 4},
                                        {"qwen3_vl_vision_mlp", 2}, {"qwen3_vl_vision_block", 3}, {"qwen3_vl_patch_merger", 2},
-                                       {"qwen3_vl_vision_model", 4}};
+                                       {"qwen3_vl_vision_model", 4}, {"all_reduce_add_rms_norm", 2}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -203,8 +203,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // same two at TP 2 + EP 2 (Note [Expert-parallel MoE]): the sparse block, layer and model spell the layout, and the
   // experts of half the experts are a new fused_experts each (attention is the TP 2 layout's: 8). Qwen3-30B-A3B at TP 4
   // and TP 4 + EP 4 (issue 24): qkv_rope_cache, attention_o_proj, attention, two sparse blocks, two fused_experts (a
-  // quarter of each expert; a quarter of the experts), two layers, two models (11).
-  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11);
+  // quarter of each expert; a quarter of the experts), two layers, two models (11). Every sharded layout's fused
+  // all-reduce + RMSNorm (Note [Fused all-reduce task]): hidden 4096 at TP 2 (Llama-3.1-8B and Mixtral share it), 4, 8;
+  // hidden 2048 at TP 2 and 4 (Qwen3-30B-A3B): 5.
+  EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

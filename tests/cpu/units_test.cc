@@ -1389,6 +1389,7 @@ TEST(TaskKinds, ClassNamesAndSlots) {
     }
   }
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
+      {"all_reduce_add_rms_norm", {"norm"}},
       {"bert_attention", {"qkv_proj", "attn", "dense", "layernorm"}},
       {"bert_mlp", {"intermediate_dense", "act_fn", "output_dense", "layernorm"}},
       {"bert_cross_attention", {"q_proj", "kv_proj", "attn", "dense", "layernorm"}},
