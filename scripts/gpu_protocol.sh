@@ -99,6 +99,8 @@
 #                           the slowest rank's time, into tpbench<n>_*.jsonl
 #     dist-tests            the multi-rank GPU tests alone (ctest -R dist_ at 2 ranks, the test binary at every GPU, and
 #                           the killed-rank test at every GPU, timed)
+#     dist-coll[:N]         the collective tasks and the fused all-reduce + RMSNorm tasks under fk_bench --world-size, at
+#                           2 ranks and at every GPU (at N only with :N), in the foreground, into coll<n>.jsonl / .md
 #     dist-bench-l1[:N]     the level-1 part of dist-bench (at N ranks only with :N); dist-ep:N likewise
 #     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
@@ -343,6 +345,17 @@ for step in "${steps[@]}"; do
         say "killed-rank test ($ngpu ranks) rc=$krc in $(python3 -c "print(f'{$k1 - $k0:.1f}')") s"
         grep -E "was killed by signal|every rank ended" "$P/dist_killed_rank_$ngpu.log" | head -3
       fi
+      ;;
+    dist-coll|dist-coll:*)  # the collective tasks (Note [Collective tasks]) and the fused all-reduce + RMSNorm tasks (Note [Fused
+      # all-reduce task]) under fk_bench --world-size N (N = 2 and the GPU count; :N alone), in the foreground
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      ranks="2 $ngpu"; [ "${step#dist-coll:}" != "$step" ] && ranks="${step#dist-coll:}"
+      for n in $(echo $ranks | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 50 --case-timeout 120 \
+          --task '^all_(reduce|gather)' --jsonl "$P/coll${n}.jsonl" --markdown "$P/coll${n}.md" >"$P/coll${n}.log" 2>&1
+        say "fk_bench --world-size $n collective tasks rc=$?"; tail -2 "$P/coll${n}.log"
+      done
       ;;
     dist-bench|dist-bench-l1|dist-bench-l1:*)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
