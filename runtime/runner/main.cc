@@ -198,10 +198,6 @@ int main(int argc, char** argv) {
       auto round = std::make_shared<uint64_t>(0);
       fk::dist::TcpStore* st = store.get();
       opt.all_ranks = [st, round](const std::string& v) { return st->all_gather("fk_bench/r" + std::to_string((*round)++), v); };
-      // Note [Rank barrier]: a one-element NCCL all-reduce on the stream, the GPUs' own barrier.
-      auto one = std::make_shared<fk::Tensor>(fk::empty({1}, fk::DType::kF32));
-      fk::dist::GroupCoordinator* g = group.get();
-      opt.rank_barrier = [g, one] { g->nccl().all_reduce_(*one); };
     }
     return fk::run_benchmark(opt, std::cerr);  // the group's destructor uninstalls it
   } catch (const std::exception& e) {

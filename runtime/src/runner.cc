@@ -83,15 +83,6 @@ struct Failure {
 std::function<std::vector<std::string>(const std::string&)> g_all_ranks;
 int g_rank = 0;
 
-// Note [Rank barrier]
-// A collective inside a timed call waits for the slowest rank to reach it, so a rank whose host enqueued the call
-// later (after a round through the store, or a slower refresh) adds that skew to every other rank's time. nccl-tests
-// times back-to-back calls to hide it; the protocol cannot (fresh inputs, an L2 flush and checks between calls). So
-// under --world-size every timed call, the task's and the peer's, is preceded (after its refresh and flush, before its
-// start event) by a barrier on the GPUs' streams: a one-element NCCL all-reduce, after which the ranks' calls start
-// within the barrier's own skew of each other (a few microseconds over NVLink) wherever the hosts run ahead of the GPUs.
-std::function<void()> g_rank_barrier;
-
 /// The same failure on every rank: this rank's if it failed, else the first failing rank's.
 Failure agreed(const Failure& f) {
   if (!g_all_ranks) return f;
@@ -468,7 +459,6 @@ class TimedCalls {
     CallHooks h;
     h.before = [this, check](int i, int slot) { before(i, slot, check); };
     h.batch_size = [this](int) { return std::uniform_int_distribution<int>(4, 12)(rng_); };
-    if (g_rank_barrier) h.before_start = g_rank_barrier;  // Note [Rank barrier]
     if (check) {
       h.after = [this](int i, int slot) { after(i, slot); };
       h.after_batch = [this](int first, int n) { return after_batch(first, n); };
@@ -1202,14 +1192,13 @@ int run_benchmark(const RunnerOptions& opt_in, std::ostream& log) {
     }
     g_all_ranks = opt.all_ranks;
     g_rank = opt.rank;
-    g_rank_barrier = opt.rank_barrier;
     opt.timing.min_iters = opt.timing.max_iters;  // a fixed number of timed calls on every rank
     opt.timing.target_ms = 1e300;
     opt.timing.stable_rel = -1;
     if (opt.rank != 0) opt.jsonl_path.clear(), opt.markdown_path.clear();  // rank 0 writes the files
   }
   struct ResetRanks {
-    ~ResetRanks() { g_all_ranks = nullptr, g_rank = 0, g_rank_barrier = nullptr; }
+    ~ResetRanks() { g_all_ranks = nullptr, g_rank = 0; }
   } reset_ranks;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

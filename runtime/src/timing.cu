@@ -71,7 +71,6 @@ TimingResult time_calls(const std::function<void(int)>& call, cudaStream_t strea
       for (int b = 0; b < n; ++b) {
         if (hooks.before) hooks.before(it + b, b);
         if (opt.flush_l2) flusher.flush(stream);
-        if (hooks.before_start) hooks.before_start();
         FK_CUDA_CHECK(cudaEventRecord(ev[2 * b], stream));
         call(it + b);
         FK_CUDA_CHECK(cudaEventRecord(ev[2 * b + 1], stream));

@@ -43,8 +43,6 @@ struct RunnerOptions {
   /// rank must call it the same number of times). Unset: a single process.
   int rank = 0, world_size = 1;
   std::function<std::vector<std::string>(const std::string&)> all_ranks;
-  /// Enqueues on the current stream a barrier of the job's ranks (Note [Rank barrier] in runner.cc); unset: none.
-  std::function<void()> rank_barrier;
 };
 
 /// Exit codes of fk_bench (documented in --help). kExitTimeout and kExitContextLost end the

@@ -24,9 +24,6 @@ struct TimingOptions {
 struct CallHooks {
   /// Before call `i` (and before the L2 flush); `slot` is its index in the batch, -1 for warm-ups.
   std::function<void(int i, int slot)> before;
-  /// Timed calls only: after the L2 flush, just before call `i`'s start event (the ranks' barrier: Note [Rank
-  /// barrier] in runner.cc).
-  std::function<void()> before_start;
   /// After call `i`'s end event.
   std::function<void(int i, int slot)> after;
   /// After a batch of calls [first, first + n) has finished (the stream was synchronised);
