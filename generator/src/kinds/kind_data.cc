@@ -14,6 +14,9 @@
 //   omit          constant parameters that are not placeholders
 //   maps          {map: {value: text}} for `{param:map}`
 //   checks, cases, served   keys of KindHooks
+//   collective    {"kind": "all_reduce" | "all_gather", "width": template}: the collective the forward
+//                 calls at tp_size > 1, lowered as the task's collective child (Note [Collective tasks]
+//                 in generator/src/passes/dedupe.cc); the kind needs an int parameter tp_size
 // Placeholders are derived: every constant parameter not in `omit` is one, spelled as C++
 // (integers in decimal, numbers canonical, booleans true/false, strings as C++ literals), unless
 // `placeholders` overrides it. The template language: `{param}` (numbers canonical; in names
