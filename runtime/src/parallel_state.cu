@@ -36,7 +36,7 @@ int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(dtyp
 
 void GroupCoordinator::all_reduce_(Tensor& t) {
   if (world_size() == 1) return;
-  if (peer_ && bytes_of(t) <= peer_preferred_bytes() && peer_->unsupported(t).empty()) peer_->all_reduce_(t);
+  if (PeerAllReduce* p = peer_for(bytes_of(t)); p && p->unsupported(t).empty()) p->all_reduce_(t);
   else comm_->all_reduce_(t);
 }
 
@@ -47,8 +47,8 @@ Tensor GroupCoordinator::all_reduce(const Tensor& input) {
     copy_(out, input);
     return out;
   }
-  if (peer_ && bytes_of(input) <= peer_preferred_bytes() && peer_->unsupported(input).empty() && peer_->unsupported(out).empty()) {
-    peer_->all_reduce(input, out);
+  if (PeerAllReduce* p = peer_for(bytes_of(input)); p && p->unsupported(input).empty() && p->unsupported(out).empty()) {
+    p->all_reduce(input, out);
     return out;
   }
   comm_->all_reduce(input, out);  // out of place: no copy first
@@ -105,10 +105,7 @@ void tp_all_reduce_(Tensor& t) { tp_group().all_reduce_(t); }
 
 Tensor tp_all_reduce(const Tensor& t) { return tp_group().all_reduce(t); }
 
-PeerAllReduce* tp_peer_all_reduce_for(int64_t bytes) {
-  GroupCoordinator& g = tp_group();
-  return g.world_size() > 1 && bytes <= g.peer_preferred_bytes() ? g.peer() : nullptr;
-}
+PeerAllReduce* tp_peer_all_reduce_for(int64_t bytes) { return tp_group().peer_for(bytes); }
 
 Tensor tp_nccl_all_reduce(const Tensor& t) {
   FK_CHECK(t.is_contiguous(), "tp_nccl_all_reduce: a contiguous tensor, got " + t.str());

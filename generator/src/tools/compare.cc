@@ -834,6 +834,7 @@ class Evaluator {
     SetView v;
     const std::string& st = set.status_file;
     std::set<std::string> expected_affected;
+    const std::optional<std::regex> arch = arch_filter(set);
     bool known = true;
     for (size_t i = 0; i < set.candidates.size(); ++i) {
       const SetCandidate& c = set.candidates[i];
@@ -849,7 +850,7 @@ class Evaluator {
                     "), got " + std::to_string(c.level));
       std::set<std::string>& anc = v.ancestors[c.task];
       for (const auto& a : g_.ancestors(c.task))
-        if (g_.tasks.at(a).level <= set.max_level && of_arch(set, a, st)) anc.insert(a);
+        if (g_.tasks.at(a).level <= set.max_level && of_arch(arch, a)) anc.insert(a);
       expected_affected.insert(anc.begin(), anc.end());
     }
     if (!known) return v;
@@ -882,21 +883,24 @@ class Evaluator {
     return v;
   }
 
-  // Whether task `t` belongs to an architecture the set's runs selected ($.arch; every task without one).
-  bool of_arch(const CandidateSet& set, const std::string& t, const std::string& st) {
-    if (set.arch.empty()) return true;
-    std::regex re;
+  // The architectures the set's runs selected ($.arch); nullopt: every architecture (none given, or an invalid one,
+  // reported here).
+  std::optional<std::regex> arch_filter(const CandidateSet& set) {
+    if (set.arch.empty()) return std::nullopt;
     try {
-      re = std::regex(set.arch);
+      return std::regex(set.arch);
     } catch (const std::regex_error&) {
-      if (bad_arch_.insert(st).second) diag_.error(st + ": $.arch: expected a regular expression, got " + json_quote(set.arch));
-      return true;
+      diag_.error(set.status_file + ": $.arch: expected a regular expression, got " + json_quote(set.arch));
+      return std::nullopt;
     }
+  }
+  // Whether task `t` belongs to an architecture `arch` selects.
+  bool of_arch(const std::optional<std::regex>& arch, const std::string& t) const {
+    if (!arch) return true;
     for (const auto& a : g_.tasks.at(t).archs)
-      if (std::regex_search(a, re)) return true;
+      if (std::regex_search(a, *arch)) return true;
     return false;
   }
-  std::set<std::string> bad_arch_;
 
   void check_run(const CandidateSet& set, const BenchRun& run, const std::vector<std::string>& judged, SetView& v) {
     v.run = index_run(run, diag_);

@@ -42,6 +42,9 @@ class GroupCoordinator {
   PeerAllReduce* peer() { return peer_.get(); }
   /// The largest message all_reduce gives the own all-reduce (Note [Group all-reduce choice]).
   int64_t peer_preferred_bytes() const { return world_size() == 2 ? int64_t(2) << 20 : int64_t(256) << 10; }
+  /// The own all-reduce where the group gives it a message of `bytes` (Note [Group all-reduce choice]), else
+  /// nullptr (NCCL's size, one rank, or no peer access); the caller still asks it whether it serves the tensors.
+  PeerAllReduce* peer_for(int64_t bytes) { return world_size() > 1 && bytes <= peer_preferred_bytes() ? peer_.get() : nullptr; }
   const std::string& peer_unavailable() const { return peer_why_; }
 
   /// The sum over the ranks, in place (Note [Group all-reduce choice]); enqueued on fk::current_stream().

@@ -26,8 +26,8 @@ Tensor tp_all_reduce(const Tensor& t);
 /// The sum over the group through NCCL alone (ncclAllReduce out of place: what torch.distributed.all_reduce runs), in
 /// a new tensor: the peer of the all-reduce task (Note [Collective tasks] in fk/tasks/collective.h).
 Tensor tp_nccl_all_reduce(const Tensor& t);
-/// The group's own peer all-reduce where the group would give it a message of `bytes` (Note [Group all-reduce
-/// choice]), else nullptr (NCCL's size, or no peer access): what a fused all-reduce task runs on.
+/// tp_group().peer_for(bytes): the group's own peer all-reduce where the group would give it a message of `bytes`
+/// (Note [Group all-reduce choice]), else nullptr: what a fused all-reduce task runs on.
 PeerAllReduce* tp_peer_all_reduce_for(int64_t bytes);
 /// tp_group().all_gather_last_dim(t): every rank's [rows, n] side by side, [rows, world x n].
 Tensor tp_all_gather_last_dim(const Tensor& t);

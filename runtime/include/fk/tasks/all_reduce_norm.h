@@ -80,13 +80,8 @@ template <class Module, class Cfg> class AllReduceAddRmsNormInstance final : pub
   std::vector<Tensor> inputs(int s) override { return {module_.norm.weight, x_[s], res0_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor other = empty({tokens_, Cfg::hidden_size}, dtype_of<T>);
-    fill_normal(other, seed_of_rank(seeds_[s], 0));
-    Tensor sum = to_f32(other);
-    for (int q = 1; q < Cfg::tp_size; ++q) {  // every rank's partial, redrawn here, summed in rank order
-      fill_normal(other, seed_of_rank(seeds_[s], q));
-      ref::accumulate_f32_(sum, other);
-    }
-    const Tensor reduced = ref::round_to(sum, dtype_of<T>);  // the all-reduce's output, in the model dtype
+    // the all-reduce's output, in the model dtype
+    const Tensor reduced = ref::round_to(sum_of_rank_draws(other, seeds_[s], Cfg::tp_size), dtype_of<T>);
     Tensor ref_out = empty({tokens_, Cfg::hidden_size}, DType::kF32), ref_res = empty({tokens_, Cfg::hidden_size}, DType::kF32);
     fk::kernels::reference::rms_norm_ref<T>(ref_out.data<float>(), ref_res.data<float>(), reduced.data<T>(), Cfg::hidden_size,
                                            res0_[s].data<T>(), Cfg::hidden_size, module_.norm.weight.template data<T>(), tokens_,

@@ -38,6 +38,19 @@ namespace fk::tasks {
 
 enum class CollectiveOp { kAllReduce, kAllGather };
 
+/// The sum over the group's ranks (fp32, in rank order) of the tensors each rank draws with fill_normal from
+/// seed_of_rank(seed, rank): every rank's input, redrawn here without communication (the references of Note
+/// [Collective tasks]). `scratch` (the inputs' shape and dtype) is overwritten.
+inline Tensor sum_of_rank_draws(Tensor& scratch, uint64_t seed, int world) {
+  fill_normal(scratch, seed_of_rank(seed, 0));
+  Tensor sum = to_f32(scratch);
+  for (int q = 1; q < world; ++q) {
+    fill_normal(scratch, seed_of_rank(seed, q));
+    ref::accumulate_f32_(sum, scratch);
+  }
+  return sum;
+}
+
 /// The collective tasks' forward: input [..., Cfg::width] (contiguous), the group's all-reduce (its own choice of the
 /// peer all-reduce or NCCL: Note [Group all-reduce choice]) or all-gather along the last dimension ([..., world x width]).
 template <class Cfg, CollectiveOp Op> Tensor collective_forward(const Tensor& input) {
@@ -82,12 +95,7 @@ template <class Module, class Cfg, CollectiveOp Op> class CollectiveInstance fin
   std::vector<CheckedOutput> reference(int s) override {
     Tensor other = empty({m_, Cfg::width}, dtype_of<T>);
     if constexpr (Op == CollectiveOp::kAllReduce) {
-      fill_normal(other, seed_of_rank(seeds_[s], 0));
-      Tensor ref = to_f32(other);
-      for (int q = 1; q < kTp; ++q) {  // every rank's input, redrawn here, summed in rank order
-        fill_normal(other, seed_of_rank(seeds_[s], q));
-        ref::accumulate_f32_(ref, other);
-      }
+      const Tensor ref = sum_of_rank_draws(other, seeds_[s], kTp);
       // |N(0, 1)| has mean 0.8; the sum's norm grows as sqrt(world), each of the world's roundings by the partials'.
       const double typical = 0.8 * std::sqrt(double(kTp)) * kTp;
       return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
