@@ -118,7 +118,11 @@
 #     tp-moe                the tensor-parallel MoE layouts (issue 23), in the foreground: Mixtral-8x7B and Qwen3-30B-A3B
 #                           at 4 layers under fk_model at TP 1 (GPU 0), TP 2 and TP 2 + EP 2: greedy tokens (near-tie rule), the
 #                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe*.jsonl;
-#                           tp-moe:4 (issue 24) Qwen3-30B-A3B at TP 1, TP 2 + EP 2, TP 4 and TP 4 + EP 4
+#                           tp-moe:4 (issue 24) Qwen3-30B-A3B at TP 1, TP 2 + EP 2, TP 4 and TP 4 + EP 4;
+#                           tp-moe:ds DeepSeek-V3 at 5 layers (3 dense, 2 MoE) at TP 1, TP 2 and TP 2 + EP 2 (Note [DeepSeek
+#                           sharding]); tp-moe:ds4 the same at TP 1, TP 2 + EP 2 and TP 4 + EP 4
+#     dist-ds[:N]           DeepSeek-V3's sharded tasks under fk_bench --world-size (2 and every GPU; :N alone), levels 1-3,
+#                           in the foreground, into ds<n>_l<level>.jsonl / .md
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -305,13 +309,16 @@ for step in "${steps[@]}"; do
       python3 bench/linear_report.py "$P"/lin_*r.jsonl "$P"/lin_*r_torch.jsonl --out "$P/linear_report.md" >/dev/null 2>&1
       say "linear report rc=$?"; tail -1 "$P/linear_report.md" 2>/dev/null
       ;;
-    tp-moe|tp-moe:4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
-      models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"
+    tp-moe|tp-moe:4|tp-moe:ds|tp-moe:ds4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
+      models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"; layers=4
       # tp-moe:4 (issue 24): Qwen3-30B-A3B at TP 2 + EP 2, TP 4 and TP 4 + EP 4 (one KV head per rank: Note [Replicated KV heads])
       [ "$step" = tp-moe:4 ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 4 4e"
+      # DeepSeek-V3 at 5 layers: its 3 dense layers and 2 MoE layers (Note [DeepSeek sharding])
+      [ "$step" = tp-moe:ds ] && models="deepseek-ai/DeepSeek-V3" && pars="2 2e" && layers=5
+      [ "$step" = tp-moe:ds4 ] && models="deepseek-ai/DeepSeek-V3" && pars="2e 4e" && layers=5
       for A in $models; do
         s="$(basename "$A")"
-        ma="--arch $A --layers 4 --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
+        ma="--arch $A --layers $layers --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
         CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
           --jsonl "$P/moe1_$s.jsonl" >"$P/moe1_$s.log" 2>&1
         say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
@@ -355,6 +362,20 @@ for step in "${steps[@]}"; do
         timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 50 --case-timeout 120 \
           --task '^all_(reduce|gather)' --jsonl "$P/coll${n}.jsonl" --markdown "$P/coll${n}.md" >"$P/coll${n}.log" 2>&1
         say "fk_bench --world-size $n collective tasks rc=$?"; tail -2 "$P/coll${n}.log"
+      done
+      ;;
+    dist-ds|dist-ds:*)  # DeepSeek-V3's sharded tasks (Note [DeepSeek sharding]) under fk_bench --world-size N, levels 1-3
+      ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+      ranks="2 $ngpu"; [ "${step#dist-ds:}" != "$step" ] && ranks="${step#dist-ds:}"
+      for n in $(echo $ranks | tr ' ' '\n' | sort -un); do
+        [ "$n" -ge 2 ] || continue
+        for lv in 1 2 3; do
+          cases='.'; [ $lv -gt 1 ] && cases='^(t1|t8|t256|t1024|b1_kv2048|b8_kv2048|b64_kv2048|b1_s2048)$'
+          timeout 560 "$b/fk_launch" --nproc "$n" -- "$b/fk_bench" --world-size "$n" --seed "$seed" --max-iters 30 --case-timeout 180 \
+            --arch 'DeepSeek-V3@' --level $lv --case "$cases" --off-registry 0 --jsonl "$P/ds${n}_l$lv.jsonl" --markdown "$P/ds${n}_l$lv.md" \
+            >"$P/ds${n}_l$lv.log" 2>&1
+          say "fk_bench --world-size $n DeepSeek-V3 level $lv rc=$?"; tail -2 "$P/ds${n}_l$lv.log"
+        done
       done
       ;;
     dist-bench|dist-bench-l1|dist-bench-l1:*)

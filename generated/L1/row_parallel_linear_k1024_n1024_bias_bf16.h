@@ -17,6 +17,8 @@ struct Config {
   static constexpr bool returns_bias = true;
   /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
   static constexpr int tp_size = 1;
+  /// false: a sharded RowParallelLinear returns this rank's partial sum, its parent reduces (Note [Partial row-parallel results]).
+  static constexpr bool reduce_results = true;
   using scalar_t = fk::bf16;
 };
 
@@ -41,6 +43,8 @@ class RowParallelLinear {
 
   /// Input-feature shards of the weight (Note [Sharded parameters]): tp_size for a sharded RowParallelLinear.
   static constexpr int row_shards = Config::tp_size;
+  /// Whether forward reduces over the group (vLLM's reduce_results); false: the rank's partial sum.
+  static constexpr bool reduce_results = Config::reduce_results;
 
   fk::Tensor weight;
   fk::Tensor bias;

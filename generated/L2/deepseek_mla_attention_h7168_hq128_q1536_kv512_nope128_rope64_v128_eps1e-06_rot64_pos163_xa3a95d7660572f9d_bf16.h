@@ -48,6 +48,8 @@ struct Config {
   static constexpr double beta_slow = 1;
   static constexpr double softmax_scale = 0.1352337788608801;  // the attention children's scale (DeepSeek YaRN mscale included)
   static constexpr int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -80,7 +82,8 @@ class DeepseekV2MLAAttention {
         rotary_emb(Config::qk_rope_head_dim, Config::rotary_dim, Config::max_position, Config::rope_theta, Config::is_neox_style),
         attn_prefill(Config::num_heads, Config::qk_head_dim, Config::v_head_dim),
         attn_decode(Config::num_heads, Config::kv_lora_rank, Config::qk_rope_head_dim),
-        o_proj(Config::num_heads * Config::v_head_dim, Config::hidden_size, Config::attention_bias) {}
+        o_proj(Config::num_heads * Config::v_head_dim * fk::tasks::RowShardsOf<OProj>::value, Config::hidden_size,
+               Config::attention_bias) {}
 
   fk::Tensor forward(const fk::Tensor& positions, const fk::Tensor& hidden_states) {
     return fk::tasks::mla_attention_forward<Config>(*this, positions, hidden_states);

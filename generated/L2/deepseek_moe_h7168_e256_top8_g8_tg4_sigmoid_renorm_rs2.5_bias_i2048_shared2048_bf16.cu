@@ -8,13 +8,18 @@
 
 namespace fk::generated::deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2_5_bias_i2048_shared2048_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_i2048_shared2048_bf16", 2, "deepseek_moe", "vllm.model_executor.models.deepseek_v2.DeepseekV2MoE (ReplicatedLinear gate, grouped_topk FusedMoE, shared experts)", "generated/L2/deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_i2048_shared2048_bf16.cu",
     { "deepseek-ai/DeepSeek-V3" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::DeepseekMoeInstance<DeepseekV2MoE, Config>>(c);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2_5_bias_i2048_shared2048_bf16

@@ -27,6 +27,11 @@ struct Config {
   static constexpr double routed_scaling_factor = 2.5;
   static constexpr bool correction_bias = true;  ///< e_score_correction_bias (topk_method noaux_tc)
   static constexpr int64_t shared_intermediate_size = 2048;  ///< moe_intermediate_size * n_shared_experts
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
+  /// Expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h): each holds num_experts / ep_size whole experts.
+  static constexpr int ep_size = 1;
+  static constexpr int64_t num_local_experts = num_experts / ep_size;
   using scalar_t = fk::bf16;
 };
 
@@ -46,14 +51,18 @@ class DeepseekV2MoE {
       : gate(Config::hidden_size, Config::num_experts, false),
         router(fk::tasks::from_config),
         shared_experts(fk::tasks::from_config),
-        w13_weight(fk::empty({Config::num_experts, 2 * Config::moe_intermediate_size, Config::hidden_size},
+        w13_weight(fk::empty({Config::num_local_experts, 2 * Config::moe_intermediate_size, Config::hidden_size},
                              fk::dtype_of<Config::scalar_t>)),
-        w2_weight(fk::empty({Config::num_experts, Config::hidden_size, Config::moe_intermediate_size},
+        w2_weight(fk::empty({Config::num_local_experts, Config::hidden_size, Config::moe_intermediate_size},
                             fk::dtype_of<Config::scalar_t>)) {
     if constexpr (Config::correction_bias) e_score_correction_bias = fk::empty({Config::num_experts}, fk::DType::kF32);
   }
 
-  fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::deepseek_moe_forward<Config>(*this, hidden_states); }
+  /// At tensor parallelism the routed experts' and the shared experts' partial sums are added, then reduced once
+  /// (vLLM's DeepseekV2MoE: both built with reduce_results=False; Note [DeepSeek sharding] in fk/tasks/deepseek.h).
+  fk::Tensor forward(const fk::Tensor& hidden_states) {
+    return fk::tasks::deepseek_moe_forward<Config, fk::tasks::NoCollective>(*this, hidden_states);
+  }
 
   /// HF transformers names under `prefix` (e.g. "model.layers.3.mlp.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) {

@@ -53,6 +53,10 @@ struct Config {
   static constexpr bool correction_bias = true;
   static constexpr int64_t shared_intermediate_size = 2048;
   static constexpr int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
+  /// Expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h): each holds num_experts / ep_size whole experts.
+  static constexpr int ep_size = 1;
   using scalar_t = fk::bf16;
 };
 

@@ -12,16 +12,21 @@
 
 namespace fk::generated::deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16 {
 
-FK_REGISTER_TASK((fk::TaskInfo{
+FK_REGISTER_TASK(([] {
+  fk::TaskInfo info{
     "deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16", 4, "deepseek_for_causal_lm", "vllm.model_executor.models.deepseek_v2.DeepseekV3ForCausalLM", "generated/L4/deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16.cu",
     { "deepseek-ai/DeepSeek-V3" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {
+      fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::DeepseekCausalLMInstance<DeepseekV3ForCausalLM, Config>>(c);
     },
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<DeepseekV3ForCausalLM, Config>>("deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16", num_layers);
-    }}));
+    }};
+  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  return info;
+}()));
 
 }  // namespace fk::generated::deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16

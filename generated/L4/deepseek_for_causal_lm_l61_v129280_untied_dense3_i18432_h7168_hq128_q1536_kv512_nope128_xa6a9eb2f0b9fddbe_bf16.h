@@ -60,6 +60,10 @@ struct Config {
   static constexpr bool correction_bias = true;
   static constexpr int64_t shared_intermediate_size = 2048;
   static constexpr int64_t qk_head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  /// Tensor-parallel ranks the task is sharded over (Note [Parallel layouts]); the other constants are per rank.
+  static constexpr int tp_size = 1;
+  /// Expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h): each holds num_experts / ep_size whole experts.
+  static constexpr int ep_size = 1;
   using scalar_t = fk::bf16;
 };
 
@@ -131,16 +135,20 @@ class DeepseekV3ForCausalLM {
   }
 
   fk::Tensor forward(const fk::Tensor& input_ids, const fk::Tensor& positions) { return model.forward(input_ids, positions); }
-  fk::Tensor compute_logits(const fk::Tensor& hidden_states) { return lm_head.forward(hidden_states); }
+  fk::Tensor compute_logits(const fk::Tensor& hidden_states) {
+    fk::Tensor logits = lm_head.forward(hidden_states);
+    if constexpr (Config::tp_size > 1) logits = fk::tasks::gather_vocab_logits<fk::tasks::NoCollective>(logits, Config::vocab_size);
+    return logits;
+  }
 
   /// Every parameter once, with its HF transformers name (Note [Seeded weights]).
   void named_parameters(fk::ParamList& out) {
-    out.push_back({"model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f});
+    fk::tasks::add_vocab_param<Config>(out, "model.embed_tokens.weight", model.embed_tokens.weight, 0.f, 1.f);
     int64_t i = 0;
     model.for_each_layer([&](auto& layer) { layer.named_parameters("model.layers." + std::to_string(i++) + ".", out); });
     fk::tasks::add_norm(out, model.norm, "model.norm", 1.f, fk::tasks::final_norm_init_scale<Config>());
     if constexpr (!Config::tie_word_embeddings) {
-      fk::tasks::add_linear(out, lm_head, {fk::tasks::Part("lm_head", Config::vocab_size)});
+      fk::tasks::add_vocab_param<Config>(out, "lm_head.weight", lm_head.weight, 0.f, 1.f / std::sqrt(float(Config::hidden_size)));
     }
   }
 

@@ -101,7 +101,9 @@ TEST(Audit, KindsEachArchitectureNeeds) {
     EXPECT_TRUE(has(mixtral->kinds, k)) << k;
   const auto* deepseek = arch(a, "deepseek-ai/DeepSeek-V3");
   ASSERT_NE(deepseek, nullptr);
-  EXPECT_TRUE(has(deepseek->exclusive, "grouped_topk"));
+  EXPECT_TRUE(has(deepseek->kinds, "grouped_topk"));
+  for (const auto& r : a.archs)  // DeepSeek's routing: its own kind (the model and its sharded layouts alone use it)
+    if (has(r.kinds, "grouped_topk")) EXPECT_EQ(r.id.rfind("deepseek-ai/DeepSeek-V3", 0), 0u) << r.id;
   // The per-arch kinds are exactly the kinds of its tasks.
   for (const auto& m : repo().g.tasks.models) {
     std::set<std::string> kinds;

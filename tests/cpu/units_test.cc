@@ -337,6 +337,70 @@ TEST(ParallelLayouts, MixtureOfExpertsShardsEveryExpertsIntermediateAtTp2To8) {
       << out;
 }
 
+// Note [DeepSeek sharding]: DeepSeek-V3's shape (4 layers, 3 dense) at TP 2, 4 and 8 and at TP 8 + EP 8.
+TEST(ParallelLayouts, DeepseekShardsHeadsExpertsAndSharedExpertsAtTp2To8AndEp) {
+  const std::string text = R"({"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "num_hidden_layers": 4, "first_k_dense_replace": 3, "n_routed_experts": 256, "num_experts_per_tok": 8, "n_group": 8,
+    "topk_group": 4, "n_shared_experts": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "routed_scaling_factor": 2.5, "vocab_size": 129280,
+    "max_position_embeddings": 163840, "torch_dtype": "bfloat16"})";
+  UserChoices c;
+  c.file = "t/fastkernels.json";
+  c.parallel = {{2, 1}, {4, 1}, {8, 1}, {8, 8}};
+  Generation g;
+  ASSERT_EQ(run_with(text, c, &g), "");
+  ASSERT_EQ(g.lowered.size(), 5u);
+  const int64_t tps[] = {2, 4, 8, 8}, eps[] = {1, 1, 1, 8};
+  for (size_t i = 0; i < 4; ++i) {
+    const LoweredModel& m = g.lowered[i + 1];
+    const int64_t tp = tps[i], ep = eps[i];
+    SCOPED_TRACE(m.id);
+    // MLA: the LoRA down-projection replicated, q_b / kv_b by heads, o_proj row-parallel.
+    EXPECT_EQ(op_named(m, "blk.3.fused_qkv_a_proj")->params.at("n0"), Value(int64_t{1536}));
+    EXPECT_EQ(op_named(m, "blk.3.q_b_proj")->params.at("output_size"), Value(128 / tp * 192));
+    EXPECT_EQ(op_named(m, "blk.3.kv_b_proj")->params.at("output_size"), Value(128 / tp * 256));
+    EXPECT_EQ(op_named(m, "blk.3.attn_decode")->params.at("num_heads"), Value(128 / tp));
+    EXPECT_EQ(op_named(m, "blk.3.o_proj")->params.at("tp_size"), Value(tp));
+    // Dense MLP split by its intermediate; routed experts by theirs (tp) or whole per rank (ep); the router whole.
+    EXPECT_EQ(op_named(m, "blk.0.down_proj")->params.at("input_size"), Value(18432 / tp));
+    EXPECT_EQ(op_named(m, "blk.3.experts_w2")->params.at("k"), Value(ep > 1 ? int64_t{2048} : 2048 / tp));
+    EXPECT_EQ(op_named(m, "blk.3.experts_w2")->params.at("num_experts"), Value(256 / ep));
+    EXPECT_EQ(op_named(m, "blk.3.router")->params.at("num_experts"), Value(int64_t{256}));
+    // The shared experts leave their partial sum to the block, which reduces it with the routed experts'.
+    EXPECT_EQ(op_named(m, "blk.3.shared_down_proj")->params.at("input_size"), Value(2048 / tp));
+    const auto task_of = [&](const std::string& name, bool module) {
+      const auto& list = module ? g.tasks.models[i + 1].modules : g.tasks.models[i + 1].ops;
+      for (const auto& [n, t] : list)
+        if (n == name) return g.tasks.tasks.at(t);
+      ADD_FAILURE() << "no " << name;
+      return Task{};
+    };
+    ASSERT_EQ(g.tasks.models[i + 1].id, m.id);
+    const Task shared_down = task_of("blk.3.shared_down_proj", false), dense_down = task_of("blk.0.down_proj", false);
+    EXPECT_NE(shared_down.name.find("_partial_tp" + std::to_string(tp)), std::string::npos) << shared_down.name;
+    EXPECT_TRUE(shared_down.children.empty());  // no all-reduce of its own
+    ASSERT_EQ(dense_down.children.size(), 1u);
+    EXPECT_EQ(dense_down.children[0].second, "all_reduce_n7168_tp" + std::to_string(tp) + "_bf16");
+    const Task block = task_of("mlp", true);
+    EXPECT_NE(block.name.find(ep > 1 ? "_tp8_ep8_" : "_tp" + std::to_string(tp) + "_"), std::string::npos) << block.name;
+    bool reduces = false;
+    for (const auto& [slot, child] : block.children) reduces |= slot == "collective" && child == "all_reduce_n7168_tp" + std::to_string(tp) + "_bf16";
+    EXPECT_TRUE(reduces) << block.name;
+    EXPECT_EQ(module_named(m, "model")->params.at("tp_size"), Value(tp));
+  }
+  // Unsharded, the shared experts' down projection is the reducing one's task (nothing to reduce).
+  for (const auto& [n, t] : g.tasks.models[0].ops)
+    if (n == "blk.3.shared_down_proj") EXPECT_EQ(t, "row_parallel_linear_k2048_n7168_nobias_bf16");
+  // Heads that do not split (128 over 6 ranks) are refused, naming the field.
+  c.parallel = {{6, 1}};
+  const std::string out = run_with(text, c);
+  EXPECT_NE(out.find("$.num_attention_heads: expected a multiple of the layout's tp_size (the MLA heads"), std::string::npos) << out;
+  // Expert parallelism outside the tensor-parallel group is not a layout yet.
+  c.parallel = {{2, 4}};
+  EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);
+}
+
 TEST(ParallelLayouts, MixtureOfExpertsModelsReplicateTheirKvHeadsPastTheirCount) {
   // Qwen3-30B-A3B's shape (4 KV heads) at TP 4 (one head per rank, split) and TP 8 (each head on 2 ranks).
   const std::string q = R"({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,

@@ -16,7 +16,8 @@
 //   checks, cases, served   keys of KindHooks
 //   collective    {"kind": "all_reduce" | "all_gather", "width": template}: the collective the forward
 //                 calls at tp_size > 1, lowered as the task's collective child (Note [Collective tasks]
-//                 in generator/src/passes/dedupe.cc); the kind needs an int parameter tp_size
+//                 in generator/src/passes/dedupe.cc); the kind needs an int parameter tp_size; a bool
+//                 parameter reduce_results, where false, means no collective (the parent reduces)
 // Placeholders are derived: every constant parameter not in `omit` is one, spelled as C++
 // (integers in decimal, numbers canonical, booleans true/false, strings as C++ literals), unless
 // `placeholders` overrides it. The template language: `{param}` (numbers canonical; in names
@@ -295,6 +296,9 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
       Params p = given;
       for (const ParamSpec& ps : specs)
         if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+      // A task that leaves its partial sums to its parent (reduce_results false: Note [Partial row-parallel results]
+      // in fk/tasks/linear.h) calls no collective: no child.
+      if (auto r = p.find("reduce_results"); r != p.end() && !std::get<bool>(r->second)) return Params{};
       const std::string w = render(collective_width, &p, "", false, *e, hooks);
       int64_t width = 0;
       try {

@@ -175,8 +175,8 @@ bool add_collective(Task& t, const KindSpec& k, const Params& params, const Lowe
   std::string type = "fk::tasks::NoCollective", include;
   if (k.collective_params) {
     try {
-      const Params cp = k.collective_params(params);
-      if (std::get<int64_t>(cp.at("tp_size")) > 1) {
+      const Params cp = k.collective_params(params);  // empty: the task leaves the reduction to its parent
+      if (!cp.empty() && std::get<int64_t>(cp.at("tp_size")) > 1) {
         const KindSpec* ck = find_kind(k.collective);
         if (!ck) throw GenError{"kind " + k.kind + " names collective kind " + json_quote(k.collective) + ", which is not in the kind table"};
         const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + k.collective);

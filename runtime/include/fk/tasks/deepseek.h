@@ -25,6 +25,25 @@
 // The reference (Note [Composite references]) computes decode the way HF transformers does,
 // without absorption: every cached latent row of the sequence is expanded through kv_b_proj into
 // keys and values, so absorbed decode is checked against the unabsorbed algebra.
+//
+// Note [DeepSeek sharding]
+// At a tensor-parallel layout (Note [Parallel layouts]) the tasks hold what vLLM's DeepseekV2 modules hold
+// per rank (Note [Sharded parameters] for how slices are drawn and loaded):
+//   attention  q_a_proj | kv_a_proj_with_mqa (fused_qkv_a_proj) and both LoRA norms replicated (every rank
+//              computes the whole latent and caches it: the latent cache is the same on every rank);
+//              q_b_proj and kv_b_proj column-parallel by heads (Cfg::num_heads is the rank's heads, so
+//              W_UK / W_UV are this rank's heads' blocks); o_proj row-parallel, reducing.
+//   dense MLP  gate_up column-parallel, down_proj row-parallel, reducing (the llama MLP).
+//   MoE        the gate and the grouped top-k router whole (every rank routes every token over all
+//              experts); the routed experts each split by the intermediate (tp alone: vLLM's FusedMoE) or
+//              num_experts / ep whole experts per rank (ep = tp: Note [Expert-parallel MoE]); the shared
+//              experts split by the intermediate with a down_proj that does not reduce (reduce_results
+//              false: Note [Partial row-parallel results]). The block adds the two partial sums and
+//              reduces once over the group (its all-reduce child), as DeepseekV2MoE.forward does.
+//   model      the vocabulary-parallel embedding and LM head, the logits gathered (the llama family's).
+// References: o_proj and the dense down_proj sum the ranks' fp32 partials (Note [Sharded references]); the
+// MoE reference is the unsharded block's: the shared experts' down projection reduced in fp32, the routed
+// experts' down projection reduced (tp) or every rank's experts gathered (ep).
 #pragma once
 
 #include <algorithm>
@@ -105,13 +124,21 @@ template <class Cfg, class M> Tensor mla_attention_forward(M& m, const Tensor& p
 /// DeepseekV2MoE.forward(hidden_states [T, H]) -> [T, H]: shared_experts(h) + experts(h, routing),
 /// routing = grouped_topk(gate(h), e_score_correction_bias) with routed_scaling_factor already in
 /// the weights (vLLM passes it to grouped_topk).
-template <class Cfg, class M> Tensor deepseek_moe_forward(M& m, const Tensor& hidden) {
+/// Reduce: the block's all-reduce child at tensor parallelism (Note [DeepSeek sharding]): the routed and the
+/// shared experts' partial sums, added, are reduced once.
+template <class Cfg, class Reduce = NoCollective, class M> Tensor deepseek_moe_forward(M& m, const Tensor& hidden) {
   Tensor shared = m.shared_experts.forward(hidden);
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits, m.e_score_correction_bias);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
+  Tensor out;
+  if constexpr (EpSizeOf<Cfg>::value > 1)  // Note [Expert-parallel MoE]: this rank's experts on their slots
+    out = fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, std::get<0>(r),
+                                                                   ep_local_ids<Cfg>(std::get<1>(r)), Tensor(), Tensor(), true);
+  else
+    out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
   add_(out, shared);
+  if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
   return out;
 }
 
@@ -123,22 +150,35 @@ template <class Cfg, class M> void add_mla_params(ParamList& out, M& m, const st
              {Part(prefix + "q_a_proj", Cfg::q_lora_rank),
               Part(prefix + "kv_a_proj_with_mqa", Cfg::kv_lora_rank + Cfg::qk_rope_head_dim)});
   add_norm(out, m.q_a_layernorm, prefix + "q_a_layernorm");
-  add_linear(out, m.q_b_proj, {Part(prefix + "q_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::qk_rope_head_dim))});
+  // Column-parallel by heads (Note [DeepSeek sharding]): this rank's heads' rows.
+  constexpr int tp = TpSizeOf<Cfg>::value;
+  add_linear(out, m.q_b_proj, {Part(prefix + "q_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::qk_rope_head_dim))}, tp);
   add_norm(out, m.kv_a_layernorm, prefix + "kv_a_layernorm");
-  add_linear(out, m.kv_b_proj, {Part(prefix + "kv_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::v_head_dim))});
+  add_linear(out, m.kv_b_proj, {Part(prefix + "kv_b_proj", Cfg::num_heads * (Cfg::qk_nope_head_dim + Cfg::v_head_dim))}, tp);
   add_linear(out, m.o_proj, {Part(prefix + "o_proj", Cfg::hidden_size)});
 }
 
 /// mlp.gate.weight [E, H], mlp.gate.e_score_correction_bias f32 [E] (HF keeps it in fp32),
 /// mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj [E, H, I] (HF 5 fused experts, the
-/// layout of vLLM's w13/w2), mlp.shared_experts.{gate,up,down}_proj.
+/// layout of vLLM's w13/w2), mlp.shared_experts.{gate,up,down}_proj. Sharded (Note [DeepSeek sharding]): the
+/// gate and the correction bias whole; the experts as the sparse MoE block's (add_moe_params): every expert's
+/// slice of the intermediate (tp), or this rank's whole experts (ep); the shared experts split by the intermediate.
 template <class Cfg, class M> void add_deepseek_moe_params(ParamList& out, M& m, const std::string& prefix) {
+  constexpr int tp = TpSizeOf<Cfg>::value, ep = EpSizeOf<Cfg>::value;
+  constexpr int64_t I = Cfg::moe_intermediate_size * (ep > 1 ? 1 : tp);  // the unsharded expert width
   add_linear(out, m.gate, {Part(prefix + "gate", Cfg::num_experts)});
   // Small, so that it reorders near choices only, as trained biases do (DeepSeek-V3's are O(1e-2)
   // on sigmoid scores).
   if (m.e_score_correction_bias.defined()) out.push_back({prefix + "gate.e_score_correction_bias", m.e_score_correction_bias, 0.f, 0.02f});
-  out.push_back({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))});
-  out.push_back({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(Cfg::moe_intermediate_size))});
+  const NamedParam w13{prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))};
+  const NamedParam w2{prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))};
+  if constexpr (ep > 1) {
+    out.push_back(shard(w13, 0, ep, Cfg::num_experts));
+    out.push_back(shard(w2, 0, ep, Cfg::num_experts));
+  } else {
+    out.push_back(shard(w13, 1, tp, 2 * I, 2));
+    out.push_back(shard(w2, 2, tp, I));
+  }
   m.shared_experts.named_parameters(prefix + "shared_experts.", out);
 }
 
@@ -210,7 +250,7 @@ template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tenso
   }
   FK_CHECK_LAUNCH();
   Tensor attn = ref::round_to(out_f32, dtype_of<T>).view({t, H * V});
-  return ref::linear(attn, m.o_proj.weight, m.o_proj.bias);
+  return ref_linear_of(attn, m.o_proj);  // sharded: the ranks' fp32 partials summed (Note [DeepSeek sharding])
 }
 
 /// DeepseekV2MoE reference: grouped top-k of the reference router logits (fp64 scores,
@@ -228,7 +268,9 @@ template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
   using T = typename Cfg::scalar_t;
   constexpr int E = Cfg::num_experts, K = Cfg::top_k, G = Cfg::num_expert_group, TG = Cfg::topk_group, EPG = E / G;
   const int64_t t = x.size(0);
-  Tensor shared = ref_mlp(m.shared_experts, x);
+  // The shared experts' whole output: sharded, their down projection's fp32 partials summed (Note [DeepSeek sharding]).
+  Tensor shared = ref_linear_of(ref::silu_and_mul(ref::linear(x, m.shared_experts.gate_up_proj.weight, m.shared_experts.gate_up_proj.bias)),
+                                m.shared_experts.down_proj, true);
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
   const float* bias = Cfg::correction_bias ? m.e_score_correction_bias.template data<float>() : nullptr;
@@ -334,7 +376,9 @@ template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
       ids = to_device(mine, {t, K});
     }
   }
-  Tensor routed = ref_fused_experts(x, m.w13_weight, m.w2_weight, w, ids);
+  Tensor routed = EpSizeOf<Cfg>::value > 1  // the unsharded experts: every rank's gathered, or the tp partials reduced
+                     ? ref_fused_experts(x, gather_experts(m.w13_weight), gather_experts(m.w2_weight), w, ids)
+                     : ref_fused_experts(x, m.w13_weight, m.w2_weight, w, ids, {}, Tensor(), Tensor(), TpSizeOf<Cfg>::value > 1);
   return ref::round_to(ref::add_f32(routed, shared), dtype_of<T>);
 }
 
@@ -358,19 +402,21 @@ template <class Cfg> std::pair<double, double> mla_step_cost(const StepInputs& s
   return {flops, bytes};
 }
 
-/// The MLP half of a DeepSeek layer: FLOPs per token (dense: 3 H I; MoE: top_k experts + shared
-/// experts + router) and the expert weight bytes a step of t tokens does not read.
+/// The MLP half of a DeepSeek layer on one rank: FLOPs per token (dense: 3 H I; MoE: top_k experts
+/// + shared experts + router) and the expert weight bytes a step of t tokens does not read. The
+/// constants are per rank; at expert parallelism a rank runs 1 / ep of the routed slots (on average)
+/// over its num_experts / ep experts.
 template <class Cfg> double deepseek_mlp_flops_per_token() {
   if constexpr (Cfg::num_experts > 0)
-    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size + Cfg::shared_intermediate_size) +
+    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size / double(EpSizeOf<Cfg>::value) + Cfg::shared_intermediate_size) +
            2.0 * Cfg::hidden_size * Cfg::num_experts;
   else
     return 6.0 * Cfg::hidden_size * Cfg::intermediate_size;
 }
 template <class Cfg> double deepseek_unread_expert_bytes(double tokens) {
   if constexpr (Cfg::num_experts > 0) {
-    const double e = Cfg::num_experts;
-    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
+    const double e = Cfg::num_experts, ep = EpSizeOf<Cfg>::value;
+    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) / ep * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
            sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;
@@ -486,7 +532,7 @@ template <class Module, class Cfg, MlaKind kKind> class MlaStepInstance final : 
 template <class Module, class Cfg> class DeepseekMoeInstance final : public TaskInstance {
  public:
   explicit DeepseekMoeInstance(const ShapeCase& c) : tokens_(c.get("num_tokens")), module_(from_config) {
-    constexpr int64_t E = Cfg::num_experts, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k;
+    constexpr int64_t E = Cfg::num_experts / EpSizeOf<Cfg>::value, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k;
     const double w_bytes = (double(E) * 3 * H * I + 3.0 * H * Cfg::shared_intermediate_size) * sizeof(T);
     const double act = double(tokens_) * (H * 4 + K * (3 * I + 2 * H) + 3 * Cfg::shared_intermediate_size) * sizeof(T);
     require_device_memory(w_bytes + 3 * act, "MoE expert weights and activations");
@@ -497,8 +543,17 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
     fill_normal(x_, mix_seed(seed, 4001));
-    run(0);  // the routing this input gets, for the cost's expert count
-    experts_hit_ = routing_.empty() ? 0 : count_experts_hit(to_host<int32_t>(routing_[0]), Cfg::num_experts);
+    run(0);  // the routing this input gets, for the cost's expert count (every rank runs it: it reduces)
+    if (!routing_.empty()) {  // this rank's experts and slots (all of them unless ep > 1)
+      constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
+      const int64_t first = EpSizeOf<Cfg>::value > 1 ? fk::dist::tp_rank() * L : 0;
+      const std::vector<int32_t> ids = to_host<int32_t>(routing_[0]);
+      std::vector<char> hit(L, 0);
+      slots_ = 0;
+      for (int32_t e : ids)
+        if (e >= first && e < first + L) hit[e - first] = 1, ++slots_;
+      experts_hit_ = std::count(hit.begin(), hit.end(), 1);
+    }
     out_ = Tensor();
   }
   void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
@@ -520,8 +575,10 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
     constexpr double E = Cfg::num_experts, H = Cfg::hidden_size, I = Cfg::moe_intermediate_size, K = Cfg::top_k,
                      S = Cfg::shared_intermediate_size;
     const double t = double(tokens_);
-    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(t, E, K);
-    const double flops = 2 * t * K * 3 * H * I + 2 * t * 3 * H * S + 2 * t * H * E;
+    const double ep = EpSizeOf<Cfg>::value;
+    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(t, E, K) / ep;
+    const double slots = slots_ > 0 ? double(slots_) : t * K / ep;  // this rank's routed slots
+    const double flops = 2 * slots * 3 * H * I + 2 * t * 3 * H * S + 2 * t * H * E;
     const double bytes = (hit * 3 * H * I + 3 * H * S + E * H + 2 * t * H) * sizeof(T) + E * 4;
     return {flops, bytes};
   }
@@ -533,7 +590,7 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
   ParamList params_;
   Tensor x_, out_;
   std::vector<Tensor> routing_;
-  int64_t experts_hit_ = 0;
+  int64_t experts_hit_ = 0, slots_ = 0;
 };
 
 /// deepseek_for_causal_lm (L4), as CausalLMInstance: forward over the step, compute_logits on each
@@ -546,8 +603,10 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
     const int64_t b = step_.meta.num_seqs, t = step_.tokens();
     const double L = Cfg::num_hidden_layers, dense = std::min<double>(Cfg::first_k_dense_replace, L);
     const double attn_w = Hd * (QL + KV + R) + QL * H * (P + R) + KV * H * (P + V) + H * V * Hd;
-    const double moe_w = double(Cfg::num_experts) * (3.0 * Hd * Cfg::moe_intermediate_size + Hd) + 3.0 * Hd * Cfg::shared_intermediate_size;
-    const double weights = L * attn_w + dense * 3.0 * Hd * Cfg::intermediate_size + (L - dense) * moe_w + 2.0 * Cfg::vocab_size * Hd;
+    const double moe_w = double(Cfg::num_experts) * Hd + double(Cfg::num_experts / EpSizeOf<Cfg>::value) * 3.0 * Hd * Cfg::moe_intermediate_size +
+                         3.0 * Hd * Cfg::shared_intermediate_size;
+    const double vocab = double(vocab_shard_rows(Cfg::vocab_size, TpSizeOf<Cfg>::value));
+    const double weights = L * attn_w + dense * 3.0 * Hd * Cfg::dense_intermediate_size + (L - dense) * moe_w + 2.0 * vocab * Hd;
     const double cache = L * b * step_.max_len * (KV + R);
     const double act = double(t) * (8 * Hd + 6 * H * (P + R)) + 2.0 * b * Cfg::vocab_size;
     require_device_memory((weights + cache + 2 * act) * sizeof(T), "the whole model (weights, latent cache, activations)");
@@ -586,8 +645,9 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
   }
   Cost cost() const override {
     const double t = double(step_.tokens()), b = double(step_.meta.num_seqs);
-    double flops = 2 * b * Cfg::hidden_size * Cfg::vocab_size;
-    double bytes = param_bytes(params_) - double(Cfg::vocab_size) * Cfg::hidden_size * sizeof(T);
+    const double vocab = double(vocab_shard_rows(Cfg::vocab_size, TpSizeOf<Cfg>::value));  // this rank's rows
+    double flops = 2 * b * Cfg::hidden_size * vocab;
+    double bytes = param_bytes(params_) - vocab * Cfg::hidden_size * sizeof(T);
     model_->model.for_each_layer([&](auto& layer) {
       using L = std::decay_t<decltype(layer)>;
       std::pair<double, double> a = mla_step_cost<typename L::Cfg>(step_);

@@ -348,10 +348,16 @@ template <class Cfg> constexpr int64_t window_of() { return WindowOf<Cfg>::value
 // rows; the logits' reference is each rank's rows of the vocabulary, gathered. So it equals the
 // unsharded reference up to the order of the fp32 sums, while sharing no kernel with the task.
 
-/// The reference of a linear child: row-parallel ones (RowShardsOf > 1) reduce over the group.
-template <class L> Tensor ref_linear_of(const Tensor& x, const L& lin) {
-  if constexpr (RowShardsOf<L>::value > 1) return ref::linear_tp_reduce(x, lin.weight, lin.bias);
-  else return ref::linear(x, lin.weight, lin.bias);
+/// The reference of a linear child: row-parallel ones (RowShardsOf > 1) reduce over the group; one that leaves
+/// its partial sum to its parent (Note [Partial row-parallel results]) is this rank's partial, the bias on rank 0.
+/// reduce: reduce even then (the parent's reference of the summed partials).
+template <class L> Tensor ref_linear_of(const Tensor& x, const L& lin, bool reduce = ReducesOf<L>::value) {
+  if constexpr (RowShardsOf<L>::value > 1) {
+    if (reduce) return ref::linear_tp_reduce(x, lin.weight, lin.bias);
+    return ref::linear(x, lin.weight, fk::dist::tp_rank() == 0 ? lin.bias : Tensor());
+  } else {
+    return ref::linear(x, lin.weight, lin.bias);
+  }
 }
 
 /// The host view of the step's metadata that references need.
