@@ -25,9 +25,14 @@ Each TP run's errors are then
 held to the TP-1 run's by the rules of Note [Teacher-forced bound] (generator/src/tools/compare.cc),
 with the outliers ranked: every error finite; the RMS of the relative L2 errors at most 1.3 x the
 TP-1 run's, over the rows less the allowed outliers; at most max(1, 2% of the rows) errors above
-3 x the TP-1 run's error of the same rank (both sorted) + 0.002. Ranked, not row by row: discrete
-events (an MoE router's near-tie choosing another expert, a rounding flip) land on other rows in
-each run, and the TP-1 run has its own share of them.
+3 x the TP-1 run's error of the same rank (both sorted) + 0.002 and above the TP-1 run's worst row.
+Ranked, not row by row: discrete events (an MoE router's near-tie choosing another expert, a rounding
+flip) land on other rows in each run, and the TP-1 run has its own share of them. Where such events
+are common the errors are two populations (DeepSeek-V3 with seeded weights, 5 layers, 2 x H200: 83 of
+260 TP-1 rows at rel_l2 0.12-0.32 after another expert choice than the reference's, the rest at
+0.020-0.035), and a run with a few more of them (92: the count varies by about its square root) puts
+rows of the upper population beside TP-1 rows of the lower one; those are not outliers unless worse
+than anything the TP-1 run shows. The RMS bound still holds the count: twice TP-1's share fails it.
 
 Exit 0 when every run agrees, 1 when one does not, 2 on unusable input.
 """
@@ -89,7 +94,8 @@ def teacher_compare(base, run):
     n = len(ec)
     allowed = max(1, int(0.02 * n))
     ranked = zip(sorted(ec, reverse=True), sorted(eb, reverse=True)) if nonfinite == 0 else []
-    outliers = [k for k, (c, e) in enumerate(ranked) if c > 3 * e + 0.002]
+    worst = max(eb) if eb else 0.0
+    outliers = [k for k, (c, e) in enumerate(ranked) if c > 3 * e + 0.002 and c > worst]
     keep = sorted(range(n), key=lambda k: ec[k] - eb[k])[: n - min(allowed, n - 1)] if nonfinite == 0 else []
     rms = lambda xs: (sum(x * x for x in xs) / len(xs)) ** 0.5 if xs else 0.0  # noqa: E731
     ratio = rms([ec[k] for k in keep]) / rms([eb[k] for k in keep]) if keep and rms([eb[k] for k in keep]) > 0 else None

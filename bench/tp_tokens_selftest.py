@@ -83,6 +83,13 @@ def main():
         moved = tf(os.path.join(d, "base_ev.json"), [[0.010] * 47 + [0.3] * 3, [0.012] * 50])
         rc, out = run("--teacher-forced", moved, tf(os.path.join(d, "ev.json"), [[0.010] * 50, [0.3] * 3 + [0.012] * 47], tp=2))
         expect(rc == 0 and "outliers 0" in out, "discrete events on other rows than TP 1's are ranked, not outliers", out)
+        # Two populations (routing flips, Note [Teacher-forced bound]): TP 1 with 10 rows at 0.2-0.3, the run with 13.
+        two = tf(os.path.join(d, "base_two.json"), [[0.010] * 45 + [0.2] * 5, [0.012] * 45 + [0.3] * 5])
+        rc, out = run("--teacher-forced", two, tf(os.path.join(d, "two.json"), [[0.010] * 43 + [0.2] * 7, [0.012] * 44 + [0.3] * 6], tp=2))
+        expect(rc == 0 and "outliers 0" in out, "a few more rows of TP 1's upper population are not outliers", out)
+        rc, out = run("--teacher-forced", two, tf(os.path.join(d, "two_bad.json"), [[0.010] * 42 + [0.2] * 5 + [1.5] * 3,
+                                                                                     [0.012] * 45 + [0.3] * 5], tp=2))
+        expect(rc == 1 and "outliers 3" in out, "rows worse than anything TP 1 shows still are", out)
         rc, out = run("--teacher-forced", base, tf(os.path.join(d, "drift.json"), [[0.010] * 50, [0.012] * 50],
                                                      top_logits=[[4.0] * 50, [4.0] * 49 + [4.0625]], tp=2))
         expect(rc == 0, "references two bf16 ulps apart agree within TP 1's own drift", out)

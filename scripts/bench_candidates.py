@@ -122,6 +122,12 @@ def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout, world=1, 
             lf.write(f"bench_candidates.py: exit {rc}; resuming after the last recorded case\n")
 
 
+def layout_ranks(arch):
+    """The ranks a model's layout runs on: its tp ("org/name@tp2_ep2" -> 2; unsharded 1)."""
+    m = re.search(r"@(?:.*_)?tp(\d+)", arch)
+    return int(m.group(1)) if m else 1
+
+
 def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True, world=1, launcher=""):
     """fk_model --greedy, --teacher-forced (feeding the tokens of the greedy file `force_from`: the
     baseline's) and --bench for one architecture, into <outdir>/greedy-<arch>.json,
@@ -307,8 +313,12 @@ def main():
     for s in sets:
         l4 = [t for t in set_info[s["name"]]["affected"]
               if any(m["name"] == t and m["level"] == 4 for m in manifest["tasks"])]
-        model_archs[s["name"]] = sorted({arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"]
-                                         if not a.arch or re.search(a.arch, arch)})
+        # The models of this run's world size only: a layout of another size needs its own --world-size run.
+        every = {arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"] if not a.arch or re.search(a.arch, arch)}
+        model_archs[s["name"]] = sorted(x for x in every if layout_ranks(x) == a.world_size)
+        if len(every) > len(model_archs[s["name"]]):
+            log(f"{s['name']}: fk_model skips {len(every) - len(model_archs[s['name']])} model(s) of another layout size than "
+                f"--world-size {a.world_size} (run them with --world-size N --arch REGEX)")
     base_model = {}
 
     def base_greedy(arch):  # every build is fed the baseline's greedy tokens (Note [Teacher-forced check])
