@@ -49,6 +49,22 @@ def main():
         expect(rc == 1 and "DIVERGED" in out and "FAIL" in out, "a difference beyond the bound fails", out)
         rc, out = run(base, far, "--tie-gap", "0.75")
         expect(rc == 0, "a wider bound accepts it", out)
+        # --base-teacher: where the TP-1 run is further from its reference than its own gap, its pick is no evidence.
+        def base_tf(path, max_abs, tokens=([1, 2, 3, 4], [5, 6, 7, 8])):
+            j = {"tool": "fk_model", "mode": "teacher-forced", "forced_from": "own greedy tokens", "arch": "acme/m", "layers": 2,
+                 "seed": 7, "steps": 3, "sequences": [{"prompt_len": 5 + i, "tokens": list(t), "max_abs": m}
+                                                      for i, (t, m) in enumerate(zip(tokens, max_abs))]}
+            with open(path, "w") as f:
+                json.dump(j, f)
+            return path
+        off = base_tf(os.path.join(d, "tf1_off.json"), [[0.1] * 4, [0.1, 0.1, 0.9, 0.1]])  # 0.9 >= the gap 0.7 at step 2
+        rc, out = run(base, far, "--base-teacher", off)
+        expect(rc == 0 and "TP-1 off its reference" in out, "a difference where TP 1 is off by more than its gap passes", out)
+        on = base_tf(os.path.join(d, "tf1_on.json"), [[0.1] * 4, [0.1, 0.1, 0.5, 0.1]])
+        rc, out = run(base, far, "--base-teacher", on)
+        expect(rc == 1 and "DIVERGED" in out, "a difference beyond TP 1's own error still fails", out)
+        rc, out = run(base, far, "--base-teacher", base_tf(os.path.join(d, "tf1_other.json"), [[0.1] * 4] * 2, ([1, 2, 3, 4], [5, 6, 7, 9])))
+        expect(rc != 0 and "not the teacher-forced run" in out, "another run's teacher-forced file is refused", out)
         other = greedy(os.path.join(d, "other.json"), [[1, 2, 3, 4], [5, 6, 7, 8]], gaps, tp=2, layers=3)
         rc, out = run(base, other)
         expect(rc != 0 and "layers" in out, "another depth is refused naming the field", out)

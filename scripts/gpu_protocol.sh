@@ -265,7 +265,7 @@ for step in "${steps[@]}"; do
         [ -f "$P/tp$n.json" ] && runs+=("$P/tp$n.json")
         [ -f "$P/tf$n.json" ] && tfs+=("$P/tf$n.json")
       done
-      [ ${#runs[@]} -gt 0 ] && python3 bench/tp_tokens.py "$P/tp1.json" "${runs[@]}" --json "$P/tp_tokens.json" >"$P/tp_tokens.txt" 2>&1
+      [ ${#runs[@]} -gt 0 ] && python3 bench/tp_tokens.py "$P/tp1.json" "${runs[@]}" --base-teacher "$P/tf1.json" --json "$P/tp_tokens.json" >"$P/tp_tokens.txt" 2>&1
       say "tp tokens rc=$?"; cat "$P/tp_tokens.txt" 2>/dev/null | grep -v "^  sequence" | head
       [ ${#tfs[@]} -gt 0 ] && python3 bench/tp_tokens.py --teacher-forced "$P/tf1.json" "${tfs[@]}" --json "$P/tp_teacher.json" \
         >"$P/tp_teacher.txt" 2>&1
@@ -330,7 +330,7 @@ for step in "${steps[@]}"; do
           say "fk_model $s tp $n $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
           runs+=("$P/moe${par}_$s.json"); tfs+=("$P/moetf${par}_$s.json")
         done
-        python3 bench/tp_tokens.py "$P/moe1_$s.json" "${runs[@]}" >"$P/moe_tokens_$s.txt" 2>&1
+        python3 bench/tp_tokens.py "$P/moe1_$s.json" "${runs[@]}" --base-teacher "$P/moetf1_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
         say "$s tokens rc=$?"; grep -v "^  sequence" "$P/moe_tokens_$s.txt" | head -5
         python3 bench/tp_tokens.py --teacher-forced "$P/moetf1_$s.json" "${tfs[@]}" >"$P/moe_teacher_$s.txt" 2>&1
         say "$s teacher-forced rc=$?"; head -12 "$P/moe_teacher_$s.txt"
