@@ -208,9 +208,10 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // hidden 2048 at TP 2 and 4 (Qwen3-30B-A3B): 5. DeepSeek-V3 at TP 2, TP 2 + EP 2 and TP 4 + EP 4 (Note [DeepSeek
   // sharding]): MLA attention at 64 and 32 heads (2), three MoE blocks and three fused_experts (6), the dense MLP at
   // TP 2 and 4 and the shared experts' partial MLP at TP 2 and 4 (4), dense layers at TP 2 and 4 (2: the dense layer
-  // does not spell ep), MoE layers of each layout (3), three models (3): 20.
+  // does not spell ep), MoE layers of each layout (3), three models (3): 20. DeepSeek-V3 at TP 8 + EP 8: MLA at 16 heads,
+  // the MoE block, its fused_experts, the dense and the shared experts' MLP, two layers, the model (8).
   EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5 +
-                            20);
+                            20 + 8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

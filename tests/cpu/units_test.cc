@@ -396,6 +396,11 @@ TEST(ParallelLayouts, DeepseekShardsHeadsExpertsAndSharedExpertsAtTp2To8AndEp) {
   c.parallel = {{6, 1}};
   const std::string out = run_with(text, c);
   EXPECT_NE(out.find("$.num_attention_heads: expected a multiple of the layout's tp_size (the MLA heads"), std::string::npos) << out;
+  // 16 ranks leave 8 MLA heads each: the decode kernel serves multiples of 16 (said at generate time, naming the op).
+  c.parallel = {{16, 1}};
+  const std::string tp16 = run_with(text, c);
+  EXPECT_NE(tp16.find("attn_decode"), std::string::npos) << tp16;
+  EXPECT_NE(tp16.find("num_heads 8 (per rank): the MLA decode kernel serves a positive multiple of 16 heads"), std::string::npos) << tp16;
   // Expert parallelism outside the tensor-parallel group is not a layout yet.
   c.parallel = {{2, 4}};
   EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);

@@ -803,6 +803,16 @@ const KindHooks& kind_hooks() {
     h.spell["xattn_scale"] = [](const Params& p) { return scale_spelling(F(p, "softmax_scale"), I(p, "head_dim")); };
     h.served["attention_prefill"] = [](const Params& p, const std::string& d) { return attention_served(p, d, true); };
     h.served["attention_decode"] = [](const Params& p, const std::string& d) { return attention_served(p, d, false); };
+    // The absorbed MLA decode kernel (fk/kernels/mla_decode.cuh) is written for DeepSeek's latent (512 + 64) and
+    // tiles heads by 16: its static_asserts, said at generate time (DeepSeek-V3's 128 heads at TP 16 leave 8 a rank).
+    h.served["mla_decode"] = [](const Params& p, const std::string&) {
+      const int64_t h = I(p, "num_heads"), kv = I(p, "kv_lora_rank"), r = I(p, "qk_rope_head_dim");
+      if (kv != 512 || r != 64)
+        return "kv_lora_rank " + i2s(kv) + ", qk_rope_head_dim " + i2s(r) + ": the MLA decode kernel serves DeepSeek's latent (512, 64)";
+      if (h < 16 || h % 16 != 0)
+        return "num_heads " + i2s(h) + " (per rank): the MLA decode kernel serves a positive multiple of 16 heads";
+      return std::string();
+    };
     // The elementwise kernels (fk/kernels/activation.cuh, silu_and_mul.cuh) move rows as 16-byte
     // vectors: the row width in the model dtype must be a multiple of 16 bytes.
     h.served["vector_rows"] = [](const Params& p, const std::string& d) {
