@@ -119,8 +119,10 @@
 #                           at 4 layers under fk_model at TP 1 (GPU 0), TP 2 and TP 2 + EP 2: greedy tokens (near-tie rule), the
 #                           teacher-forced logits against the unsharded reference, throughput, into moe*.json / moe*.jsonl;
 #                           tp-moe:4 (issue 24) Qwen3-30B-A3B at TP 1, TP 2 + EP 2, TP 4 and TP 4 + EP 4;
-#                           tp-moe:ds DeepSeek-V3 at 5 layers (3 dense, 2 MoE) at TP 1, TP 2 and TP 2 + EP 2 (Note [DeepSeek
-#                           sharding]); tp-moe:ds4 the same at TP 1, TP 2 + EP 2 and TP 4 + EP 4
+#                           tp-moe:ds DeepSeek-V3 at 5 layers (3 dense, 2 MoE) at TP 1 and TP 2 + EP 2 (Note [DeepSeek
+#                           sharding]); tp-moe:ds4 also at TP 4 + EP 4, a layout not committed (CI time): generate it first
+#                           (hf_configs/deepseek-ai/DeepSeek-V3/fastkernels.json "parallel" + {"tp": 4, "ep": 4}, then
+#                           fastkernels generate) and ship that tree
 #     dist-ds[:N]           DeepSeek-V3's sharded tasks under fk_bench --world-size (2 and every GPU; :N alone), levels 1-3,
 #                           in the foreground, into ds<n>_l<level>.jsonl / .md
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
@@ -314,7 +316,7 @@ for step in "${steps[@]}"; do
       # tp-moe:4 (issue 24): Qwen3-30B-A3B at TP 2 + EP 2, TP 4 and TP 4 + EP 4 (one KV head per rank: Note [Replicated KV heads])
       [ "$step" = tp-moe:4 ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 4 4e"
       # DeepSeek-V3 at 5 layers: its 3 dense layers and 2 MoE layers (Note [DeepSeek sharding])
-      [ "$step" = tp-moe:ds ] && models="deepseek-ai/DeepSeek-V3" && pars="2 2e" && layers=5
+      [ "$step" = tp-moe:ds ] && models="deepseek-ai/DeepSeek-V3" && pars="2e" && layers=5
       [ "$step" = tp-moe:ds4 ] && models="deepseek-ai/DeepSeek-V3" && pars="2e 4e" && layers=5
       for A in $models; do
         s="$(basename "$A")"

@@ -11,7 +11,7 @@ namespace fk::generated::all_gather_n64640_tp2_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "all_gather_n64640_tp2_bf16", 1, "all_gather", "vllm.distributed.communication_op.tensor_model_parallel_all_gather (GroupCoordinator.all_gather, dim -1)", "generated/L1/all_gather_n64640_tp2_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3@tp2", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
+    { "deepseek-ai/DeepSeek-V3@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

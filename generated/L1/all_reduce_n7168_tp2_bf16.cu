@@ -11,7 +11,7 @@ namespace fk::generated::all_reduce_n7168_tp2_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "all_reduce_n7168_tp2_bf16", 1, "all_reduce", "vllm.distributed.communication_op.tensor_model_parallel_all_reduce (GroupCoordinator.all_reduce)", "generated/L1/all_reduce_n7168_tp2_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3@tp2", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
+    { "deepseek-ai/DeepSeek-V3@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

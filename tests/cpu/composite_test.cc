@@ -205,13 +205,11 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // and TP 4 + EP 4 (issue 24): qkv_rope_cache, attention_o_proj, attention, two sparse blocks, two fused_experts (a
   // quarter of each expert; a quarter of the experts), two layers, two models (11). Every sharded layout's fused
   // all-reduce + RMSNorm (Note [Fused all-reduce task]): hidden 4096 at TP 2 (Llama-3.1-8B and Mixtral share it), 4, 8;
-  // hidden 2048 at TP 2 and 4 (Qwen3-30B-A3B): 5. DeepSeek-V3 at TP 2, TP 2 + EP 2 and TP 4 + EP 4 (Note [DeepSeek
-  // sharding]): MLA attention at 64 and 32 heads (2), three MoE blocks and three fused_experts (6), the dense MLP at
-  // TP 2 and 4 and the shared experts' partial MLP at TP 2 and 4 (4), dense layers at TP 2 and 4 (2: the dense layer
-  // does not spell ep), MoE layers of each layout (3), three models (3): 20. DeepSeek-V3 at TP 8 + EP 8: MLA at 16 heads,
-  // the MoE block, its fused_experts, the dense and the shared experts' MLP, two layers, the model (8).
+  // hidden 2048 at TP 2 and 4 (Qwen3-30B-A3B): 5. DeepSeek-V3 at TP 2 + EP 2 (Note [DeepSeek sharding]): MLA attention
+  // at 64 heads, the MoE block, its fused_experts (128 experts), the dense MLP and the shared experts' partial MLP, the
+  // dense and the MoE layer, the model: 8.
   EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5 +
-                            20 + 8);
+                            8);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
