@@ -122,10 +122,22 @@ def run_bench(exe, jsonl, log_path, args, case_timeout, total_timeout, world=1, 
             lf.write(f"bench_candidates.py: exit {rc}; resuming after the last recorded case\n")
 
 
+def layout_args(arch):
+    """(config id, fk_model's --tp / --ep arguments) of a model id: "org/name@tp2_ep2" -> ("org/name", [--tp 2 --ep 2])."""
+    base, _, layout = arch.partition("@")
+    par = []
+    for part in layout.split("_") if layout else []:
+        m = re.fullmatch(r"(tp|ep)(\d+)", part)
+        if not m:
+            raise SystemExit(f"bench_candidates.py: {arch}: unknown layout part {part!r}")
+        par += ["--" + m.group(1), m.group(2)]
+    return base, par
+
+
 def layout_ranks(arch):
     """The ranks a model's layout runs on: its tp ("org/name@tp2_ep2" -> 2; unsharded 1)."""
-    m = re.search(r"@(?:.*_)?tp(\d+)", arch)
-    return int(m.group(1)) if m else 1
+    par = layout_args(arch)[1]
+    return int(par[par.index("--tp") + 1]) if "--tp" in par else 1
 
 
 def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True, world=1, launcher=""):
@@ -135,13 +147,7 @@ def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=Tr
     res = {}
     tag = arch.replace("/", "__")
     # A layout's model ("org/name@tp2_ep2") runs as the unsharded config under --tp / --ep, on world ranks.
-    base, _, layout = arch.partition("@")
-    par = []
-    for part in layout.split("_") if layout else []:
-        m = re.fullmatch(r"(tp|ep)(\d+)", part)
-        if not m:
-            raise SystemExit(f"bench_candidates.py: {arch}: unknown layout part {part!r}")
-        par += ["--" + m.group(1), m.group(2)]
+    base, par = layout_args(arch)
     common = launched(exe, world, launcher) + ["--arch", base] + par + (["--layers", str(layers)] if layers else [])
     part = os.path.join(outdir, f"model-{tag}.jsonl")
     steps = {"greedy": common + ["--greedy", os.path.join(outdir, f"greedy-{tag}.json"), "--decode-steps", "64"]}

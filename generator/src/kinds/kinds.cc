@@ -463,12 +463,9 @@ const KindHooks& kind_hooks() {
     // RowParallelLinear(reduce_results=False): DeepSeek's shared experts, whose sum with the routed experts is reduced
     // once by the MoE block). Only a sharded task differs: unsharded there is nothing to reduce, and the name and the
     // constant are the reducing one's (Note [Partial row-parallel results] in fk/tasks/linear.h).
-    h.spell["partial"] = [](const Params& p) {
-      return I(p, "tp_size") > 1 && !B(p, "reduce_results") ? std::string("_partial") : std::string();
-    };
-    h.spell["reduces"] = [](const Params& p) {
-      return I(p, "tp_size") > 1 && !B(p, "reduce_results") ? std::string("false") : std::string("true");
-    };
+    static const auto partial = [](const Params& p) { return I(p, "tp_size") > 1 && !B(p, "reduce_results"); };
+    h.spell["partial"] = [](const Params& p) { return partial(p) ? std::string("_partial") : std::string(); };
+    h.spell["reduces"] = [](const Params& p) { return partial(p) ? std::string("false") : std::string("true"); };
     h.spell["merged_out_features"] = [](const Params& p) { return i2s(I(p, "n0") + I(p, "n1")); };
     h.checks["swigluoai"] = [](const Params& p) {
       if (!(F(p, "limit") > 0) || !(F(p, "alpha") > 0))

@@ -131,12 +131,7 @@ template <class Cfg, class Reduce = NoCollective, class M> Tensor deepseek_moe_f
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits, m.e_score_correction_bias);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out;
-  if constexpr (EpSizeOf<Cfg>::value > 1)  // Note [Expert-parallel MoE]: this rank's experts on their slots
-    out = fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, std::get<0>(r),
-                                                                   ep_local_ids<Cfg>(std::get<1>(r)), Tensor(), Tensor(), true);
-  else
-    out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r));
+  Tensor out = routed_experts_forward<Cfg>(m, hidden, std::get<0>(r), std::get<1>(r));
   add_(out, shared);
   if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
   return out;
@@ -164,21 +159,11 @@ template <class Cfg, class M> void add_mla_params(ParamList& out, M& m, const st
 /// gate and the correction bias whole; the experts as the sparse MoE block's (add_moe_params): every expert's
 /// slice of the intermediate (tp), or this rank's whole experts (ep); the shared experts split by the intermediate.
 template <class Cfg, class M> void add_deepseek_moe_params(ParamList& out, M& m, const std::string& prefix) {
-  constexpr int tp = TpSizeOf<Cfg>::value, ep = EpSizeOf<Cfg>::value;
-  constexpr int64_t I = Cfg::moe_intermediate_size * (ep > 1 ? 1 : tp);  // the unsharded expert width
   add_linear(out, m.gate, {Part(prefix + "gate", Cfg::num_experts)});
   // Small, so that it reorders near choices only, as trained biases do (DeepSeek-V3's are O(1e-2)
   // on sigmoid scores).
   if (m.e_score_correction_bias.defined()) out.push_back({prefix + "gate.e_score_correction_bias", m.e_score_correction_bias, 0.f, 0.02f});
-  const NamedParam w13{prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))};
-  const NamedParam w2{prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))};
-  if constexpr (ep > 1) {
-    out.push_back(shard(w13, 0, ep, Cfg::num_experts));
-    out.push_back(shard(w2, 0, ep, Cfg::num_experts));
-  } else {
-    out.push_back(shard(w13, 1, tp, 2 * I, 2));
-    out.push_back(shard(w2, 2, tp, I));
-  }
+  add_expert_weights<Cfg>(out, m.w13_weight, m.w2_weight, prefix);
   m.shared_experts.named_parameters(prefix + "shared_experts.", out);
 }
 
@@ -269,8 +254,7 @@ template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
   constexpr int E = Cfg::num_experts, K = Cfg::top_k, G = Cfg::num_expert_group, TG = Cfg::topk_group, EPG = E / G;
   const int64_t t = x.size(0);
   // The shared experts' whole output: sharded, their down projection's fp32 partials summed (Note [DeepSeek sharding]).
-  Tensor shared = ref_linear_of(ref::silu_and_mul(ref::linear(x, m.shared_experts.gate_up_proj.weight, m.shared_experts.gate_up_proj.bias)),
-                                m.shared_experts.down_proj, true);
+  Tensor shared = ref_dense_mlp(m.shared_experts, x, true);
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   Tensor w = empty({t, K}, DType::kF32), ids = empty({t, K}, DType::kI32);
   const float* bias = Cfg::correction_bias ? m.e_score_correction_bias.template data<float>() : nullptr;
@@ -376,9 +360,7 @@ template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x) {
       ids = to_device(mine, {t, K});
     }
   }
-  Tensor routed = EpSizeOf<Cfg>::value > 1  // the unsharded experts: every rank's gathered, or the tp partials reduced
-                     ? ref_fused_experts(x, gather_experts(m.w13_weight), gather_experts(m.w2_weight), w, ids)
-                     : ref_fused_experts(x, m.w13_weight, m.w2_weight, w, ids, {}, Tensor(), Tensor(), TpSizeOf<Cfg>::value > 1);
+  Tensor routed = ref_routed_experts<TpSizeOf<Cfg>::value, EpSizeOf<Cfg>::value>(x, m.w13_weight, m.w2_weight, w, ids);
   return ref::round_to(ref::add_f32(routed, shared), dtype_of<T>);
 }
 
@@ -545,14 +527,9 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
     fill_normal(x_, mix_seed(seed, 4001));
     run(0);  // the routing this input gets, for the cost's expert count (every rank runs it: it reduces)
     if (!routing_.empty()) {  // this rank's experts and slots (all of them unless ep > 1)
-      constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
-      const int64_t first = EpSizeOf<Cfg>::value > 1 ? fk::dist::tp_rank() * L : 0;
-      const std::vector<int32_t> ids = to_host<int32_t>(routing_[0]);
-      std::vector<char> hit(L, 0);
-      slots_ = 0;
-      for (int32_t e : ids)
-        if (e >= first && e < first + L) hit[e - first] = 1, ++slots_;
-      experts_hit_ = std::count(hit.begin(), hit.end(), 1);
+      const std::vector<int32_t> local = rank_local_experts<Cfg>(to_host<int32_t>(routing_[0]));
+      experts_hit_ = count_experts_hit(local, Cfg::num_experts / EpSizeOf<Cfg>::value);
+      slots_ = static_cast<int64_t>(local.size());
     }
     out_ = Tensor();
   }

@@ -165,12 +165,10 @@ template <class L> struct RowShardsOf<L, std::void_t<decltype(L::row_shards)>> :
 // returns this rank's partial product, the bias added on rank 0 only; its reference is that rank's partial.
 // Unsharded there is nothing to reduce: the task is the reducing one's (same name, reduce_results true).
 
-/// Whether a linear module's forward reduces over the tensor-parallel group (its reduce_results; true for modules
-/// that do not say).
+/// Whether a linear module's (or its Config's) forward reduces over the tensor-parallel group (reduce_results; true
+/// for types that do not say).
 template <class L, class = void> struct ReducesOf : std::true_type {};
 template <class L> struct ReducesOf<L, std::void_t<decltype(L::reduce_results)>> : std::bool_constant<L::reduce_results> {};
-template <class Cfg, class = void> struct CfgReducesOf : std::true_type {};
-template <class Cfg> struct CfgReducesOf<Cfg, std::void_t<decltype(Cfg::reduce_results)>> : std::bool_constant<Cfg::reduce_results> {};
 
 /// Reduce: the task's all-reduce child (Note [Collective tasks] in fk/tasks/collective.h), called on the partial
 /// product as vLLM's RowParallelLinear calls tensor_model_parallel_all_reduce.
@@ -178,10 +176,10 @@ template <class Cfg, class Reduce = NoCollective>
 Tensor linear_forward_tp(const Tensor& input, const Tensor& weight, const Tensor& bias) {
   if constexpr (TpSizeOf<Cfg>::value == 1) {
     return linear_forward<Cfg>(input, weight, bias);
-  } else if constexpr (!CfgReducesOf<Cfg>::value) {  // Note [Partial row-parallel results]
-    return linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor());
   } else {
-    return collective_call<Reduce>(linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor()));
+    Tensor partial = linear_forward<Cfg>(input, weight, fk::dist::tp_rank() == 0 ? bias : Tensor());
+    if constexpr (!ReducesOf<Cfg>::value) return partial;  // Note [Partial row-parallel results]
+    else return collective_call<Reduce>(partial);
   }
 }
 
@@ -272,7 +270,7 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
                                         bias_here ? module_->bias.template data<T>() : nullptr, m_,
                                         Cfg::out_features, Cfg::in_features, current_stream());
     FK_CHECK_LAUNCH();
-    if constexpr (kTp > 1 && CfgReducesOf<Cfg>::value) fk::dist::tp_all_reduce_(ref);  // the ranks' fp32 partial products, summed
+    if constexpr (kTp > 1 && ReducesOf<Cfg>::value) fk::dist::tp_all_reduce_(ref);  // the ranks' fp32 partial products, summed
     // |N(0, s^2)| has mean 0.8 s; s^2 = 1 (+ 1 with bias): the weight's scale is the unsharded fan-in's.
     // Sharded, the output carries kTp roundings, not one: each rank's partial product is rounded to T,
     // and an all-reduce in T (NCCL's ring) rounds each running sum of partials again, as production's
@@ -280,7 +278,7 @@ template <class Module, class Cfg> class LinearInstance final : public TaskInsta
     // absolute part of the bound grows with the roundings: seen at 4 ranks on H200, 1-6 elements in
     // 10^5-10^7 at 0.03-0.04 against one rounding's 0.016 + 2% (rel_l2 0.0032 either way).
     // A partial result (Note [Partial row-parallel results]) is one rounding of this rank's product.
-    const double typical = 0.8 * std::sqrt(Cfg::has_bias ? 2.0 : 1.0) * (CfgReducesOf<Cfg>::value ? kTp : 1);
+    const double typical = 0.8 * std::sqrt(Cfg::has_bias ? 2.0 : 1.0) * (ReducesOf<Cfg>::value ? kTp : 1);
     return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
   }
   /// cuBLAS as torch's F.linear calls it, timed beside the task in the same run.

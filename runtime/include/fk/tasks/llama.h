@@ -421,14 +421,20 @@ template <class M> struct is_deepseek_moe<M, std::void_t<decltype(std::declval<M
 template <class M> Tensor ref_deepseek_moe(M& m, const Tensor& x);  // fk/tasks/deepseek.h
 template <class A> Tensor ref_mla_attention(A& m, const RefMeta& rm, const Tensor& positions, const Tensor& h);  // ditto
 
+/// A gated MLP's reference (gate_up, act, down); reduce: whether its down projection's reference sums the ranks'
+/// partials (by default as the module does: Note [Partial row-parallel results]).
+template <class M> Tensor ref_dense_mlp(M& m, const Tensor& x, bool reduce = ReducesOf<decltype(std::declval<M&>().down_proj)>::value) {
+  Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), IsGeluMlp<M>::value);
+  return ref_linear_of(act, m.down_proj, reduce);
+}
+
 template <class M> Tensor ref_mlp(M& m, const Tensor& x) {
   if constexpr (is_deepseek_moe<M>::value) {
     return ref_deepseek_moe(m, x);
   } else if constexpr (is_moe_block<M>::value) {
     return ref_sparse_moe(m, x);
   } else {
-    Tensor act = ref::silu_and_mul(ref::linear(x, m.gate_up_proj.weight, m.gate_up_proj.bias), IsGeluMlp<M>::value);
-    return ref_linear_of(act, m.down_proj);
+    return ref_dense_mlp(m, x);
   }
 }
 

@@ -193,18 +193,26 @@ template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
   return local;
 }
 
+/// The routed experts of an MoE block (M: w13_weight, w2_weight, experts; Cfg: the block's constants) on routing
+/// (weights, ids): every expert's share of this rank, or under expert parallelism this rank's experts on their
+/// slots (Note [Expert-parallel MoE]); at tensor parallelism a partial sum the block reduces.
+template <class Cfg, class M>
+Tensor routed_experts_forward(M& m, const Tensor& hidden, const Tensor& weights, const Tensor& ids, const Tensor& w13_bias = Tensor(),
+                              const Tensor& w2_bias = Tensor()) {
+  if constexpr (EpSizeOf<Cfg>::value > 1)
+    return fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, weights,
+                                                                    ep_local_ids<Cfg>(ids), w13_bias, w2_bias, true);
+  else
+    return m.experts.forward(hidden, m.w13_weight, m.w2_weight, weights, ids, w13_bias, w2_bias);
+}
+
 /// SparseMoeBlock.forward(hidden_states [T, H]) -> [T, H]: gate -> router -> experts.
 /// Reduce: the block's all-reduce child at tensor parallelism (Note [Collective tasks] in fk/tasks/collective.h).
 template <class Cfg, class Reduce = NoCollective, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidden) {
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out;
-  if constexpr (EpSizeOf<Cfg>::value > 1)  // Note [Expert-parallel MoE]: this rank's experts on their slots, then the reduce
-    out = fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, std::get<0>(r),
-                                                                   ep_local_ids<Cfg>(std::get<1>(r)), m.w13_bias, m.w2_bias, true);
-  else
-    out = m.experts.forward(hidden, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
+  Tensor out = routed_experts_forward<Cfg>(m, hidden, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
   // Tensor parallelism (Note [Sharded parameters]): each rank's experts hold its slice of every expert's
   // intermediate, so the block's output is a partial sum (vLLM's FusedMoE reduce_results).
   if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
@@ -219,23 +227,30 @@ template <class Cfg, class Reduce = NoCollective, class M> Tensor sparse_moe_for
 /// [E, n, k], with gate and up rows interleaved (SwigluOAIAndMul) as the checkpoint's columns are.
 /// At tensor parallelism (Note [Sharded parameters]) each rank holds every expert's slice of the
 /// intermediate: its rows of gate and of up in gate_up_proj, its columns of down_proj (the router whole).
+/// The expert weights of an MoE block under `prefix`: experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I],
+/// sharded as the layout says: this rank's whole experts (ep > 1: Note [Expert-parallel MoE]) or every expert's
+/// slice of the intermediate (tp > 1: its rows of gate and of up, its columns of down).
+template <class Cfg> void add_expert_weights(ParamList& out, const Tensor& w13, const Tensor& w2, const std::string& prefix) {
+  constexpr int tp = TpSizeOf<Cfg>::value, ep = EpSizeOf<Cfg>::value;
+  constexpr int64_t I = Cfg::moe_intermediate_size * (ep > 1 ? 1 : tp);  // the unsharded expert width
+  const NamedParam gate_up{prefix + "experts.gate_up_proj", w13, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))};
+  const NamedParam down{prefix + "experts.down_proj", w2, 0.f, 1.f / std::sqrt(float(I))};
+  if constexpr (ep > 1) {
+    out.push_back(shard(gate_up, 0, ep, Cfg::num_experts));
+    out.push_back(shard(down, 0, ep, Cfg::num_experts));
+  } else {
+    out.push_back(shard(gate_up, 1, tp, 2 * I, 2));
+    out.push_back(shard(down, 2, tp, I));
+  }
+}
+
 template <class Cfg, class M> void add_moe_params(ParamList& out, M& m, const std::string& prefix) {
   constexpr bool kGptOss = Cfg::swiglu_limit > 0;
-  constexpr int tp = TpSizeOf<Cfg>::value, ep = EpSizeOf<Cfg>::value;
-  if constexpr (ep > 1) {  // Note [Expert-parallel MoE]: this rank's whole experts, the router whole
-    static_assert(!Cfg::expert_bias, "expert biases are not sharded by expert yet (Note [Expert-parallel MoE])");
-    constexpr int64_t I = Cfg::moe_intermediate_size;
-    add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
-    out.push_back(shard({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))}, 0, ep, Cfg::num_experts));
-    out.push_back(shard({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))}, 0, ep, Cfg::num_experts));
-    return;
-  }
-  static_assert(tp == 1 || !Cfg::expert_bias, "expert biases are not sharded (Note [Sharded parameters])");
-  constexpr int64_t I = Cfg::moe_intermediate_size * tp;  // the unsharded expert width
+  static_assert((TpSizeOf<Cfg>::value == 1 && EpSizeOf<Cfg>::value == 1) || !Cfg::expert_bias,
+                "expert biases are not sharded (Note [Sharded parameters], Note [Expert-parallel MoE])");
   add_linear(out, m.gate, {Part(prefix + (kGptOss ? "router" : "gate"), Cfg::num_experts)});
-  out.push_back(shard({prefix + "experts.gate_up_proj", m.w13_weight, 0.f, 1.f / std::sqrt(float(Cfg::hidden_size))}, 1, tp, 2 * I, 2));
+  add_expert_weights<Cfg>(out, m.w13_weight, m.w2_weight, prefix);
   if (m.w13_bias.defined()) out.push_back({prefix + "experts.gate_up_proj_bias", m.w13_bias, 0.f, 0.1f});
-  out.push_back(shard({prefix + "experts.down_proj", m.w2_weight, 0.f, 1.f / std::sqrt(float(I))}, 2, tp, I));
   if (m.w2_bias.defined()) out.push_back({prefix + "experts.down_proj_bias", m.w2_bias, 0.f, 0.1f});
 }
 
@@ -358,16 +373,25 @@ inline Tensor gather_experts(const Tensor& local) {
   return gather_rank_rows(local.view({local.size(0), -1})).view(whole);
 }
 
+/// The unsharded routed experts' reference on routing (weights, ids): every rank's experts gathered (ep > 1), or
+/// this rank's slices with the down projection's fp32 partials summed over the group (tp > 1).
+template <int kTp, int kEp>
+Tensor ref_routed_experts(const Tensor& x, const Tensor& w13, const Tensor& w2, const Tensor& weights, const Tensor& ids,
+                          ExpertAct act = {}, const Tensor& w13_bias = Tensor(), const Tensor& w2_bias = Tensor()) {
+  if constexpr (kEp > 1)  // Note [Expert-parallel MoE]: the unsharded block over every rank's experts
+    return ref_fused_experts(x, gather_experts(w13), gather_experts(w2), weights, ids, act, gather_experts(w13_bias),
+                             gather_experts(w2_bias), false);
+  else
+    return ref_fused_experts(x, w13, w2, weights, ids, act, w13_bias, w2_bias, kTp > 1);
+}
+
 template <class M> Tensor ref_sparse_moe(M& m, const Tensor& x) {
   Tensor logits = ref::linear(x, m.gate.weight, m.gate.bias);
   std::pair<Tensor, int> task = next_task_routing();
   const double delta = task.first.defined() ? 0.05 * std::sqrt(double(task.second + 1)) : 0.0;
   std::tuple<Tensor, Tensor> r = ref_routing_adopting_ties(logits, M::kTopK, M::kRenormalize, task.first, delta);
-  if constexpr (BlockEpOf<M>::value > 1)  // Note [Expert-parallel MoE]: the unsharded block over every rank's experts
-    return ref_fused_experts(x, gather_experts(m.w13_weight), gather_experts(m.w2_weight), std::get<0>(r), std::get<1>(r),
-                             expert_act(M::kSwigluLimit), gather_experts(m.w13_bias), gather_experts(m.w2_bias), false);
-  return ref_fused_experts(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r), expert_act(M::kSwigluLimit),
-                           m.w13_bias, m.w2_bias, BlockTpOf<M>::value > 1);
+  return ref_routed_experts<BlockTpOf<M>::value, BlockEpOf<M>::value>(x, m.w13_weight, m.w2_weight, std::get<0>(r), std::get<1>(r),
+                                                                      expert_act(M::kSwigluLimit), m.w13_bias, m.w2_bias);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,6 +404,17 @@ inline int64_t count_experts_hit(const std::vector<int32_t>& ids, int64_t num_ex
   std::vector<char> hit(num_experts, 0);
   for (int32_t e : ids) hit[e] = 1;
   return std::count(hit.begin(), hit.end(), 1);
+}
+
+/// The routed slots of this rank's experts, renumbered from 0: all of them, or under expert parallelism those of
+/// its num_experts / ep_size experts (Note [Expert-parallel MoE]). For the tasks' costs.
+template <class Cfg> std::vector<int32_t> rank_local_experts(const std::vector<int32_t>& ids) {
+  constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
+  const int64_t first = EpSizeOf<Cfg>::value > 1 ? fk::dist::tp_rank() * L : 0;
+  std::vector<int32_t> local;
+  for (int32_t e : ids)
+    if (e >= first && e < first + L) local.push_back(static_cast<int32_t>(e - first));
+  return local;
 }
 
 struct Routing {
@@ -831,12 +866,8 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       std::tuple<Tensor, Tensor> r = ref_topk_softmax(logits, Cfg::top_k, Cfg::renormalize);
       // This rank's experts [first, first + L): all of them, or under expert parallelism its share (Note
       // [Expert-parallel MoE]); the cost counts the slots routed to them and the experts they hit.
-      constexpr int64_t L = Cfg::num_experts / EpSizeOf<Cfg>::value;
-      const int64_t first = EpSizeOf<Cfg>::value > 1 ? fk::dist::tp_rank() * L : 0;
-      std::vector<int32_t> local;
-      for (int32_t e : to_host<int32_t>(std::get<1>(r)))
-        if (e >= first && e < first + L) local.push_back(static_cast<int32_t>(e - first));
-      experts_hit_ = count_experts_hit(local, L);
+      const std::vector<int32_t> local = rank_local_experts<Cfg>(to_host<int32_t>(std::get<1>(r)));
+      experts_hit_ = count_experts_hit(local, Cfg::num_experts / EpSizeOf<Cfg>::value);
       routed_slots_ = static_cast<int64_t>(local.size());
     } else {
       routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 4002));
