@@ -15,6 +15,21 @@ else
   preset=generator-only
 fi
 jobs="$(nproc 2>/dev/null || echo 2)"
-cmake --preset "$preset"
+# Without a GPU nothing compiled here runs: a compile-check build (Note [Compile-check builds] in
+# CMakeLists.txt). FK_COMPILE_CHECK=0 or 1 in the environment decides it instead.
+check="${FK_COMPILE_CHECK:-}"
+if [ -z "$check" ]; then
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then check=0; else check=1; fi
+fi
+if [ "$preset" = default ]; then
+  if [ "$check" = 1 ]; then
+    echo "[tests] no GPU: compile-check build (PTX only, CUDA host code at -O1); GPU tests will skip"
+    cmake --preset "$preset" -DFK_COMPILE_CHECK=ON
+  else
+    cmake --preset "$preset" -DFK_COMPILE_CHECK=OFF
+  fi
+else
+  cmake --preset "$preset"
+fi
 cmake --build --preset "$preset" -j "$jobs"
 ctest --test-dir "build/$preset" --output-on-failure -j "$jobs" "$@"
