@@ -77,6 +77,7 @@
 #                           eager / torch.compile with the same weights (bench/peers/hf_vision_perf.py)
 #     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
+#     tests-re:K/N@G        the K-th of N shards of the GPU tests whose names match $FK_TESTS_RE (ctest -R) on GPU G (background)
 #     tests-touched:K/N@G   the K-th of N shards of the GPU tests of what session 25 touched (every linear, embedding, LM head
 #                           and llama composite task, the whole models, the kernel and task unit tests) on GPU G (background)
 #     dist                  the multi-GPU checks (issue 23) on every visible GPU, in the foreground: the communicator
@@ -125,6 +126,9 @@
 #                           fastkernels generate) and ship that tree
 #     dist-ds[:N]           DeepSeek-V3's sharded tasks under fk_bench --world-size (2 and every GPU; :N alone), levels 1-3,
 #                           in the foreground, into ds<n>_l<level>.jsonl / .md
+#     dist-dp               the data-parallel expert-parallel tasks (Note [Data-parallel expert MoE]: the @ep2 layouts' MoE
+#                           block, decoder layer and model) under fk_launch --nproc 2 -- fk_bench --world-size 2, levels 2-4, in
+#                           the foreground, into dp2_l<level>.jsonl / .md; then the same block beside the TP 2 + EP 2 one
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -194,6 +198,11 @@ for step in "${steps[@]}"; do
     tests-shard:*@*)
       k="${step#tests-shard:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
       bg "tests-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests_$k.log' 2>&1"
+      ;;
+    tests-re:*@*)
+      k="${step#tests-re:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
+      [ -n "${FK_TESTS_RE:-}" ] || { echo "tests-re: set FK_TESTS_RE to the ctest -R regex" >&2; exit 2; }
+      bg "re-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -R '$FK_TESTS_RE' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_re_$k.log' 2>&1"
       ;;
     tests-touched:*@*)
       k="${step#tests-touched:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
@@ -379,6 +388,18 @@ for step in "${steps[@]}"; do
           say "fk_bench --world-size $n DeepSeek-V3 level $lv rc=$?"; tail -2 "$P/ds${n}_l$lv.log"
         done
       done
+      ;;
+    dist-dp)  # Note [Data-parallel expert MoE]: the @ep2 tasks at 2 ranks, every rank against the unsharded block on its tokens
+      for lv in 2 3 4; do
+        cases='.'; [ $lv -gt 2 ] && cases='^(t1|t8|t256|t1024|b1_kv2048|b8_kv2048|b64_kv2048|b1_s2048|b1_s512|b8_s512)$'
+        timeout 560 "$b/fk_launch" --nproc 2 -- "$b/fk_bench" --world-size 2 --seed "$seed" --max-iters 30 --case-timeout 180 \
+          --arch '@ep2$' --level $lv --case "$cases" --jsonl "$P/dp2_l$lv.jsonl" --markdown "$P/dp2_l$lv.md" >"$P/dp2_l$lv.log" 2>&1
+        say "fk_bench --world-size 2 @ep2 level $lv rc=$?"; tail -3 "$P/dp2_l$lv.log"
+      done
+      timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_bench" --world-size 2 --seed "$seed" --max-iters 50 --case-timeout 120 \
+        --task '^sparse_moe_block_e128_top8_h2048_i768_renorm_(tp2_)?ep2_bf16$' --jsonl "$P/dp2_vs_tp2ep2.jsonl" \
+        --markdown "$P/dp2_vs_tp2ep2.md" >"$P/dp2_vs_tp2ep2.log" 2>&1
+      say "MoE block @ep2 vs @tp2_ep2 rc=$?"; tail -3 "$P/dp2_vs_tp2ep2.log"
       ;;
     dist-bench|dist-bench-l1|dist-bench-l1:*)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -24,7 +24,7 @@ FK_REGISTER_TASK(([] {
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<MoeForCausalLM, Config>>("moe_for_causal_lm_l32_v32000_untied_h4096_e8_top2_i14336_renorm_hq32_hkv8_d128_eps1e-05_x4f453d2b4323147d_bf16", num_layers);
     }};
-  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  info.tp_size = fk::tasks::LayoutRanksOf<Config>::value;  // the ep size at a data-parallel layout
   return info;
 }()));
 

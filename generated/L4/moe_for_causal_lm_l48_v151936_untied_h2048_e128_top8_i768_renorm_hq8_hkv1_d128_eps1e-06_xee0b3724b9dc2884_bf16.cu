@@ -24,7 +24,7 @@ FK_REGISTER_TASK(([] {
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<MoeForCausalLM, Config>>("moe_for_causal_lm_l48_v151936_untied_h2048_e128_top8_i768_renorm_hq8_hkv1_d128_eps1e-06_xee0b3724b9dc2884_bf16", num_layers);
     }};
-  info.tp_size = fk::tasks::TpSizeOf<Config>::value;
+  info.tp_size = fk::tasks::LayoutRanksOf<Config>::value;  // the ep size at a data-parallel layout
   return info;
 }()));
 

@@ -1221,9 +1221,14 @@ int main(int argc, char** argv) {
                            : t->make_encoder         ? "embedding"
                            : t->make_image_encoder   ? "image-encoder"
                                                      : "vision-tower";
-      for (const auto& a : t->archs)
-        std::cout << a << "  " << runner << "  " << t->name << (t->tp_size > 1 ? "  (tensor-parallel: --tp " + std::to_string(t->tp_size) + ")" : "")
+      for (const auto& a : t->archs) {
+        const bool dp = a.find("@ep") != std::string::npos;  // Note [Data-parallel expert MoE]: fk_bench --world-size runs it
+        std::cout << a << "  " << runner << "  " << t->name
+                  << (dp                ? "  (data-parallel attention + expert parallelism: fk_bench --world-size " + std::to_string(t->tp_size) + ")"
+                      : t->tp_size > 1 ? "  (tensor-parallel: --tp " + std::to_string(t->tp_size) + ")"
+                                       : "")
                   << "\n";
+      }
     }
     return fk::kExitOk;
   }
@@ -1267,7 +1272,14 @@ int main(int argc, char** argv) {
   }
   if (o.ep > 1 && o.ep != o.tp) {
     std::cerr << "fk_model: --ep " << o.ep << " needs --tp " << o.ep
-              << " (expert parallelism inside the tensor-parallel group; data-parallel attention with EP is not a layout yet)\n";
+              << " (expert parallelism inside the tensor-parallel group). Data-parallel attention with EP (the @ep" << o.ep
+              << " layouts, Note [Data-parallel expert MoE]) runs under fk_launch --nproc " << o.ep << " -- fk_bench --world-size " << o.ep
+              << " --arch '@ep" << o.ep << "'; fk_model does not run it yet\n";
+    return fk::kExitUsage;
+  }
+  if (const size_t at = o.arch.find("@ep"); at != std::string::npos) {
+    std::cerr << "fk_model: " << o.arch << " is a data-parallel layout (Note [Data-parallel expert MoE]): it runs under fk_launch --nproc N -- "
+              << "fk_bench --world-size N --arch '" << o.arch << "'; fk_model does not run it yet\n";
     return fk::kExitUsage;
   }
   const fk::TaskInfo* task = find_model(o.arch);

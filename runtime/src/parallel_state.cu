@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "fk/kernels/moe_routing.cuh"
 #include "fk/runtime/cuda_check.h"
 
 namespace fk::dist {
@@ -13,7 +14,7 @@ GroupCoordinator* g_tp_group = nullptr;
 }  // namespace
 
 GroupCoordinator::GroupCoordinator(TcpStore& store, std::chrono::milliseconds timeout, bool use_peer, int64_t peer_max_bytes)
-    : comm_(std::make_unique<Communicator>(store, timeout)) {
+    : store_(store), timeout_(timeout), comm_(std::make_unique<Communicator>(store, timeout)) {
   if (!use_peer) peer_why_ = "not asked for (NCCL only)";
   else if (comm_->world_size() < 2) peer_why_ = "a single rank";
   else {
@@ -28,6 +29,15 @@ GroupCoordinator::GroupCoordinator(TcpStore& store, std::chrono::milliseconds ti
 
 GroupCoordinator::~GroupCoordinator() {
   if (g_tp_group == this) g_tp_group = nullptr;
+}
+
+EpAllToAll& GroupCoordinator::ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens) {
+  std::unique_ptr<EpAllToAll>& a = ep_[{num_experts, hidden, topk, max_tokens}];
+  if (!a) {
+    const EpAllToAll::Backend b = peer_ ? EpAllToAll::Backend::kPeer : EpAllToAll::Backend::kNccl;
+    a = std::make_unique<EpAllToAll>(store_, *comm_, EpAllToAll::Config{num_experts, hidden, topk, static_cast<int>(max_tokens)}, b, timeout_);
+  }
+  return *a;
 }
 
 namespace {
@@ -115,5 +125,32 @@ Tensor tp_nccl_all_reduce(const Tensor& t) {
 }
 
 Tensor tp_all_gather_last_dim(const Tensor& t) { return tp_group().all_gather_last_dim(t); }
+
+// Note [Data-parallel expert MoE] (fk/tasks/moe.h).
+Tensor tp_ep_moe(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids, int num_experts, const EpExperts& experts) {
+  GroupCoordinator& g = tp_group();
+  FK_CHECK(x.dim() == 2 && x.dtype() == DType::kBF16 && x.is_contiguous(),
+           "expert-parallel MoE (data-parallel layout): contiguous bf16 hidden states [tokens, hidden], got " + x.str());
+  FK_CHECK(topk_ids.dim() == 2 && topk_ids.size(0) == x.size(0), "expert-parallel MoE: topk_ids " + topk_ids.str() + " for hidden states " + x.str());
+  const int64_t tokens = x.size(0);
+  // One all-to-all per power-of-two bucket of the token count (at least 8): every rank picks the same one at the same
+  // call as long as their counts share a bucket, and the experts run over world x bucket rows, not a fixed maximum.
+  int64_t cap = 8;
+  while (cap < tokens) cap *= 2;
+  const int topk = static_cast<int>(topk_ids.size(1)), world = g.world_size();
+  FK_CHECK(num_experts % world == 0, "expert-parallel MoE: " + std::to_string(num_experts) + " experts over " + std::to_string(world) + " ranks");
+  EpAllToAll& a2a = g.ep_all_to_all(num_experts, static_cast<int>(x.size(1)), topk, cap);
+  const EpAllToAll::Dispatched& d = a2a.dispatch(x, topk_ids, topk_weights);
+  Tensor local = empty(d.topk_ids.sizes(), DType::kI32);
+  fk::kernels::ep_localize_received_ids(local.data<int32_t>(), d.topk_ids.data<int32_t>(), d.counts, world, d.capacity, topk,
+                                        a2a.first_expert(), a2a.experts_per_rank(), current_stream());
+  FK_CHECK_LAUNCH();
+  const Tensor y = experts(d.x, d.topk_weights, local);
+  FK_CHECK(y.dim() == 2 && y.size(0) == d.x.size(0) && y.size(1) == x.size(1) && y.dtype() == DType::kBF16 && y.is_contiguous(),
+           "expert-parallel MoE: the experts returned " + y.str() + " for the dispatched rows " + d.x.str());
+  Tensor out = empty({tokens, x.size(1)}, DType::kBF16);
+  a2a.combine(y, out);
+  return out;
+}
 
 }  // namespace fk::dist

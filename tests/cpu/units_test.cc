@@ -401,8 +401,10 @@ TEST(ParallelLayouts, DeepseekShardsHeadsExpertsAndSharedExpertsAtTp2To8AndEp) {
   const std::string tp16 = run_with(text, c);
   EXPECT_NE(tp16.find("attn_decode"), std::string::npos) << tp16;
   EXPECT_NE(tp16.find("num_heads 8 (per rank): the MLA decode kernel serves a positive multiple of 16 heads"), std::string::npos) << tp16;
-  // Expert parallelism outside the tensor-parallel group is not a layout yet.
+  // Expert parallelism outside the tensor-parallel group is not a layout yet, nor (for DeepSeek) with data-parallel attention.
   c.parallel = {{2, 4}};
+  EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);
+  c.parallel = {{1, 2}};
   EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);
 }
 
@@ -462,12 +464,33 @@ TEST(ParallelLayouts, ExpertParallelLayoutsSplitTheExpertsWholeInsideTheTensorPa
                                                             std::to_string(n) + "_bf16");
     EXPECT_EQ(module_named(m, "model")->params.at("ep_size"), Value(n));
   }
-  // EP without TP (data-parallel attention) is not a layout yet; experts that do not split are refused.
-  c.parallel = {{1, 2}};
-  std::string out = run_with(text, c);
-  EXPECT_NE(out.find("t/config.json: $.num_local_experts: expected a layout whose ep equals its tp"), std::string::npos) << out;
+  // EP without TP: data-parallel attention (Note [Data-parallel expert MoE]): attention, norms and router whole on every
+  // rank, 8 / n whole experts per rank, a block of n ranks with no tensor parallelism (no all-reduce child).
+  c.parallel = {{1, 2}, {1, 4}};
+  Generation dp;
+  ASSERT_EQ(run_with(text, c, &dp), "");
+  ASSERT_EQ(dp.lowered.size(), 3u);
+  for (size_t i = 0; i < 2; ++i) {
+    const LoweredModel& m = dp.lowered[i + 1];
+    const int64_t n = i == 0 ? 2 : 4;
+    EXPECT_EQ(m.id, "t/t@ep" + std::to_string(n));
+    EXPECT_EQ(op_named(m, "blk.1.qkv_proj")->params.at("num_heads"), Value(int64_t{32}));
+    EXPECT_EQ(op_named(m, "blk.1.qkv_proj")->params.at("num_kv_heads"), Value(int64_t{8}));
+    EXPECT_EQ(op_named(m, "blk.1.o_proj")->params.at("tp_size"), Value(int64_t{1}));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w13")->params.at("num_experts"), Value(8 / n));
+    EXPECT_EQ(op_named(m, "blk.1.experts_w13")->params.at("n"), Value(int64_t{2 * 14336}));
+    EXPECT_EQ(op_named(m, "blk.1.gate")->params.at("output_size"), Value(int64_t{8}));
+    const ModuleInstance* block = module_named(m, "mlp");
+    ASSERT_TRUE(block);
+    EXPECT_EQ(block->params.at("ep_size"), Value(n));
+    EXPECT_EQ(block->params.at("tp_size"), Value(int64_t{1}));
+    EXPECT_EQ(block->kind->name(block->params, "bf16"), "sparse_moe_block_e8_top2_h4096_i14336_renorm_ep" + std::to_string(n) + "_bf16");
+    EXPECT_EQ(module_named(m, "model")->params.at("ep_size"), Value(n));
+    EXPECT_EQ(module_named(m, "model")->params.at("tp_size"), Value(int64_t{1}));
+  }
+  // Experts that do not split are refused.
   c.parallel = {{16, 16}};
-  out = run_with(text, c);
+  std::string out = run_with(text, c);
   EXPECT_NE(out.find("t/config.json: $.num_local_experts: expected a multiple of the layout's ep_size (each expert-parallel rank holds num_experts / ep_size whole experts), got 8 (layout tp16_ep16"), std::string::npos) << out;
 }
 

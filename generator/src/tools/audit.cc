@@ -214,6 +214,12 @@ Audit build(const Generation& g) {
         const KindSpec* spec = find_kind(t.kind);
         if (spec && !spec->collective.empty() && placeholder(t, "tp_size") > 1)
           row.collectives[spec->collective] += list == &m->ops || t.level == 4 ? 1 : layers;
+        // At a data-parallel layout (tp 1, ep > 1: Note [Data-parallel expert MoE] in runtime/include/fk/tasks/moe.h) each
+        // MoE block moves its tokens to the experts' ranks and back: one dispatch and one combine per layer.
+        if (t.kind == "sparse_moe_block" && placeholder(t, "tp_size") == 1 && placeholder(t, "ep_size") > 1) {
+          row.collectives["ep_dispatch"] += layers;
+          row.collectives["ep_combine"] += layers;
+        }
       }
     for (size_t k = 0; k < cells.size(); ++k)
       if (cells[k]) {

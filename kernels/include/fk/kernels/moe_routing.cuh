@@ -752,6 +752,18 @@ __global__ void ep_localize_ids_kernel(I* __restrict__ ids_out, const I* __restr
   ids_out[i] = (e >= first && e < first + per_rank) ? e - first : -1;
 }
 
+/// Rows [q capacity, q capacity + counts[q]) of source q are live; the others (stale) get no slot.
+template <class I>
+__global__ void ep_localize_received_ids_kernel(I* __restrict__ ids_out, const I* __restrict__ ids_in, const int32_t* __restrict__ counts,
+                                                int64_t capacity, int64_t n, int topk, int first, int per_rank) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t row = i / topk;
+  const bool live = row % capacity < counts[row / capacity];
+  const int e = live ? ids_in[i] : -1;
+  ids_out[i] = (e >= first && e < first + per_rank) ? e - first : -1;
+}
+
 }  // namespace detail
 
 // =============================================================================================
@@ -910,6 +922,17 @@ void moe_sum_masked(T* out, const T* in, const int32_t* topk_ids, int64_t num_to
 inline void ep_localize_ids(int32_t* out, const int32_t* in, int64_t n, int first, int per_rank, cudaStream_t stream) {
   if (n <= 0) return;
   detail::ep_localize_ids_kernel<int32_t><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, in, n, first, per_rank);
+}
+
+/// ep_localize_ids over the rows an expert-parallel dispatch delivered (fk::dist::EpAllToAll::Dispatched: source q's
+/// rows at [q capacity, q capacity + counts[q]), counts on the device): ids [world x capacity, topk] of the stale rows
+/// past each source's count become -1 too, so that no expert reads them.
+inline void ep_localize_received_ids(int32_t* out, const int32_t* in, const int32_t* counts, int world, int64_t capacity, int topk,
+                                     int first, int per_rank, cudaStream_t stream) {
+  const int64_t n = int64_t(world) * capacity * topk;
+  if (n <= 0) return;
+  detail::ep_localize_received_ids_kernel<int32_t><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, in, counts, capacity, n, topk,
+                                                                                                              first, per_rank);
 }
 
 }  // namespace fk::kernels

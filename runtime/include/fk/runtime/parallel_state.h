@@ -18,10 +18,13 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "fk/runtime/comm.h"
+#include "fk/runtime/ep_all_to_all.h"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/tp_group.h"
 
@@ -29,7 +32,8 @@ namespace fk::dist {
 
 class GroupCoordinator {
  public:
-  /// Every rank of store.env(); `use_peer` false: NCCL only. peer_max_bytes: the peer all-reduce's buffer.
+  /// Every rank of store.env(); `use_peer` false: NCCL only. peer_max_bytes: the peer all-reduce's buffer. The store
+  /// must outlive the group (the expert-parallel all-to-alls it makes later rendezvous through it).
   GroupCoordinator(TcpStore& store, std::chrono::milliseconds timeout, bool use_peer = true, int64_t peer_max_bytes = int64_t(8) << 20);
   ~GroupCoordinator();
   GroupCoordinator(const GroupCoordinator&) = delete;
@@ -56,13 +60,20 @@ class GroupCoordinator {
   Tensor all_gather_last_dim(const Tensor& input);
   /// vLLM's reduce_scatter(input, dim=0): [rows, ...] summed over the ranks, this rank's rows / world.
   Tensor reduce_scatter_first_dim(const Tensor& input);
+  /// The group's expert-parallel all-to-all for MoE blocks of this shape whose calls carry at most `max_tokens` tokens
+  /// per rank (Note [Data-parallel expert MoE] in fk/tasks/moe.h): made on first use, by every rank in the same call
+  /// (it maps peer memory through the store), over peer memory where the own all-reduce could map it, else NCCL.
+  EpAllToAll& ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens);
   /// Waits for the stream's collectives, bounded (Communicator::synchronize).
   void synchronize(cudaStream_t stream) { comm_->synchronize(stream); }
 
  private:
+  TcpStore& store_;
+  std::chrono::milliseconds timeout_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<PeerAllReduce> peer_;
   std::string peer_why_;
+  std::map<std::tuple<int, int, int, int64_t>, std::unique_ptr<EpAllToAll>> ep_;  ///< by (experts, hidden, topk, max_tokens)
 };
 
 }  // namespace fk::dist

@@ -4,6 +4,8 @@
 // defines the group.
 #pragma once
 
+#include <functional>
+
 #include "fk/runtime/tensor.h"
 
 namespace fk::dist {
@@ -31,5 +33,18 @@ Tensor tp_nccl_all_reduce(const Tensor& t);
 PeerAllReduce* tp_peer_all_reduce_for(int64_t bytes);
 /// tp_group().all_gather_last_dim(t): every rank's [rows, n] side by side, [rows, world x n].
 Tensor tp_all_gather_last_dim(const Tensor& t);
+
+/// A rank's experts on the rows an expert-parallel dispatch delivered to it: x [R, hidden], topk_weights f32 [R, topk],
+/// local_ids i32 [R, topk] (this rank's experts renumbered from 0, every other slot -1, every slot of a stale row -1)
+/// -> [R, hidden]: per row the sum of its local slots' weighted expert outputs (0 for rows with none).
+using EpExperts = std::function<Tensor(const Tensor& x, const Tensor& topk_weights, const Tensor& local_ids)>;
+/// The routed experts of an MoE block at a data-parallel layout (Note [Data-parallel expert MoE] in fk/tasks/moe.h): this
+/// rank's tokens x [T, hidden] bf16 with their routing (topk_weights f32 [T, topk], topk_ids i32 [T, topk], global ids
+/// over num_experts) dispatched to the ranks of their experts (the group's fk::dist::EpAllToAll: own peer-memory
+/// kernels on one host, NCCL send / recv otherwise), `experts` run there, the rows combined back: [T, hidden], per token
+/// the weighted sum over all its experts. Every rank of the group calls it, in the same order, with token counts in the
+/// same power-of-two bucket (the harness and the runners give every rank the same batch shape, as vLLM pads its
+/// data-parallel ranks to one count).
+Tensor tp_ep_moe(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids, int num_experts, const EpExperts& experts);
 
 }  // namespace fk::dist

@@ -48,6 +48,16 @@ template <class C, class = void> struct EpSizeOf {
 template <class C> struct EpSizeOf<C, std::void_t<decltype(C::ep_size)>> {
   static constexpr int value = C::ep_size;
 };
+/// Note [Data-parallel expert MoE] (fk/tasks/moe.h): a layout with ep_size > 1 and tp_size 1 is data-parallel attention
+/// with expert parallelism: every rank runs its own tokens, the MoE blocks move them to the experts' ranks and back.
+template <class C> struct DataParallelOf {
+  static constexpr bool value = EpSizeOf<C>::value > 1 && TpSizeOf<C>::value == 1;
+};
+/// The ranks of the group a task runs in: its tp_size, or its ep_size at a data-parallel layout (1: unsharded).
+template <class C> struct LayoutRanksOf {
+  static constexpr int value = DataParallelOf<C>::value ? EpSizeOf<C>::value : TpSizeOf<C>::value;
+};
+
 /// The rows of a vocabulary of `vocab` entries that one of `tp` tensor-parallel ranks holds: the
 /// vocabulary padded to a multiple of 64 and split evenly (vLLM's VocabParallelEmbedding /
 /// ParallelLMHead, pad_vocab_size); `vocab` itself when tp is 1.
@@ -68,6 +78,13 @@ inline uint64_t seed_of_rank(uint64_t seed, int rank) { return mix_seed(seed, 10
 /// columns or rows: Note [Sharded references] in fk/tasks/llama.h); `unsharded` where Cfg is not sharded.
 template <class Cfg> uint64_t rank_seed(uint64_t seed, uint64_t unsharded) {
   return TpSizeOf<Cfg>::value > 1 ? seed_of_rank(seed, fk::dist::tp_rank()) : unsharded;
+}
+
+/// The seed of a draw of activations (hidden states, token ids, KV caches): its own on every rank at a data-parallel
+/// layout (Note [Data-parallel expert MoE]: ranks hold different tokens, so a row that reached another rank's output
+/// is caught), `seed` itself elsewhere (tensor-parallel ranks all hold the same tokens).
+template <class Cfg> uint64_t dp_seed(uint64_t seed) {
+  return DataParallelOf<Cfg>::value ? seed_of_rank(seed, fk::dist::tp_rank()) : seed;
 }
 
 /// Tag for the generated classes' config-only constructor (the harness builds modules from the
@@ -92,12 +109,14 @@ template <class Coll> Tensor collective_call(const Tensor& t) {
 /// A task sharded for tensor parallelism runs only in a process whose tensor-parallel group has its
 /// size; elsewhere its cases are skipped, saying so (the registrations call this first).
 template <class Cfg> void require_layout() {
-  constexpr int tp = TpSizeOf<Cfg>::value;
-  if constexpr (tp > 1) {
+  constexpr int ranks = LayoutRanksOf<Cfg>::value;
+  if constexpr (ranks > 1) {
     const int have = fk::dist::tp_world_size();
-    if (have != tp)
-      throw SkipCase("sharded for " + std::to_string(tp) + "-way tensor parallelism: it runs in a tensor-parallel group of " +
-                     std::to_string(tp) + " ranks (fk_launch --nproc N -- fk_bench --world-size N; docs/multi-gpu.md); this process has " +
+    if (have != ranks)
+      throw SkipCase(std::string("sharded for ") + std::to_string(ranks) +
+                     (DataParallelOf<Cfg>::value ? "-way data-parallel attention with expert parallelism" : "-way tensor parallelism") +
+                     ": it runs in a group of " + std::to_string(ranks) +
+                     " ranks (fk_launch --nproc N -- fk_bench --world-size N; docs/multi-gpu.md); this process has " +
                      (have == 1 ? std::string("none") : "one of " + std::to_string(have)));
   }
 }

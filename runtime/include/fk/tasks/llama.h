@@ -761,9 +761,10 @@ template <class Cfg> constexpr double mlp_weight_elems() {
 }
 /// The MLP width one token passes through on one rank, for FLOPs: intermediate_size (a MoE
 /// Config's top_k * moe_intermediate_size); under expert parallelism a rank computes the share of
-/// the slots routed to its experts, 1 / ep_size of them in expectation (Note [Expert-parallel MoE]).
+/// the slots routed to its experts, 1 / ep_size of them in expectation (Note [Expert-parallel MoE]); at a data-parallel
+/// layout that share of every rank's tokens, as many slots as its own tokens make (Note [Data-parallel expert MoE]).
 template <class Cfg> constexpr double active_mlp_width() {
-  return double(IntermediateOf<Cfg>::value) / EpSizeOf<Cfg>::value;
+  return double(IntermediateOf<Cfg>::value) / (DataParallelOf<Cfg>::value ? 1 : EpSizeOf<Cfg>::value);
 }
 /// Expert weight bytes per layer a step of `tokens` tokens need not read on one rank (MoE only;
 /// expected over uniform routing, so the cost counts the experts a step touches, not all of them;
@@ -771,7 +772,9 @@ template <class Cfg> constexpr double active_mlp_width() {
 template <class Cfg> double unread_expert_bytes(double tokens) {
   if constexpr (MoeOf<Cfg>::value) {
     const double e = Cfg::num_experts;
-    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size *
+    // every rank's tokens reach a rank's experts at a data-parallel layout (Note [Data-parallel expert MoE])
+    const double routed = DataParallelOf<Cfg>::value ? tokens * EpSizeOf<Cfg>::value : tokens;
+    return (e - expected_experts_hit(routed, e, Cfg::top_k)) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size *
            Cfg::moe_intermediate_size * sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;
@@ -810,15 +813,16 @@ template <class Module, class Cfg, AttnKind kKind> class AttnStepInstance final 
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    if (!step_.meta.is_prefill) {
-      fill_normal(attn().k_cache, mix_seed(seed, 2001));
-      fill_normal(attn().v_cache, mix_seed(seed, 2002));
+    if (!step_.meta.is_prefill) {  // the rank's own at a data-parallel layout (dp_seed)
+      fill_normal(attn().k_cache, dp_seed<Cfg>(mix_seed(seed, 2001)));
+      fill_normal(attn().v_cache, dp_seed<Cfg>(mix_seed(seed, 2002)));
     }
     refresh(0, mix_seed(seed, 2003));
   }
   /// New activations (the step's own k/v then overwrite their cache rows); weights and the rest
-  /// of the KV cache stay.
-  void refresh(int, uint64_t seed) override {
+  /// of the KV cache stay. At a data-parallel layout every rank draws its own (Note [Data-parallel expert MoE]).
+  void refresh(int, uint64_t set_seed) override {
+    const uint64_t seed = dp_seed<Cfg>(set_seed);
     if constexpr (kKind == AttnKind::kAttentionOProj) {
       fill_normal(q_, mix_seed(seed, 0));
       fill_normal(k_, mix_seed(seed, 1));
@@ -978,14 +982,15 @@ template <class Model, class Cfg> class CausalLMInstance final : public TaskInst
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
     refresh(0, mix_seed(seed, 3001));
-    if (!step_.meta.is_prefill)
+    if (!step_.meta.is_prefill)  // the rank's own at a data-parallel layout (dp_seed)
       model_->model.for_each_layer([&](auto& layer) {
-        fill_normal(layer.self_attn.k_cache, mix_seed(seed, 3002));
-        fill_normal(layer.self_attn.v_cache, mix_seed(seed, 3003));
+        fill_normal(layer.self_attn.k_cache, dp_seed<Cfg>(mix_seed(seed, 3002)));
+        fill_normal(layer.self_attn.v_cache, dp_seed<Cfg>(mix_seed(seed, 3003)));
       });
   }
-  /// New token ids (so every activation of every layer changes); weights and the KV cache stay.
-  void refresh(int, uint64_t seed) override { fill_randint(ids_, seed, 0, Cfg::vocab_size); }
+  /// New token ids (so every activation of every layer changes); weights and the KV cache stay. At a data-parallel
+  /// layout every rank draws its own (Note [Data-parallel expert MoE]).
+  void refresh(int, uint64_t seed) override { fill_randint(ids_, dp_seed<Cfg>(seed), 0, Cfg::vocab_size); }
   void prepare(int) override { logits_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);

@@ -178,8 +178,24 @@ Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, cons
 // experts from 0 and marks the others -1 (ep_localize_ids: vLLM's expert_map), runs its experts on its
 // slots, sums them per token (moe_sum_masked) and the block all-reduces over the group: each token's
 // sum over all its experts. The reference gathers every rank's experts and computes the unsharded
-// block (ref_sparse_moe). Expert parallelism with data-parallel attention (tokens differing by rank,
-// moved by fk::dist::EpAllToAll's dispatch / combine) is not a layout yet.
+// block (ref_sparse_moe). With data-parallel attention: Note [Data-parallel expert MoE].
+//
+// Note [Data-parallel expert MoE]
+// A layout with ep_size > 1 and tp_size 1 ({"ep": N} alone, `@epN`) is vLLM's data-parallel attention with expert
+// parallelism (--data-parallel-size N --enable-expert-parallel, tensor parallelism 1): every rank holds the whole
+// attention, the dense parts and the router, and runs its own tokens through them; the MoE blocks' experts are split
+// as above (rank r the ids [r L, (r + 1) L)) over the group of all N ranks, which is the process's group here
+// (fk::dist::tp_group(), whose size the tasks check). Each block routes its rank's tokens, and fk::dist::tp_ep_moe
+// moves every token once to each rank holding one of its experts with its k ids and weights (the group's
+// fk::dist::EpAllToAll dispatch: DeepEP's intranode dispatch, vLLM's FusedMoEPrepareAndFinalize.prepare), renumbers
+// the received slots of the rank's own experts from 0 and marks the others and every stale row's -1
+// (ep_localize_received_ids), runs the rank's experts on them (fused_experts_forward, sums of the local slots) and
+// brings the rows back (combine: the token's rank sums the rows of every rank it went to, in fp32 in rank order). No
+// all-reduce: the block's output is the token's whole sum. Every rank calls every block with token counts in one
+// power-of-two bucket (the all-to-all's capacity); the harness gives every rank the same case, and draws its
+// activations from the rank's own seed (dp_seed in fk/tasks/harness.h), so that a row delivered to the wrong rank or
+// token fails the check. The reference: the unsharded block on the rank's tokens, every rank's experts gathered.
+// The token-to-rank traffic is bf16 (the all-to-all's dtype).
 
 /// This rank's expert-parallel slot ids: [first, first + L) renumbered from 0, the rest -1.
 template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
@@ -199,9 +215,17 @@ template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
 template <class Cfg, class M>
 Tensor routed_experts_forward(M& m, const Tensor& hidden, const Tensor& weights, const Tensor& ids, const Tensor& w13_bias = Tensor(),
                               const Tensor& w2_bias = Tensor()) {
-  if constexpr (EpSizeOf<Cfg>::value > 1)
-    return fused_experts_forward<typename decltype(m.experts)::Cfg>(m.experts, hidden, m.w13_weight, m.w2_weight, weights,
-                                                                    ep_local_ids<Cfg>(ids), w13_bias, w2_bias, true);
+  using ExpertsCfg = typename decltype(m.experts)::Cfg;
+  if constexpr (DataParallelOf<Cfg>::value) {  // Note [Data-parallel expert MoE]
+    static_assert(std::is_same_v<typename Cfg::scalar_t, __nv_bfloat16>, "the expert-parallel all-to-all moves bf16 rows");
+    return fk::dist::tp_ep_moe(hidden, weights, ids, static_cast<int>(Cfg::num_experts),
+                               [&](const Tensor& x, const Tensor& w, const Tensor& local_ids) {
+                                 return fused_experts_forward<ExpertsCfg>(m.experts, x, m.w13_weight, m.w2_weight, w, local_ids,
+                                                                          w13_bias, w2_bias, true);
+                               });
+  } else if constexpr (EpSizeOf<Cfg>::value > 1)
+    return fused_experts_forward<ExpertsCfg>(m.experts, hidden, m.w13_weight, m.w2_weight, weights, ep_local_ids<Cfg>(ids), w13_bias,
+                                             w2_bias, true);
   else
     return m.experts.forward(hidden, m.w13_weight, m.w2_weight, weights, ids, w13_bias, w2_bias);
 }
@@ -859,8 +883,14 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    fill_normal(x_, mix_seed(seed, 4001));
-    if constexpr (kBlock) {
+    fill_normal(x_, dp_seed<Cfg>(mix_seed(seed, 4001)));
+    if constexpr (kBlock && DataParallelOf<Cfg>::value) {
+      // Note [Data-parallel expert MoE]: the slots this rank computes come from every rank's tokens; the cost counts
+      // their expected number (T K on every rank) and the expected share of its experts that all ranks' tokens hit.
+      constexpr int ep = EpSizeOf<Cfg>::value;
+      experts_hit_ = static_cast<int64_t>(std::ceil(expected_experts_hit(double(tokens_) * ep, Cfg::num_experts, Cfg::top_k) / ep));
+      routed_slots_ = tokens_ * Cfg::top_k;
+    } else if constexpr (kBlock) {
       // The routing the block will make (reference gate + top-k), for the cost's expert count.
       Tensor logits = ref::linear(x_, module_.gate.weight, module_.gate.bias);
       std::tuple<Tensor, Tensor> r = ref_topk_softmax(logits, Cfg::top_k, Cfg::renormalize);
@@ -876,7 +906,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
   }
   /// New hidden states (and, given routing, a new routing); the expert weights stay.
   void refresh(int, uint64_t seed) override {
-    fill_normal(x_, mix_seed(seed, 0));
+    fill_normal(x_, dp_seed<Cfg>(mix_seed(seed, 0)));
     if constexpr (!kBlock) routing_ = random_routing(tokens_, Cfg::num_experts, Cfg::top_k, true, mix_seed(seed, 1));
   }
   void prepare(int) override { out_ = Tensor(); }
