@@ -144,11 +144,6 @@ def layout_ranks(arch):
     return 1
 
 
-def data_parallel(arch):
-    """A data-parallel layout ("org/name@ep2": ep without tp, Note [Data-parallel expert MoE]): fk_model does not run it."""
-    par = layout_args(arch)[1]
-    return "--ep" in par and "--tp" not in par
-
 
 def run_model(exe, arch, outdir, layers, timeout, log_path, force_from, bench=True, world=1, launcher=""):
     """fk_model --greedy, --teacher-forced (feeding the tokens of the greedy file `force_from`: the
@@ -331,11 +326,10 @@ def main():
               if any(m["name"] == t and m["level"] == 4 for m in manifest["tasks"])]
         # The models of this run's world size only: a layout of another size needs its own --world-size run.
         every = {arch for m in manifest["tasks"] if m["name"] in l4 for arch in m["archs"] if not a.arch or re.search(a.arch, arch)}
-        model_archs[s["name"]] = sorted(x for x in every if layout_ranks(x) == a.world_size and not data_parallel(x))
+        model_archs[s["name"]] = sorted(x for x in every if layout_ranks(x) == a.world_size)
         if len(every) > len(model_archs[s["name"]]):
             log(f"{s['name']}: fk_model skips {len(every) - len(model_archs[s['name']])} model(s) of another layout size than "
-                f"--world-size {a.world_size} (run them with --world-size N --arch REGEX) or of a data-parallel layout "
-                f"(fk_bench --world-size N checks those)")
+                f"--world-size {a.world_size} (run them with --world-size N --arch REGEX)")
     base_model = {}
 
     def base_greedy(arch):  # every build is fed the baseline's greedy tokens (Note [Teacher-forced check])

@@ -123,12 +123,14 @@
 #                           tp-moe:ds DeepSeek-V3 at 5 layers (3 dense, 2 MoE) at TP 1 and TP 2 + EP 2 (Note [DeepSeek
 #                           sharding]); tp-moe:ds4 also at TP 4 + EP 4, a layout not committed (CI time): generate it first
 #                           (hf_configs/deepseek-ai/DeepSeek-V3/fastkernels.json "parallel" + {"tp": 4, "ep": 4}, then
-#                           fastkernels generate) and ship that tree
+#                           fastkernels generate) and ship that tree; tp-moe:dp Qwen3-30B-A3B at TP 2 + EP 2 and at EP 2
+#                           with data-parallel attention (Note [Data-parallel runs]: rank 0's prompts are TP 1's)
 #     dist-ds[:N]           DeepSeek-V3's sharded tasks under fk_bench --world-size (2 and every GPU; :N alone), levels 1-3,
 #                           in the foreground, into ds<n>_l<level>.jsonl / .md
 #     dist-dp               the data-parallel expert-parallel tasks (Note [Data-parallel expert MoE]: the @ep2 layouts' MoE
-#                           block, decoder layer and model) under fk_launch --nproc 2 -- fk_bench --world-size 2, levels 2-4, in
-#                           the foreground, into dp2_l<level>.jsonl / .md; then the same block beside the TP 2 + EP 2 one
+#                           blocks, decoder layers and models: Qwen3-30B-A3B, DeepSeek-V3) under fk_launch --nproc 2 -- fk_bench
+#                           --world-size 2, levels 2-4, in the foreground, into dp2_l<level>.jsonl / .md; then the same blocks
+#                           beside the TP 2 + EP 2 ones
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -320,13 +322,15 @@ for step in "${steps[@]}"; do
       python3 bench/linear_report.py "$P"/lin_*r.jsonl "$P"/lin_*r_torch.jsonl --out "$P/linear_report.md" >/dev/null 2>&1
       say "linear report rc=$?"; tail -1 "$P/linear_report.md" 2>/dev/null
       ;;
-    tp-moe|tp-moe:4|tp-moe:ds|tp-moe:ds4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
+    tp-moe|tp-moe:4|tp-moe:ds|tp-moe:ds4|tp-moe:dp)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
       models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"; layers=4
       # tp-moe:4 (issue 24): Qwen3-30B-A3B at TP 2 + EP 2, TP 4 and TP 4 + EP 4 (one KV head per rank: Note [Replicated KV heads])
       [ "$step" = tp-moe:4 ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 4 4e"
       # DeepSeek-V3 at 5 layers: its 3 dense layers and 2 MoE layers (Note [DeepSeek sharding])
       [ "$step" = tp-moe:ds ] && models="deepseek-ai/DeepSeek-V3" && pars="2e" && layers=5
       [ "$step" = tp-moe:ds4 ] && models="deepseek-ai/DeepSeek-V3" && pars="2e 4e" && layers=5
+      # Qwen3-30B-A3B with data-parallel attention at EP 2 ("2d": --ep 2 alone, Note [Data-parallel runs]) beside TP 2 + EP 2
+      [ "$step" = tp-moe:dp ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 2d"
       for A in $models; do
         s="$(basename "$A")"
         ma="--arch $A --layers $layers --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
@@ -334,11 +338,13 @@ for step in "${steps[@]}"; do
           --jsonl "$P/moe1_$s.jsonl" >"$P/moe1_$s.log" 2>&1
         say "fk_model $s tp 1 rc=$?"; grep -E "^decode|^prefill" "$P/moe1_$s.log"
         runs=(); tfs=()
-        for par in $pars; do  # TP n (every expert's slice), TP n + EP n ("ne": whole experts, Note [Expert-parallel MoE])
-          n="${par%e}"; extra=""; [ "$par" != "$n" ] && extra="--ep $n"
-          timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $ma --tp "$n" $extra --greedy "$P/moe${par}_$s.json" \
+        for par in $pars; do  # TP n (every expert's slice), TP n + EP n ("ne": whole experts, Note [Expert-parallel MoE]),
+          # EP n with data-parallel attention ("nd": Note [Data-parallel runs])
+          n="${par%[ed]}"
+          case "$par" in *e) extra="--tp $n --ep $n" ;; *d) extra="--ep $n" ;; *) extra="--tp $n" ;; esac
+          timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" $ma $extra --greedy "$P/moe${par}_$s.json" \
             --teacher-forced "$P/moetf${par}_$s.json" --force-tokens "$P/moe1_$s.json" --jsonl "$P/moe${par}_$s.jsonl" >"$P/moe${par}_$s.log" 2>&1
-          say "fk_model $s tp $n $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
+          say "fk_model $s $extra rc=$?"; grep -E "^decode|^prefill|error" "$P/moe${par}_$s.log" | sort | uniq | head -12
           runs+=("$P/moe${par}_$s.json"); tfs+=("$P/moetf${par}_$s.json")
         done
         python3 bench/tp_tokens.py "$P/moe1_$s.json" "${runs[@]}" --base-teacher "$P/moetf1_$s.json" >"$P/moe_tokens_$s.txt" 2>&1
@@ -397,7 +403,7 @@ for step in "${steps[@]}"; do
         say "fk_bench --world-size 2 @ep2 level $lv rc=$?"; tail -3 "$P/dp2_l$lv.log"
       done
       timeout 300 "$b/fk_launch" --nproc 2 -- "$b/fk_bench" --world-size 2 --seed "$seed" --max-iters 50 --case-timeout 120 \
-        --task '^sparse_moe_block_e128_top8_h2048_i768_renorm_(tp2_)?ep2_bf16$' --jsonl "$P/dp2_vs_tp2ep2.jsonl" \
+        --task '^(sparse_moe_block_e128_top8_h2048_i768_renorm_(tp2_)?ep2|deepseek_moe_h7168_.*_ep2)_bf16$' --jsonl "$P/dp2_vs_tp2ep2.jsonl" \
         --markdown "$P/dp2_vs_tp2ep2.md" >"$P/dp2_vs_tp2ep2.log" 2>&1
       say "MoE block @ep2 vs @tp2_ep2 rc=$?"; tail -3 "$P/dp2_vs_tp2ep2.log"
       ;;

@@ -12,7 +12,7 @@ namespace fk::generated::moe_align_block_size_e128_top8_i32 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "moe_align_block_size_e128_top8_i32", 1, "moe_align_block_size", "vllm.model_executor.layers.fused_moe.moe_align_block_size", "generated/L1/moe_align_block_size_e128_top8_i32.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@tp2", "Qwen/Qwen3-30B-A3B@tp4", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@tp2", "Qwen/Qwen3-30B-A3B@tp4", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -22,7 +22,7 @@ FK_REGISTER_TASK(([] {
       fk::tasks::require_layout<Config>();
       return std::make_unique<fk::tasks::MlaStepInstance<DeepseekV2DecoderLayer, Config, fk::tasks::MlaKind::kDecoderLayer>>(c);
     }};
-  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  info.tp_size = fk::tasks::LayoutRanksOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it (the ep size at a data-parallel layout)
   return info;
 }()));
 

@@ -25,7 +25,7 @@ FK_REGISTER_TASK(([] {
     [](int64_t num_layers) -> std::unique_ptr<fk::CausalLM> {
       return std::make_unique<fk::tasks::CausalLMAdapter<DeepseekV3ForCausalLM, Config>>("deepseek_for_causal_lm_l61_v129280_untied_dense3_i18432_h7168_hq128_q1536_kv512_nope128_xa6a9eb2f0b9fddbe_bf16", num_layers);
     }};
-  info.tp_size = fk::tasks::TpSizeOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it
+  info.tp_size = fk::tasks::LayoutRanksOf<Config>::value;  // Note [Parallel layouts]: fk_bench --world-size selects by it (the ep size at a data-parallel layout)
   return info;
 }()));
 

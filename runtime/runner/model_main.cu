@@ -77,6 +77,10 @@ struct Options {
   int64_t vision_layers = 0;
   int tp = 1;  ///< tensor-parallel ranks (Note [Tensor-parallel runs])
   int ep = 1;  ///< expert-parallel ranks (Note [Expert-parallel MoE] in fk/tasks/moe.h: inside the tensor-parallel group)
+  /// --ep without --tp: data-parallel attention (Note [Data-parallel runs]).
+  bool data_parallel() const { return ep > 1 && tp == 1; }
+  /// The job's ranks: the tensor-parallel size, or the expert-parallel one at a data-parallel layout.
+  int ranks() const { return tp > 1 ? tp : ep; }
 };
 
 // Note [Tensor-parallel runs]
@@ -91,7 +95,19 @@ struct Options {
 // fk/tasks/llama.h), so bench/tp_tokens.py --teacher-forced can hold each row's error to the TP-1
 // run's. Rank 0 writes the files; the bench's times are every rank's, reported per rank and as the slowest. A rank that fails ends the
 // job (the communicator's abort; fk_launch ends the others).
-fk::dist::TcpStore* g_store = nullptr;  ///< the job's store under --tp (null otherwise)
+//
+// Note [Data-parallel runs]
+// `--ep N` without --tp runs the config's @epN layout (Note [Data-parallel expert MoE] in fk/tasks/moe.h): N processes
+// as above in one group, each holding the whole attention and its share of the experts, each running its own prompts
+// (vLLM's data-parallel ranks serve different requests). Rank 0's prompts are the TP-1 run's (the same seed), so its
+// greedy and teacher-forced files compare with the TP-1 run's like a tensor-parallel run's; every other rank draws
+// its own (data_seed), of the same lengths: every rank runs the same batch shapes in lockstep, as vLLM pads its
+// data-parallel ranks to one token count. Rank 0 writes the files; the bench's times are the slowest rank's.
+fk::dist::TcpStore* g_store = nullptr;  ///< the job's store under --tp / --ep (null otherwise)
+bool g_data_parallel = false;           ///< Note [Data-parallel runs]
+/// The seed of a draw of prompts: `seed` on rank 0 and outside a data-parallel run, the rank's own elsewhere (Note
+/// [Data-parallel runs]).
+uint64_t data_seed(uint64_t seed) { return g_data_parallel && fk::dist::tp_rank() > 0 ? fk::mix_seed(seed, 7000 + uint64_t(fk::dist::tp_rank())) : seed; }
 bool writes_files() { return fk::dist::tp_world_size() == 1 || fk::dist::tp_rank() == 0; }
 /// Every rank's value of `v` (one store round; rank order), {v} outside a tensor-parallel job.
 std::vector<double> all_ranks(const std::string& key, double v) {
@@ -237,8 +253,16 @@ void write_json_file(const std::string& path, const nlohmann::json& j) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot rename " + tmp + " to " + path);
 }
 
+/// The run's layout in a result file: tp, ep and data_parallel where the run had several ranks.
+void add_layout(nlohmann::json& j, const Options& o) {
+  if (o.ranks() <= 1) return;
+  j["tp"] = o.tp;
+  if (o.ep > 1) j["ep"] = o.ep;
+  if (o.data_parallel()) j["data_parallel"] = true;
+}
+
 int run_greedy(fk::CausalLM& m, const Options& o) {
-  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), data_seed(fk::mix_seed(o.seed, 77)));
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
   fk::Engine engine(m, static_cast<int64_t>(prompts.size()), longest + o.decode_steps + 1, o.decode_steps);
@@ -262,7 +286,7 @@ int run_greedy(fk::CausalLM& m, const Options& o) {
   nlohmann::json j = {{"tool", "fk_model"}, {"arch", o.arch}, {"task", m.task_name()}, {"layers", m.num_layers()},
                       {"seed", o.seed}, {"steps", S}, {"graph", !o.no_graph}, {"sequences", seqs},
                       {"env", fk::environment_json(0)}};
-  if (o.tp > 1) j["tp"] = o.tp;
+  add_layout(j, o);
   if (!writes_files()) return fk::kExitOk;
   write_json_file(o.greedy, j);
   std::cerr << "fk_model: wrote " << o.greedy << " (" << B << " sequences, " << S << " greedy steps)\n";
@@ -356,7 +380,7 @@ std::vector<std::vector<int64_t>> own_greedy_tokens(fk::CausalLM& m, const Optio
 }
 
 int run_teacher_forced(fk::CausalLM& m, const Options& o) {
-  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), fk::mix_seed(o.seed, 77));
+  const auto prompts = random_prompts(o.prompt_lens, m.vocab_size(), data_seed(fk::mix_seed(o.seed, 77)));
   const int64_t B = static_cast<int64_t>(prompts.size()), S = o.decode_steps, V = m.vocab_size();
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, p.size());
@@ -445,7 +469,7 @@ int run_teacher_forced(fk::CausalLM& m, const Options& o) {
                       {"forced_from", o.force_tokens.empty() ? std::string("own greedy tokens") : o.force_tokens},
                       {"ref_logit_mean", mean}, {"ref_logit_std", std::sqrt(std::max(0.0, sum2 / n - mean * mean))},
                       {"sequences", out_seqs}, {"env", fk::environment_json(0)}};
-  if (o.tp > 1) j["tp"] = o.tp;
+  add_layout(j, o);
   if (!writes_files()) return fk::kExitOk;
   write_json_file(o.teacher_forced, j);  // NaN/inf errors are written as null by nlohmann::json
   std::cerr << "fk_model: wrote " << o.teacher_forced << " (" << B << " sequences, " << S + 1 << " teacher-forced rows each)\n";
@@ -507,7 +531,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
       fk::release_cached_memory();
       const int64_t steps = std::max<int64_t>(o.decode_steps, 8);
       fk::Engine engine(m, b, o.prompt_len + steps + 1, steps);
-      engine.prefill(random_prompts(std::vector<int64_t>(b, o.prompt_len), m.vocab_size(), fk::mix_seed(o.seed, b)));
+      engine.prefill(random_prompts(std::vector<int64_t>(b, o.prompt_len), m.vocab_size(), data_seed(fk::mix_seed(o.seed, b))));
       engine.decode_step(graph);
       engine.decode_step(graph);  // first replay (graph) / second eager step
       const int64_t timed = steps - 2;
@@ -518,8 +542,10 @@ int run_bench(fk::CausalLM& m, const Options& o) {
       const std::vector<double> rank_ms = all_ranks("decode", elapsed_ms(e0, e1));
       const double ms = *std::max_element(rank_ms.begin(), rank_ms.end());  // the slowest rank's
       nlohmann::json j = base("decode");
-      if (o.tp > 1) {
+      if (o.ranks() > 1) {
         j["tp"] = o.tp;
+        if (o.ep > 1) j["ep"] = o.ep;
+        if (o.data_parallel()) j["data_parallel"] = true;
         j["rank_ms_per_step"] = nlohmann::json::array();
         for (double r : rank_ms) j["rank_ms_per_step"].push_back(r / double(steps - 2));
       }
@@ -542,12 +568,14 @@ int run_bench(fk::CausalLM& m, const Options& o) {
     const int64_t b = std::stoll(spec.substr(0, x)), s = std::stoll(spec.substr(x + 1));
     fk::release_cached_memory();
     fk::Engine engine(m, b, s, 0);
-    const auto prompts = random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), fk::mix_seed(o.seed, 1000 + b));
+    const auto prompts = random_prompts(std::vector<int64_t>(b, s), m.vocab_size(), data_seed(fk::mix_seed(o.seed, 1000 + b)));
     for (int i = 0; i < 2; ++i) engine.prefill(prompts);
     std::vector<double> ms = timed_calls(engine.stream(), e0, e1, 5, [&] { engine.prefill(prompts); });
     nlohmann::json j = base("prefill");
-    if (o.tp > 1) {  // the k-th fastest of the 5 calls: the slowest rank's
+    if (o.ranks() > 1) {  // the k-th fastest of the 5 calls: the slowest rank's
       j["tp"] = o.tp;
+      if (o.ep > 1) j["ep"] = o.ep;
+      if (o.data_parallel()) j["data_parallel"] = true;
       for (double& m : ms) {
         const std::vector<double> r = all_ranks("prefill", m);
         m = *std::max_element(r.begin(), r.end());
@@ -569,7 +597,7 @@ int run_bench(fk::CausalLM& m, const Options& o) {
   if (o.mem_steps > 0) {
     fk::release_cached_memory();
     fk::Engine engine(m, 1, o.prompt_len + o.mem_steps + 1, o.mem_steps);
-    engine.prefill(random_prompts({o.prompt_len}, m.vocab_size(), fk::mix_seed(o.seed, 5)));
+    engine.prefill(random_prompts({o.prompt_len}, m.vocab_size(), data_seed(fk::mix_seed(o.seed, 5))));
     engine.decode_step(true);
     engine.decode_step(true);
     FK_CUDA_CHECK(cudaStreamSynchronize(engine.stream()));
@@ -1201,7 +1229,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--ep", o.ep,
                  "expert-parallel ranks of an MoE model: its experts split over the tensor-parallel group (--ep equal to --tp; "
-                 "runs the config's @tpN_epN layout)")
+                 "runs the config's @tpN_epN layout), or without --tp data-parallel attention with the experts split over the "
+                 "ranks (the @epN layout; each rank its own prompts: --greedy, --teacher-forced, --bench)")
       ->check(CLI::Range(1, 64));
   app.add_option("--mem-steps", o.mem_steps, "bench: decode steps of the memory-growth check (0 = skip)");
   app.add_option("--jsonl", o.jsonl, "bench: write JSON lines here");
@@ -1222,9 +1251,9 @@ int main(int argc, char** argv) {
                            : t->make_image_encoder   ? "image-encoder"
                                                      : "vision-tower";
       for (const auto& a : t->archs) {
-        const bool dp = a.find("@ep") != std::string::npos;  // Note [Data-parallel expert MoE]: fk_bench --world-size runs it
+        const bool dp = a.find("@ep") != std::string::npos;  // Note [Data-parallel runs]
         std::cout << a << "  " << runner << "  " << t->name
-                  << (dp                ? "  (data-parallel attention + expert parallelism: fk_bench --world-size " + std::to_string(t->tp_size) + ")"
+                  << (dp                ? "  (data-parallel attention + expert parallelism: --ep " + std::to_string(t->tp_size) + ")"
                       : t->tp_size > 1 ? "  (tensor-parallel: --tp " + std::to_string(t->tp_size) + ")"
                                        : "")
                   << "\n";
@@ -1270,17 +1299,23 @@ int main(int argc, char** argv) {
     o.arch += "@tp" + std::to_string(o.tp);
     if (o.ep > 1) o.arch += "_ep" + std::to_string(o.ep);
   }
-  if (o.ep > 1 && o.ep != o.tp) {
-    std::cerr << "fk_model: --ep " << o.ep << " needs --tp " << o.ep
-              << " (expert parallelism inside the tensor-parallel group). Data-parallel attention with EP (the @ep" << o.ep
-              << " layouts, Note [Data-parallel expert MoE]) runs under fk_launch --nproc " << o.ep << " -- fk_bench --world-size " << o.ep
-              << " --arch '@ep" << o.ep << "'; fk_model does not run it yet\n";
+  if (o.ep > 1 && o.tp > 1 && o.ep != o.tp) {
+    std::cerr << "fk_model: --ep " << o.ep << " with --tp " << o.tp
+              << ": expected --ep equal to --tp (expert parallelism inside the tensor-parallel group) or --ep alone (data-parallel "
+                 "attention: Note [Data-parallel runs])\n";
     return fk::kExitUsage;
   }
-  if (const size_t at = o.arch.find("@ep"); at != std::string::npos) {
-    std::cerr << "fk_model: " << o.arch << " is a data-parallel layout (Note [Data-parallel expert MoE]): it runs under fk_launch --nproc N -- "
-              << "fk_bench --world-size N --arch '" << o.arch << "'; fk_model does not run it yet\n";
-    return fk::kExitUsage;
+  if (o.data_parallel()) {  // Note [Data-parallel runs]
+    if (o.arch.find('@') != std::string::npos) {
+      std::cerr << "fk_model: --arch " << o.arch << " names a layout already; give the config id and --ep " << o.ep << "\n";
+      return fk::kExitUsage;
+    }
+    if (!o.save_weights.empty() || !o.vision_arch.empty() || !o.dump.empty()) {
+      std::cerr << "fk_model: --ep without --tp (data-parallel attention) runs --greedy, --teacher-forced and --bench (weights seeded "
+                   "or from --load-weights); --dump, --save-weights and --vision-arch run unsharded or under --tp\n";
+      return fk::kExitUsage;
+    }
+    o.arch += "@ep" + std::to_string(o.ep);
   }
   const fk::TaskInfo* task = find_model(o.arch);
   if (!task) {
@@ -1291,13 +1326,15 @@ int main(int argc, char** argv) {
               << ")\n";
     return fk::kExitUsage;
   }
-  if (task->tp_size != o.tp) {
+  if (task->tp_size != o.ranks()) {
+    const bool dp = o.arch.find("@ep") != std::string::npos;  // Note [Data-parallel runs]
     std::cerr << "fk_model: " << o.arch << " (" << task->name << ") is sharded for " << task->tp_size
-              << "-way tensor parallelism: run it with --tp " << task->tp_size << " and the config id\n";
+              << (dp ? "-way data-parallel attention with expert parallelism: run it with --ep " : "-way tensor parallelism: run it with --tp ")
+              << task->tp_size << " and the config id\n";
     return fk::kExitUsage;
   }
-  if (o.tp > 1 && !task->make_model) {
-    std::cerr << "fk_model: --tp runs causal LMs; " << o.arch << " is not one\n";
+  if (o.ranks() > 1 && !task->make_model) {
+    std::cerr << "fk_model: --tp / --ep run causal LMs; " << o.arch << " is not one\n";
     return fk::kExitUsage;
   }
   if ((task->make_encoder || task->make_image_encoder || task->make_vision_tower) && (!o.greedy.empty() || !o.teacher_forced.empty())) {
@@ -1395,19 +1432,24 @@ int main(int argc, char** argv) {
   std::unique_ptr<fk::dist::TcpStore> store;  // outlive the model: its forward uses the group
   std::unique_ptr<fk::dist::GroupCoordinator> group;
   struct Unset {  // the group's destructor uninstalls it
-    ~Unset() { g_store = nullptr; }
+    ~Unset() {
+      g_store = nullptr;
+      g_data_parallel = false;
+    }
   } unset;
   try {
-    if (o.tp > 1) {
+    if (o.ranks() > 1) {
       const fk::dist::DistEnv env = fk::dist::dist_env();
-      if (env.world_size != o.tp)
-        throw std::runtime_error("--tp " + std::to_string(o.tp) + " needs " + std::to_string(o.tp) + " processes, one per GPU; this one is rank " +
+      const std::string flag = o.tp > 1 ? "--tp " + std::to_string(o.tp) : "--ep " + std::to_string(o.ep);
+      if (env.world_size != o.ranks())
+        throw std::runtime_error(flag + " needs " + std::to_string(o.ranks()) + " processes, one per GPU; this one is rank " +
                                  std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (launcher: " + env.launcher +
-                                 "): start it with fk_launch --nproc " + std::to_string(o.tp) + " -- fk_model ... (or torchrun / mpirun)");
+                                 "): start it with fk_launch --nproc " + std::to_string(o.ranks()) + " -- fk_model ... (or torchrun / mpirun)");
       store = std::make_unique<fk::dist::TcpStore>(env, std::chrono::seconds(300));
       group = std::make_unique<fk::dist::GroupCoordinator>(*store, std::chrono::seconds(300));
       fk::dist::set_tp_group(group.get());
       g_store = store.get();
+      g_data_parallel = o.data_parallel();
       std::cerr << "fk_model: rank " << group->rank() << " of " << group->world_size() << " (" << env.launcher << "), all-reduce "
                 << (group->peer() ? "own peer all-reduce + NCCL" : "NCCL (" + group->peer_unavailable() + ")") << "\n";
     }

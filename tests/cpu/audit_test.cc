@@ -133,6 +133,12 @@ TEST(Audit, CollectivesPerStepOfTheShardedLayouts) {
     ASSERT_NE(arch(a, id), nullptr) << id;
     EXPECT_EQ(arch(a, id)->collectives, qwen) << id;
   }
+  // Data-parallel attention (Note [Data-parallel expert MoE]): no all-reduce, one dispatch and one combine per MoE layer
+  // (all 48 of Qwen3-30B-A3B's; 58 of DeepSeek-V3's 61, whose first 3 are dense).
+  ASSERT_NE(arch(a, "Qwen/Qwen3-30B-A3B@ep2"), nullptr);
+  EXPECT_EQ(arch(a, "Qwen/Qwen3-30B-A3B@ep2")->collectives, (std::map<std::string, int64_t>{{"ep_combine", 48}, {"ep_dispatch", 48}}));
+  ASSERT_NE(arch(a, "deepseek-ai/DeepSeek-V3@ep2"), nullptr);
+  EXPECT_EQ(arch(a, "deepseek-ai/DeepSeek-V3@ep2")->collectives, (std::map<std::string, int64_t>{{"ep_combine", 58}, {"ep_dispatch", 58}}));
 }
 
 TEST(Audit, SharingIsSortedAndAgreesWithTheMatrix) {

@@ -208,9 +208,11 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // hidden 2048 at TP 2 and 4 (Qwen3-30B-A3B): 5. DeepSeek-V3 at TP 2 + EP 2 (Note [DeepSeek sharding]): MLA attention
   // at 64 heads, the MoE block, its fused_experts (128 experts), the dense MLP and the shared experts' partial MLP, the
   // dense and the MoE layer, the model: 8. Qwen3-30B-A3B with data-parallel attention at EP 2 (Note [Data-parallel expert
-  // MoE]): the sparse block, layer and model (3: attention is the unsharded model's, the experts TP 2 + EP 2's).
+  // MoE]): the sparse block, layer and model (3: attention is the unsharded model's, the experts TP 2 + EP 2's). The same
+  // for DeepSeek-V3 at EP 2: its MoE block, MoE layer and model (3: MLA, the dense layers and the shared experts are the
+  // unsharded model's, the routed experts TP 2 + EP 2's).
   EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5 +
-                            8 + 3);
+                            8 + 3 + 3);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

@@ -401,11 +401,29 @@ TEST(ParallelLayouts, DeepseekShardsHeadsExpertsAndSharedExpertsAtTp2To8AndEp) {
   const std::string tp16 = run_with(text, c);
   EXPECT_NE(tp16.find("attn_decode"), std::string::npos) << tp16;
   EXPECT_NE(tp16.find("num_heads 8 (per rank): the MLA decode kernel serves a positive multiple of 16 heads"), std::string::npos) << tp16;
-  // Expert parallelism outside the tensor-parallel group is not a layout yet, nor (for DeepSeek) with data-parallel attention.
+  // Expert parallelism outside the tensor-parallel group is not a layout yet.
   c.parallel = {{2, 4}};
   EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);
+  // Data-parallel attention at EP 2 (Note [Data-parallel expert MoE]): MLA, the dense layers and the shared experts
+  // whole on every rank (the unsharded tasks), half the routed experts per rank, the MoE block of 2 ranks without tp.
   c.parallel = {{1, 2}};
-  EXPECT_NE(run_with(text, c).find("a layout whose ep equals its tp"), std::string::npos);
+  Generation dp;
+  ASSERT_EQ(run_with(text, c, &dp), "");
+  ASSERT_EQ(dp.lowered.size(), 2u);
+  const LoweredModel& m = dp.lowered[1];
+  EXPECT_EQ(m.id, "t/t@ep2");
+  EXPECT_EQ(op_named(m, "blk.3.experts_w13")->params.at("num_experts"), Value(int64_t{128}));
+  const ModuleInstance* block = module_named(m, "mlp");
+  ASSERT_TRUE(block);
+  EXPECT_EQ(block->params.at("ep_size"), Value(int64_t{2}));
+  EXPECT_EQ(block->params.at("tp_size"), Value(int64_t{1}));
+  EXPECT_NE(block->kind->name(block->params, "bf16").find("_ep2_bf16"), std::string::npos) << block->kind->name(block->params, "bf16");
+  for (const char* op : {"blk.3.q_b_proj", "blk.3.o_proj", "blk.0.down_proj", "blk.3.shared_down_proj", "blk.3.attn_decode"}) {
+    const OpInstance* sharded = op_named(m, op);
+    const OpInstance* whole = op_named(dp.lowered[0], op);
+    ASSERT_TRUE(sharded && whole) << op;
+    EXPECT_EQ(sharded->kind->name(sharded->params, "bf16"), whole->kind->name(whole->params, "bf16")) << op;
+  }
 }
 
 TEST(ParallelLayouts, MixtureOfExpertsModelsReplicateTheirKvHeadsPastTheirCount) {

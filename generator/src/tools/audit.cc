@@ -215,10 +215,13 @@ Audit build(const Generation& g) {
         if (spec && !spec->collective.empty() && placeholder(t, "tp_size") > 1)
           row.collectives[spec->collective] += list == &m->ops || t.level == 4 ? 1 : layers;
         // At a data-parallel layout (tp 1, ep > 1: Note [Data-parallel expert MoE] in runtime/include/fk/tasks/moe.h) each
-        // MoE block moves its tokens to the experts' ranks and back: one dispatch and one combine per layer.
-        if (t.kind == "sparse_moe_block" && placeholder(t, "tp_size") == 1 && placeholder(t, "ep_size") > 1) {
-          row.collectives["ep_dispatch"] += layers;
-          row.collectives["ep_combine"] += layers;
+        // MoE block moves its tokens to the experts' ranks and back: one dispatch and one combine per MoE layer, counted
+        // by their routers (DeepSeek-V3's first dense layers have none).
+        if ((t.kind == "sparse_moe_block" || t.kind == "deepseek_moe") && placeholder(t, "tp_size") == 1 && placeholder(t, "ep_size") > 1) {
+          int64_t moe_layers = 0;
+          for (const auto& [name, unused] : m->ops) moe_layers += name.size() > 7 && name.compare(name.size() - 7, 7, ".router") == 0;
+          row.collectives["ep_dispatch"] += moe_layers;
+          row.collectives["ep_combine"] += moe_layers;
         }
       }
     for (size_t k = 0; k < cells.size(); ++k)

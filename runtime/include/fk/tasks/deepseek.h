@@ -390,7 +390,9 @@ template <class Cfg> std::pair<double, double> mla_step_cost(const StepInputs& s
 /// over its num_experts / ep experts.
 template <class Cfg> double deepseek_mlp_flops_per_token() {
   if constexpr (Cfg::num_experts > 0)
-    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size / double(EpSizeOf<Cfg>::value) + Cfg::shared_intermediate_size) +
+    // at a data-parallel layout a rank computes as many routed slots as its own tokens make (Note [Data-parallel expert MoE])
+    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size / double(DataParallelOf<Cfg>::value ? 1 : EpSizeOf<Cfg>::value) +
+                                     Cfg::shared_intermediate_size) +
            2.0 * Cfg::hidden_size * Cfg::num_experts;
   else
     return 6.0 * Cfg::hidden_size * Cfg::intermediate_size;
@@ -398,7 +400,8 @@ template <class Cfg> double deepseek_mlp_flops_per_token() {
 template <class Cfg> double deepseek_unread_expert_bytes(double tokens) {
   if constexpr (Cfg::num_experts > 0) {
     const double e = Cfg::num_experts, ep = EpSizeOf<Cfg>::value;
-    return (e - expected_experts_hit(tokens, e, Cfg::top_k)) / ep * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
+    const double routed = DataParallelOf<Cfg>::value ? tokens * ep : tokens;  // every rank's tokens reach a rank's experts
+    return (e - expected_experts_hit(routed, e, Cfg::top_k)) / ep * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
            sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;
@@ -435,11 +438,12 @@ template <class Module, class Cfg, MlaKind kKind> class MlaStepInstance final : 
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    if (!step_.meta.is_prefill) fill_normal(attn().kv_cache, mix_seed(seed, 2001));
+    if (!step_.meta.is_prefill) fill_normal(attn().kv_cache, dp_seed<Cfg>(mix_seed(seed, 2001)));
     refresh(0, mix_seed(seed, 2006));
   }
-  /// New hidden states; weights and the latent cache stay.
-  void refresh(int, uint64_t seed) override {
+  /// New hidden states; weights and the latent cache stay. Every rank's own at a data-parallel layout (dp_seed).
+  void refresh(int, uint64_t set_seed) override {
+    const uint64_t seed = dp_seed<Cfg>(set_seed);
     fill_normal(x_, mix_seed(seed, 0));
     if constexpr (kKind == MlaKind::kDecoderLayer) {
       fill_normal(res_, mix_seed(seed, 1));
@@ -524,16 +528,19 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
   int num_sets() const override { return 1; }
   void randomize(uint64_t seed) override {
     init_params(params_, seed);
-    fill_normal(x_, mix_seed(seed, 4001));
-    run(0);  // the routing this input gets, for the cost's expert count (every rank runs it: it reduces)
-    if (!routing_.empty()) {  // this rank's experts and slots (all of them unless ep > 1)
+    fill_normal(x_, dp_seed<Cfg>(mix_seed(seed, 4001)));
+    run(0);  // the routing this input gets, for the cost's expert count (every rank runs it: it communicates)
+    if (DataParallelOf<Cfg>::value) {  // other ranks' tokens reach this rank's experts: the expected counts (cost())
+      experts_hit_ = 0;
+      slots_ = 0;
+    } else if (!routing_.empty()) {  // this rank's experts and slots (all of them unless ep > 1)
       const std::vector<int32_t> local = rank_local_experts<Cfg>(to_host<int32_t>(routing_[0]));
       experts_hit_ = count_experts_hit(local, Cfg::num_experts / EpSizeOf<Cfg>::value);
       slots_ = static_cast<int64_t>(local.size());
     }
     out_ = Tensor();
   }
-  void refresh(int, uint64_t seed) override { fill_normal(x_, seed); }
+  void refresh(int, uint64_t seed) override { fill_normal(x_, dp_seed<Cfg>(seed)); }
   void prepare(int) override { out_ = Tensor(); }
   void run(int) override {
     RoutingCaptureGuard cap(&routing_);
@@ -553,8 +560,11 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
                      S = Cfg::shared_intermediate_size;
     const double t = double(tokens_);
     const double ep = EpSizeOf<Cfg>::value;
-    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(t, E, K) / ep;
-    const double slots = slots_ > 0 ? double(slots_) : t * K / ep;  // this rank's routed slots
+    // this rank's experts hit and routed slots: counted, or expected (at a data-parallel layout every rank's t tokens
+    // route to the ep ranks' experts: Note [Data-parallel expert MoE])
+    const bool dp = DataParallelOf<Cfg>::value;
+    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(dp ? t * ep : t, E, K) / ep;
+    const double slots = slots_ > 0 ? double(slots_) : (dp ? t * K : t * K / ep);
     const double flops = 2 * slots * 3 * H * I + 2 * t * 3 * H * S + 2 * t * H * E;
     const double bytes = (hit * 3 * H * I + 3 * H * S + E * H + 2 * t * H) * sizeof(T) + E * 4;
     return {flops, bytes};
@@ -598,10 +608,11 @@ template <class Model, class Cfg> class DeepseekCausalLMInstance final : public 
     init_params(params_, seed);
     refresh(0, mix_seed(seed, 3001));
     if (!step_.meta.is_prefill)
-      model_->model.for_each_layer([&](auto& layer) { fill_normal(layer.self_attn.kv_cache, mix_seed(seed, 3002)); });
+      model_->model.for_each_layer([&](auto& layer) { fill_normal(layer.self_attn.kv_cache, dp_seed<Cfg>(mix_seed(seed, 3002))); });
   }
-  /// New token ids (so every activation of every layer changes); weights and the latent cache stay.
-  void refresh(int, uint64_t seed) override { fill_randint(ids_, seed, 0, Cfg::vocab_size); }
+  /// New token ids (so every activation of every layer changes); weights and the latent cache stay. Every rank's own
+  /// at a data-parallel layout (dp_seed).
+  void refresh(int, uint64_t seed) override { fill_randint(ids_, dp_seed<Cfg>(seed), 0, Cfg::vocab_size); }
   void prepare(int) override { logits_ = Tensor(); }
   void run(int) override {
     ForwardContextGuard ctx(&step_.meta);

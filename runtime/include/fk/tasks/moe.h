@@ -195,7 +195,8 @@ Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, cons
 // power-of-two bucket (the all-to-all's capacity); the harness gives every rank the same case, and draws its
 // activations from the rank's own seed (dp_seed in fk/tasks/harness.h), so that a row delivered to the wrong rank or
 // token fails the check. The reference: the unsharded block on the rank's tokens, every rank's experts gathered.
-// The token-to-rank traffic is bf16 (the all-to-all's dtype).
+// The token-to-rank traffic is bf16 (the all-to-all's dtype). DeepSeek's MoE block (fk/tasks/deepseek.h) goes the same
+// way and adds its shared experts, whole on every rank, to the combined rows.
 
 /// This rank's expert-parallel slot ids: [first, first + L) renumbered from 0, the rest -1.
 template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
