@@ -23,7 +23,7 @@ if [ -z "$check" ]; then
 fi
 if [ "$preset" = default ]; then
   if [ "$check" = 1 ]; then
-    echo "[tests] no GPU: compile-check build (PTX only, CUDA host code at -O1); GPU tests will skip"
+    echo "[tests] no GPU: compile-check build (PTX only, host code at -O1); GPU tests will skip"
     cmake --preset "$preset" -DFK_COMPILE_CHECK=ON
   else
     cmake --preset "$preset" -DFK_COMPILE_CHECK=OFF
