@@ -105,6 +105,8 @@ struct Options {
 // data-parallel ranks to one token count. Rank 0 writes the files; the bench's times are the slowest rank's.
 fk::dist::TcpStore* g_store = nullptr;  ///< the job's store under --tp / --ep (null otherwise)
 bool g_data_parallel = false;           ///< Note [Data-parallel runs]
+/// A model id of a data-parallel layout ("org/name@ep2": Note [Data-parallel runs]).
+bool data_parallel_arch(const std::string& arch) { return arch.find("@ep") != std::string::npos; }
 /// The seed of a draw of prompts: `seed` on rank 0 and outside a data-parallel run, the rank's own elsewhere (Note
 /// [Data-parallel runs]).
 uint64_t data_seed(uint64_t seed) { return g_data_parallel && fk::dist::tp_rank() > 0 ? fk::mix_seed(seed, 7000 + uint64_t(fk::dist::tp_rank())) : seed; }
@@ -1251,7 +1253,7 @@ int main(int argc, char** argv) {
                            : t->make_image_encoder   ? "image-encoder"
                                                      : "vision-tower";
       for (const auto& a : t->archs) {
-        const bool dp = a.find("@ep") != std::string::npos;  // Note [Data-parallel runs]
+        const bool dp = data_parallel_arch(a);
         std::cout << a << "  " << runner << "  " << t->name
                   << (dp                ? "  (data-parallel attention + expert parallelism: --ep " + std::to_string(t->tp_size) + ")"
                       : t->tp_size > 1 ? "  (tensor-parallel: --tp " + std::to_string(t->tp_size) + ")"
@@ -1327,7 +1329,7 @@ int main(int argc, char** argv) {
     return fk::kExitUsage;
   }
   if (task->tp_size != o.ranks()) {
-    const bool dp = o.arch.find("@ep") != std::string::npos;  // Note [Data-parallel runs]
+    const bool dp = data_parallel_arch(o.arch);
     std::cerr << "fk_model: " << o.arch << " (" << task->name << ") is sharded for " << task->tp_size
               << (dp ? "-way data-parallel attention with expert parallelism: run it with --ep " : "-way tensor parallelism: run it with --tp ")
               << task->tp_size << " and the config id\n";

@@ -390,9 +390,7 @@ template <class Cfg> std::pair<double, double> mla_step_cost(const StepInputs& s
 /// over its num_experts / ep experts.
 template <class Cfg> double deepseek_mlp_flops_per_token() {
   if constexpr (Cfg::num_experts > 0)
-    // at a data-parallel layout a rank computes as many routed slots as its own tokens make (Note [Data-parallel expert MoE])
-    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size / double(DataParallelOf<Cfg>::value ? 1 : EpSizeOf<Cfg>::value) +
-                                     Cfg::shared_intermediate_size) +
+    return 6.0 * Cfg::hidden_size * (Cfg::top_k * Cfg::moe_intermediate_size * rank_slot_share<Cfg>() + Cfg::shared_intermediate_size) +
            2.0 * Cfg::hidden_size * Cfg::num_experts;
   else
     return 6.0 * Cfg::hidden_size * Cfg::intermediate_size;
@@ -400,8 +398,7 @@ template <class Cfg> double deepseek_mlp_flops_per_token() {
 template <class Cfg> double deepseek_unread_expert_bytes(double tokens) {
   if constexpr (Cfg::num_experts > 0) {
     const double e = Cfg::num_experts, ep = EpSizeOf<Cfg>::value;
-    const double routed = DataParallelOf<Cfg>::value ? tokens * ep : tokens;  // every rank's tokens reach a rank's experts
-    return (e - expected_experts_hit(routed, e, Cfg::top_k)) / ep * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
+    return (e - expected_experts_hit(tokens_routed_to_rank<Cfg>(tokens), e, Cfg::top_k)) / ep * 3.0 * Cfg::hidden_size * Cfg::moe_intermediate_size *
            sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;
@@ -562,9 +559,8 @@ template <class Module, class Cfg> class DeepseekMoeInstance final : public Task
     const double ep = EpSizeOf<Cfg>::value;
     // this rank's experts hit and routed slots: counted, or expected (at a data-parallel layout every rank's t tokens
     // route to the ep ranks' experts: Note [Data-parallel expert MoE])
-    const bool dp = DataParallelOf<Cfg>::value;
-    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(dp ? t * ep : t, E, K) / ep;
-    const double slots = slots_ > 0 ? double(slots_) : (dp ? t * K : t * K / ep);
+    const double hit = experts_hit_ > 0 ? double(experts_hit_) : expected_experts_hit(tokens_routed_to_rank<Cfg>(t), E, K) / ep;
+    const double slots = slots_ > 0 ? double(slots_) : t * K * rank_slot_share<Cfg>();
     const double flops = 2 * slots * 3 * H * I + 2 * t * 3 * H * S + 2 * t * H * E;
     const double bytes = (hit * 3 * H * I + 3 * H * S + E * H + 2 * t * H) * sizeof(T) + E * 4;
     return {flops, bytes};

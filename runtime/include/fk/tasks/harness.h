@@ -53,6 +53,17 @@ template <class C> struct EpSizeOf<C, std::void_t<decltype(C::ep_size)>> {
 template <class C> struct DataParallelOf {
   static constexpr bool value = EpSizeOf<C>::value > 1 && TpSizeOf<C>::value == 1;
 };
+/// The tokens whose routing reaches one rank's experts in a step of `tokens` tokens per rank: its own, or at a
+/// data-parallel layout every rank's (Note [Data-parallel expert MoE]); for the costs' expected expert counts.
+template <class C> double tokens_routed_to_rank(double tokens) {
+  return DataParallelOf<C>::value ? tokens * EpSizeOf<C>::value : tokens;
+}
+/// The share of its own tokens' routed slots a rank computes, in expectation: 1 / ep_size under expert parallelism
+/// inside the tensor-parallel group (Note [Expert-parallel MoE]), 1 at a data-parallel layout (its experts get the same
+/// number from every rank's tokens) and unsharded.
+template <class C> constexpr double rank_slot_share() {
+  return DataParallelOf<C>::value ? 1.0 : 1.0 / EpSizeOf<C>::value;
+}
 /// The ranks of the group a task runs in: its tp_size, or its ep_size at a data-parallel layout (1: unsharded).
 template <class C> struct LayoutRanksOf {
   static constexpr int value = DataParallelOf<C>::value ? EpSizeOf<C>::value : TpSizeOf<C>::value;

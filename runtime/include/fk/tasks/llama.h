@@ -764,7 +764,7 @@ template <class Cfg> constexpr double mlp_weight_elems() {
 /// the slots routed to its experts, 1 / ep_size of them in expectation (Note [Expert-parallel MoE]); at a data-parallel
 /// layout that share of every rank's tokens, as many slots as its own tokens make (Note [Data-parallel expert MoE]).
 template <class Cfg> constexpr double active_mlp_width() {
-  return double(IntermediateOf<Cfg>::value) / (DataParallelOf<Cfg>::value ? 1 : EpSizeOf<Cfg>::value);
+  return double(IntermediateOf<Cfg>::value) * rank_slot_share<Cfg>();
 }
 /// Expert weight bytes per layer a step of `tokens` tokens need not read on one rank (MoE only;
 /// expected over uniform routing, so the cost counts the experts a step touches, not all of them;
@@ -772,9 +772,7 @@ template <class Cfg> constexpr double active_mlp_width() {
 template <class Cfg> double unread_expert_bytes(double tokens) {
   if constexpr (MoeOf<Cfg>::value) {
     const double e = Cfg::num_experts;
-    // every rank's tokens reach a rank's experts at a data-parallel layout (Note [Data-parallel expert MoE])
-    const double routed = DataParallelOf<Cfg>::value ? tokens * EpSizeOf<Cfg>::value : tokens;
-    return (e - expected_experts_hit(routed, e, Cfg::top_k)) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size *
+    return (e - expected_experts_hit(tokens_routed_to_rank<Cfg>(tokens), e, Cfg::top_k)) / EpSizeOf<Cfg>::value * 3.0 * Cfg::hidden_size *
            Cfg::moe_intermediate_size * sizeof(typename Cfg::scalar_t);
   } else {
     return 0.0;

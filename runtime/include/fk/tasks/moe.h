@@ -889,7 +889,7 @@ template <class Module, class Cfg, bool kBlock> class MoeInstance final : public
       // Note [Data-parallel expert MoE]: the slots this rank computes come from every rank's tokens; the cost counts
       // their expected number (T K on every rank) and the expected share of its experts that all ranks' tokens hit.
       constexpr int ep = EpSizeOf<Cfg>::value;
-      experts_hit_ = static_cast<int64_t>(std::ceil(expected_experts_hit(double(tokens_) * ep, Cfg::num_experts, Cfg::top_k) / ep));
+      experts_hit_ = static_cast<int64_t>(std::ceil(expected_experts_hit(tokens_routed_to_rank<Cfg>(tokens_), Cfg::num_experts, Cfg::top_k) / ep));
       routed_slots_ = tokens_ * Cfg::top_k;
     } else if constexpr (kBlock) {
       // The routing the block will make (reference gate + top-k), for the cost's expert count.
