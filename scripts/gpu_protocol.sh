@@ -77,6 +77,9 @@
 #                           eager / torch.compile with the same weights (bench/peers/hf_vision_perf.py)
 #     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
+#     suite:K/N@G           the K-th of N gtest shards of fk_gpu_tests (and fk_howto_kind_tests) in one process each, on GPU G
+#                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes)
+#     suite-rerun@G         every test the suite:K/N shards failed, again alone in its own process on GPU G (foreground)
 #     tests-re:K/N@G        the K-th of N shards of the GPU tests whose names match $FK_TESTS_RE (ctest -R) on GPU G (background)
 #     tests-touched:K/N@G   the K-th of N shards of the GPU tests of what session 25 touched (every linear, embedding, LM head
 #                           and llama composite task, the whole models, the kernel and task unit tests) on GPU G (background)
@@ -200,6 +203,21 @@ for step in "${steps[@]}"; do
     tests-shard:*@*)
       k="${step#tests-shard:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
       bg "tests-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} ctest -L gpu -E '^dist_' -I $k,,$n --output-on-failure -j 1 --timeout 600 >'$P/gpu_tests_$k.log' 2>&1"
+      ;;
+    suite:*@*)  # fk_gpu_tests in one process per shard (gtest sharding): no process start or CUDA init per test
+      k="${step#suite:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
+      bg "suite-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_gpu_tests --gtest_brief=1 >'$P/gpu_suite_$k.log' 2>&1; echo \"exit \$?\" >>'$P/gpu_suite_$k.log'; CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_howto_kind_tests >>'$P/gpu_suite_$k.log' 2>&1; echo \"howto exit \$?\" >>'$P/gpu_suite_$k.log'"
+      ;;
+    suite-rerun@*)  # every test a suite:K/N shard failed, alone in its own process (as ctest runs it), into gpu_suite_rerun.log
+      : >"$P/gpu_suite_rerun.log"
+      grep -h '^\[  FAILED  \] [^ ]*\(, where\| (\)' "$P"/gpu_suite_[0-9]*.log | sed -e 's/^\[  FAILED  \] //' -e 's/, where .*//' -e 's/ (.*//' | sort -u |
+        while read -r t; do
+          (cd "$b" && CUDA_VISIBLE_DEVICES=${step##*@} timeout 600 tests/fk_gpu_tests --gtest_filter="$t" >"$P/rerun_one.log" 2>&1)
+          rc=$?
+          echo "rc=$rc $t" >>"$P/gpu_suite_rerun.log"
+          [ $rc = 0 ] || cat "$P/rerun_one.log" >>"$P/gpu_suite_rerun_failures.log"
+        done
+      say "suite-rerun: $(grep -c '^rc=0 ' "$P/gpu_suite_rerun.log") of $(wc -l <"$P/gpu_suite_rerun.log") pass alone"
       ;;
     tests-re:*@*)
       k="${step#tests-re:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"

@@ -11,6 +11,7 @@
 #include "L1/grouped_topk_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_bf16.h"
 #include "L2/fused_experts_e128_top8_h7168_i2048_bf16.h"
 #include "L2/llama_mlp_h7168_i2048_nobias_bf16.h"
+#include "L1/ep_all_to_all_e256_top8_h7168_ep2_bf16.h"
 
 namespace fk::generated::deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2_5_bias_i2048_shared2048_ep2_bf16 {
 
@@ -61,7 +62,7 @@ class DeepseekV2MoE {
   /// At tensor parallelism the routed experts' and the shared experts' partial sums are added, then reduced once
   /// (vLLM's DeepseekV2MoE: both built with reduce_results=False; Note [DeepSeek sharding] in fk/tasks/deepseek.h).
   fk::Tensor forward(const fk::Tensor& hidden_states) {
-    return fk::tasks::deepseek_moe_forward<Config, fk::tasks::NoCollective>(*this, hidden_states);
+    return fk::tasks::deepseek_moe_forward<Config, fk::generated::ep_all_to_all_e256_top8_h7168_ep2_bf16::EpAllToAll>(*this, hidden_states);
   }
 
   /// HF transformers names under `prefix` (e.g. "model.layers.3.mlp.").

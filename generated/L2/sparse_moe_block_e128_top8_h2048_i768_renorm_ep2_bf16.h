@@ -10,6 +10,7 @@
 #include "L1/replicated_linear_k2048_n128_nobias_bf16.h"
 #include "L1/topk_softmax_e128_top8_renorm_bf16.h"
 #include "L2/fused_experts_e64_top8_h2048_i768_bf16.h"
+#include "L1/ep_all_to_all_e128_top8_h2048_ep2_bf16.h"
 
 namespace fk::generated::sparse_moe_block_e128_top8_h2048_i768_renorm_ep2_bf16 {
 
@@ -59,7 +60,7 @@ class SparseMoeBlock {
     }
   }
 
-  fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::sparse_moe_forward<Config, fk::tasks::NoCollective>(*this, hidden_states); }
+  fk::Tensor forward(const fk::Tensor& hidden_states) { return fk::tasks::sparse_moe_forward<Config, fk::generated::ep_all_to_all_e128_top8_h2048_ep2_bf16::EpAllToAll>(*this, hidden_states); }
 
   /// HF transformers names under `prefix` (e.g. "model.layers.0.mlp.").
   void named_parameters(const std::string& prefix, fk::ParamList& out) { fk::tasks::add_moe_params<Config>(out, *this, prefix); }

@@ -31,10 +31,10 @@ GroupCoordinator::~GroupCoordinator() {
   if (g_tp_group == this) g_tp_group = nullptr;
 }
 
-EpAllToAll& GroupCoordinator::ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens) {
-  std::unique_ptr<EpAllToAll>& a = ep_[{num_experts, hidden, topk, max_tokens}];
+EpAllToAll& GroupCoordinator::ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens, bool nccl) {
+  std::unique_ptr<EpAllToAll>& a = ep_[{num_experts, hidden, topk, max_tokens, nccl}];
   if (!a) {
-    const EpAllToAll::Backend b = peer_ ? EpAllToAll::Backend::kPeer : EpAllToAll::Backend::kNccl;
+    const EpAllToAll::Backend b = peer_ && !nccl ? EpAllToAll::Backend::kPeer : EpAllToAll::Backend::kNccl;
     a = std::make_unique<EpAllToAll>(store_, *comm_, EpAllToAll::Config{num_experts, hidden, topk, static_cast<int>(max_tokens)}, b, timeout_);
   }
   return *a;
@@ -97,6 +97,27 @@ Tensor GroupCoordinator::reduce_scatter_first_dim(const Tensor& input) {
   return out;
 }
 
+Tensor GroupCoordinator::all_gather_first_dim(const Tensor& input) {
+  FK_CHECK(input.dim() >= 1 && input.is_contiguous(), "GroupCoordinator::all_gather_first_dim: a contiguous tensor, got " + input.str());
+  Shape shape = input.sizes();
+  shape[0] *= world_size();
+  Tensor out = empty(shape, input.dtype());
+  if (world_size() == 1) {
+    copy_(out, input);
+    return out;
+  }
+  Tensor flat_out = out.view({out.numel()});
+  comm_->all_gather(input.view({input.numel()}), flat_out);  // rank q's rows land at [q rows, (q + 1) rows)
+  return out;
+}
+
+OverlappedLinear* GroupCoordinator::overlapped_linear(int64_t max_tokens, int64_t gather_k, int64_t scatter_n) {
+  if (!peer_ || world_size() < 2) return nullptr;
+  std::unique_ptr<OverlappedLinear>& o = overlapped_[{max_tokens, gather_k, scatter_n}];
+  if (!o) o = std::make_unique<OverlappedLinear>(store_, *comm_, OverlappedLinear::Config{max_tokens, gather_k, scatter_n}, timeout_);
+  return o.get();
+}
+
 GroupCoordinator& tp_group() {
   if (g_tp_group == nullptr)
     throw std::runtime_error(
@@ -126,30 +147,80 @@ Tensor tp_nccl_all_reduce(const Tensor& t) {
 
 Tensor tp_all_gather_last_dim(const Tensor& t) { return tp_group().all_gather_last_dim(t); }
 
+Tensor tp_all_gather_first_dim(const Tensor& t) { return tp_group().all_gather_first_dim(t); }
+
+Tensor tp_reduce_scatter_first_dim(const Tensor& t) { return tp_group().reduce_scatter_first_dim(t); }
+
+namespace {
+/// The overlapped linears' size bucket for a call of `rows` rows over the ranks: world x 8 rows doubled up to cover them
+/// (every rank picks the same one for the same call; a few buffers serve every token count).
+int64_t overlapped_bucket(int64_t rows, int world) {
+  int64_t cap = int64_t(world) * 8;
+  while (cap < rows) cap *= 2;
+  return cap;
+}
+}  // namespace
+
+Tensor tp_matmul_reduce_scatter(const Tensor& x, const Tensor& w) {
+  GroupCoordinator& g = tp_group();
+  FK_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) && x.size(0) % g.world_size() == 0,
+           "tp_matmul_reduce_scatter: x [T, k] with T a multiple of the " + std::to_string(g.world_size()) + " ranks and w [n, k], got " +
+               x.str() + ", " + w.str());
+  OverlappedLinear* o = g.overlapped_linear(overlapped_bucket(x.size(0), g.world_size()), 0, w.size(0));
+  if (o == nullptr) return Tensor();
+  Tensor y = empty({x.size(0) / g.world_size(), w.size(0)}, x.dtype());
+  o->matmul_reduce_scatter(x, w, y);
+  return y;
+}
+
+Tensor tp_all_gather_matmul(const Tensor& x_shard, const Tensor& w) {
+  GroupCoordinator& g = tp_group();
+  FK_CHECK(x_shard.dim() == 2 && w.dim() == 2 && x_shard.size(1) == w.size(1),
+           "tp_all_gather_matmul: x_shard [T / world, k] and w [n, k], got " + x_shard.str() + ", " + w.str());
+  const int64_t rows = x_shard.size(0) * g.world_size();
+  OverlappedLinear* o = g.overlapped_linear(overlapped_bucket(rows, g.world_size()), w.size(1), 0);
+  if (o == nullptr) return Tensor();
+  Tensor y = empty({rows, w.size(0)}, x_shard.dtype());
+  o->all_gather_matmul(x_shard, w, y);
+  return y;
+}
+
 // Note [Data-parallel expert MoE] (fk/tasks/moe.h).
-Tensor tp_ep_moe(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids, int num_experts, const EpExperts& experts) {
+EpDispatch tp_ep_dispatch(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights, int num_experts, bool nccl) {
   GroupCoordinator& g = tp_group();
   FK_CHECK(x.dim() == 2 && x.dtype() == DType::kBF16 && x.is_contiguous(),
-           "expert-parallel MoE (data-parallel layout): contiguous bf16 hidden states [tokens, hidden], got " + x.str());
-  FK_CHECK(topk_ids.dim() == 2 && topk_ids.size(0) == x.size(0), "expert-parallel MoE: topk_ids " + topk_ids.str() + " for hidden states " + x.str());
+           "expert-parallel dispatch: contiguous bf16 hidden states [tokens, hidden], got " + x.str());
+  FK_CHECK(topk_ids.dim() == 2 && topk_ids.size(0) == x.size(0) && topk_weights.sizes() == topk_ids.sizes(),
+           "expert-parallel dispatch: topk_ids " + topk_ids.str() + " and topk_weights " + topk_weights.str() + " for hidden states " + x.str());
   const int64_t tokens = x.size(0);
   // One all-to-all per power-of-two bucket of the token count (at least 8): every rank picks the same one at the same
   // call as long as their counts share a bucket, and the experts run over world x bucket rows, not a fixed maximum.
   int64_t cap = 8;
   while (cap < tokens) cap *= 2;
   const int topk = static_cast<int>(topk_ids.size(1)), world = g.world_size();
-  FK_CHECK(num_experts % world == 0, "expert-parallel MoE: " + std::to_string(num_experts) + " experts over " + std::to_string(world) + " ranks");
-  EpAllToAll& a2a = g.ep_all_to_all(num_experts, static_cast<int>(x.size(1)), topk, cap);
+  FK_CHECK(num_experts % world == 0, "expert-parallel dispatch: " + std::to_string(num_experts) + " experts over " + std::to_string(world) + " ranks");
+  EpAllToAll& a2a = g.ep_all_to_all(num_experts, static_cast<int>(x.size(1)), topk, cap, nccl);
   const EpAllToAll::Dispatched& d = a2a.dispatch(x, topk_ids, topk_weights);
-  Tensor local = empty(d.topk_ids.sizes(), DType::kI32);
-  fk::kernels::ep_localize_received_ids(local.data<int32_t>(), d.topk_ids.data<int32_t>(), d.counts, world, d.capacity, topk,
-                                        a2a.first_expert(), a2a.experts_per_rank(), current_stream());
-  FK_CHECK_LAUNCH();
-  const Tensor y = experts(d.x, d.topk_weights, local);
-  FK_CHECK(y.dim() == 2 && y.size(0) == d.x.size(0) && y.size(1) == x.size(1) && y.dtype() == DType::kBF16 && y.is_contiguous(),
-           "expert-parallel MoE: the experts returned " + y.str() + " for the dispatched rows " + d.x.str());
-  Tensor out = empty({tokens, x.size(1)}, DType::kBF16);
-  a2a.combine(y, out);
+  EpDispatch out;
+  out.x = d.x;
+  out.topk_ids = d.topk_ids;
+  out.topk_weights = d.topk_weights;
+  out.counts = d.counts;
+  out.capacity = d.capacity;
+  out.world = world;
+  out.first_expert = a2a.first_expert();
+  out.experts_per_rank = a2a.experts_per_rank();
+  out.tokens = tokens;
+  out.route = &a2a;
+  return out;
+}
+
+Tensor tp_ep_combine(const EpDispatch& d, const Tensor& y) {
+  FK_CHECK(d.route != nullptr, "expert-parallel combine: a handle from tp_ep_dispatch, got none");
+  FK_CHECK(y.dim() == 2 && y.size(0) == d.x.size(0) && y.size(1) == d.x.size(1) && y.dtype() == DType::kBF16 && y.is_contiguous(),
+           "expert-parallel combine: the rows' results must be laid out as the dispatched rows " + d.x.str() + ", got " + y.str());
+  Tensor out = empty({d.tokens, d.x.size(1)}, DType::kBF16);
+  d.route->combine(y, out);
   return out;
 }
 

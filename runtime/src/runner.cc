@@ -962,15 +962,15 @@ CheckOutcome check_task_case(const TaskInfo& task, const ShapeCase& shape, int r
 // for every selected task and each regime of its selected cases, `off_registry` cases that no
 // registry lists, drawn from the run's seed: token counts are primes, batch sizes and sequence /
 // KV lengths odd and off the power-of-two grid (a patch merger's window counts are drawn as token
-// counts: primes), and a batch of several sequences is ragged (each
+// counts: primes; so are a sequence-parallel task's rows per rank, name xr37), and a batch of several sequences is ragged (each
 // length drawn from [1, max], dim `ragged` holding the draw's seed: case_seq_lens in
 // fk/tasks/attention.h). Each dimension is drawn between the smallest and largest value of the
 // task's selected cases of that regime, so what fits in memory there fits here, widened where that
 // range holds no value off the registry; a batch is then cut so that batch x length stays within
 // the largest selected case. The seed is printed and recorded (env.method.seed); by
 // default it is new every run, and --seed reproduces a run. Off-registry case names start with x
-// (xt37, xb3_kv1021r); cases with dims other than num_tokens, batch, seq_len and kv_len get none,
-// and the run says so.
+// (xt37, xb3_kv1021r); cases with dims other than num_tokens, num_windows, rows_per_rank, batch,
+// seq_len and kv_len get none, and the run says so.
 namespace {
 
 bool is_prime(int64_t n) {
@@ -1002,7 +1002,7 @@ template <class Ok> int64_t draw_value(std::mt19937_64& rng, int64_t lo, int64_t
   return -1;
 }
 
-const std::set<std::string> kOffRegistryDims = {"num_tokens", "num_windows", "batch", "seq_len", "kv_len"};
+const std::set<std::string> kOffRegistryDims = {"num_tokens", "num_windows", "rows_per_rank", "batch", "seq_len", "kv_len"};
 
 }  // namespace
 
@@ -1039,13 +1039,14 @@ std::vector<ShapeCase> off_registry_cases(const TaskInfo& task, const std::vecto
       ShapeCase x;
       x.regime = regime;
       std::string name = "x";
-      for (const char* dim : {"num_tokens", "num_windows"}) {
+      for (const char* dim : {"num_tokens", "num_windows", "rows_per_rank"}) {
         if (!range.count(dim)) continue;
         const auto [lo, hi] = range[dim];
         const int64_t t = draw_value(rng, lo, hi, seen[dim], is_prime);
         if (t < 0) continue;
         x.dims.push_back({dim, t});
-        name += (std::string(dim) == "num_tokens" ? "t" : "w") + std::to_string(t);
+        const std::string d = dim;
+        name += (d == "num_tokens" ? "t" : d == "num_windows" ? "w" : "r") + std::to_string(t);
       }
       if (range.count("batch")) {
         const std::string len_key = range.count("seq_len") ? "seq_len" : "kv_len";

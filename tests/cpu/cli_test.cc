@@ -166,9 +166,18 @@ TEST(Cli, AddRecordsParallelLayoutsAndGeneratesEach) {
     } else if (name == "row_parallel_linear_k64_n64_nobias_bf16") {
       EXPECT_FALSE(t.contains("children")) << name;  // unsharded: no collective
       ++checked;
+    } else if (name == "matmul_reduce_scatter_k32_n64_tp2_bf16") {
+      // Note [Overlapped linear tasks]: o_proj (2 heads of 16 a rank) with the reduce-scatter of its 64 output columns
+      EXPECT_EQ(t["children"], (nlohmann::json{{"collective", "reduce_scatter_n64_tp2_bf16"}, {"linear", "row_parallel_linear_k32_n64_nobias_tp2_bf16"}}))
+          << name;
+      ++checked;
+    } else if (t["kind"] == "all_gather_matmul" && t["archs"] == nlohmann::json{"acme/tp@tp4"}) {
+      EXPECT_EQ(t["children"]["collective"], "all_gather_rows_n64_tp4_bf16") << name;  // the hidden size's chunks
+      ++checked;
     }
   }
-  EXPECT_EQ(checked, 4) << "the sharded linear, embedding and model, and the unsharded linear, each once";
+  EXPECT_EQ(checked, 4 + 1 + 2) << "the sharded linear, embedding and model, the unsharded linear, the TP 2 o_proj's overlapped "
+                                   "linear and TP 4's two gathering ones (qkv_proj, gate_up_proj), each once";
   EXPECT_EQ(run(bin() + " generate --check --root " + q(tmp.path()), &out), 0) << out;
 }
 

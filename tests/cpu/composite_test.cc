@@ -165,7 +165,8 @@ TEST(Composites, LevelsPathsAndNameLength) {
                                        {"qwen2_vl_patch_merger", 2}, {"qwen2_vl_vision_model", 4},
                                        {"qwen2_5_vl_vision_block", 3}, {"qwen2_5_vl_patch_merger", 2}, {"qwen2_5_vl_vision_model", 4},
                                        {"qwen3_vl_vision_mlp", 2}, {"qwen3_vl_vision_block", 3}, {"qwen3_vl_patch_merger", 2},
-                                       {"qwen3_vl_vision_model", 4}, {"all_reduce_add_rms_norm", 2}};
+                                       {"qwen3_vl_vision_model", 4}, {"all_reduce_add_rms_norm", 2},
+                                       {"matmul_reduce_scatter", 2}, {"all_gather_matmul", 2}};
   int composites = 0;
   for (const auto& [name, t] : real().tasks.tasks) {
     EXPECT_LE(name.size(), kMaxTaskName) << name;
@@ -210,9 +211,11 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // dense and the MoE layer, the model: 8. Qwen3-30B-A3B with data-parallel attention at EP 2 (Note [Data-parallel expert
   // MoE]): the sparse block, layer and model (3: attention is the unsharded model's, the experts TP 2 + EP 2's). The same
   // for DeepSeek-V3 at EP 2: its MoE block, MoE layer and model (3: MLA, the dense layers and the shared experts are the
-  // unsharded model's, the routed experts TP 2 + EP 2's).
+  // unsharded model's, the routed experts TP 2 + EP 2's). The overlapped sequence-parallel linears (Note [Overlapped
+  // linear tasks]): Llama-3.1-8B's qkv / gate_up all_gather_matmul and o_proj / down_proj matmul_reduce_scatter at TP 2, 4
+  // and 8 (12; Mixtral's attention at TP 2 is Llama's), Qwen3-30B-A3B's qkv and o_proj at TP 2 and 4 (4): 16.
   EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5 +
-                            8 + 3 + 3);
+                            8 + 3 + 3 + 16);
 }
 
 TEST(Composites, PlaceholdersPerKind) {

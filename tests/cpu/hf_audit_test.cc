@@ -209,7 +209,7 @@ TEST(HfAudit, BadRulesNameFileFieldAndExpectation) {
                              "cover the operator)"},
       {"unknown_key.json", "$.operators[0].coverage: unknown key \"coverage\" (expected one of id, category, doc, kinds, composition, "
                            "how, missing, new_kernel, requires, subsumed_by)"},
-      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/kinds/*.json (activation, all_gather, all_reduce, all_reduce_add_rms_norm, attention_o_proj, "},
+      {"unknown_kind.json", "$.operators[0].kinds[0]: expected a task kind of generator/kinds/*.json (activation, all_gather, all_gather_matmul, all_gather_rows, all_reduce, all_reduce_add_rms_norm, attention_o_proj, "},
       {"unknown_operator.json", "$.rules[0].operator: expected the id of an operator in $.operators, got \"rmsnorm\""},
       {"values_without_group.json", "$.rules[0].regex: expected a regular expression with a capture group (group 1 is the value), "
                                     "got \"rope_type\""},

@@ -1471,7 +1471,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
       {"mla_decode", "MLADecode"}, {"layer_norm", "LayerNorm"}, {"fused_add_layer_norm", "LayerNorm"},
       {"embedding_pooler", "Pooler"}, {"l2_normalize", "L2Normalize"}, {"token_classifier", "TokenClassifier"}, {"layer_scale", "LayerScale"}, {"patch_embedding", "PatchEmbedding"},
       {"patch_embedding_3d", "PatchEmbedding3D"}, {"vision_rope_2d", "VisionRope2D"}, {"cross_attention", "CrossAttention"}, {"interpolate", "Interpolate"},
-      {"mrope", "MRotaryEmbedding"}, {"all_reduce", "AllReduce"}, {"all_gather", "AllGather"}};
+      {"mrope", "MRotaryEmbedding"}, {"all_reduce", "AllReduce"}, {"all_gather", "AllGather"},
+      {"reduce_scatter", "ReduceScatter"}, {"all_gather_rows", "AllGatherRows"}, {"ep_all_to_all", "EpAllToAll"}};
   std::vector<std::string> names;
   for (const auto& [kind, cls] : l1) {
     names.push_back(kind);
@@ -1500,6 +1501,8 @@ TEST(TaskKinds, ClassNamesAndSlots) {
   }
   EXPECT_EQ(slots, (std::map<std::string, std::vector<std::string>>{
       {"all_reduce_add_rms_norm", {"norm"}},
+      {"matmul_reduce_scatter", {"linear"}},
+      {"all_gather_matmul", {"linear"}},
       {"bert_attention", {"qkv_proj", "attn", "dense", "layernorm"}},
       {"bert_mlp", {"intermediate_dense", "act_fn", "output_dense", "layernorm"}},
       {"bert_cross_attention", {"q_proj", "kv_proj", "attn", "dense", "layernorm"}},

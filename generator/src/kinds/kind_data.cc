@@ -165,7 +165,7 @@ void expand_params(const ojson& params, const DocContext& doc, const std::string
 KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks, const DocContext& doc) {
   static const std::set<std::string> known = {"kind", "level", "template", "source_template", "class", "production", "slots",
                                               "params", "name", "placeholders", "omit", "maps", "checks", "cases", "served",
-                                              "collective"};
+                                              "collective", "ep_collective"};
   if (!j.is_object()) throw std::invalid_argument(where0 + ": expected an object");
   KindSpec k;
   k.kind = str(j, "kind", where0);
@@ -177,19 +177,21 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   k.template_name = str(j, "template", where);
   k.source_template_name = str(j, "source_template", where, false);
   k.class_name = str(j, "class", where);
-  // Note [Collective tasks]: "collective": {"kind": "all_reduce" | "all_gather", "width": "<template>"}; the width (the
+  // Note [Collective tasks]: "collective": {"kind": "all_reduce" | "all_gather" | "reduce_scatter" | "all_gather_rows",
+  // "width": "<template>"}; the width (the
   // collective's last dimension per rank) is rendered from the kind's parameters like a placeholder.
   std::string collective_width;
   if (j.contains("collective")) {
     const ojson& c = j["collective"];
     if (!c.is_object() || c.size() != 2 || !c.contains("kind") || !c.contains("width") || !c["kind"].is_string() ||
         !c["width"].is_string())
-      throw std::invalid_argument(where + ": \"collective\" must be {\"kind\": \"all_reduce\" or \"all_gather\", \"width\": "
-                                  "\"<template of the last dimension>\"}, got " + c.dump());
+      throw std::invalid_argument(where + ": \"collective\" must be {\"kind\": \"all_reduce\", \"all_gather\", \"reduce_scatter\" or "
+                                  "\"all_gather_rows\", \"width\": \"<template of the last dimension>\"}, got " + c.dump());
     k.collective = c["kind"].get<std::string>();
     collective_width = c["width"].get<std::string>();
-    if (k.collective != "all_reduce" && k.collective != "all_gather")
-      throw std::invalid_argument(where + ": collective.kind must be \"all_reduce\" or \"all_gather\", got " + json_quote(k.collective));
+    if (k.collective != "all_reduce" && k.collective != "all_gather" && k.collective != "reduce_scatter" && k.collective != "all_gather_rows")
+      throw std::invalid_argument(where + ": collective.kind must be \"all_reduce\", \"all_gather\", \"reduce_scatter\" or \"all_gather_rows\", got " +
+                                  json_quote(k.collective));
   }
   k.level = 1;
   if (j.contains("level")) {
@@ -309,6 +311,23 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
         throw GenError{e->where + ": collective.width " + json_quote(collective_width) + " gave " + json_quote(w) + ", expected an integer"};
       }
       return Params{{"width", Value(width)}, {"tp_size", p.at("tp_size")}};
+    };
+  }
+  // Note [Expert-parallel all-to-all task]: "ep_collective": "ep_all_to_all", the child at a data-parallel layout.
+  k.ep_collective = str(j, "ep_collective", where, false);
+  if (!k.ep_collective.empty()) {
+    if (k.ep_collective != "ep_all_to_all")
+      throw std::invalid_argument(where + ": ep_collective must be \"ep_all_to_all\", got " + json_quote(k.ep_collective));
+    for (const char* n : {"num_experts", "top_k", "hidden_size", "tp_size", "ep_size"})
+      if (!e->types.count(n) || e->types.at(n) != ParamType::kInt)
+        throw std::invalid_argument(where + ": a kind with an \"ep_collective\" needs an int parameter " + n);
+    k.ep_collective_params = [specs](const Params& given) {
+      Params p = given;
+      for (const ParamSpec& ps : specs)
+        if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+      if (std::get<int64_t>(p.at("tp_size")) != 1 || std::get<int64_t>(p.at("ep_size")) < 2) return Params{};
+      return Params{{"num_experts", p.at("num_experts")}, {"top_k", p.at("top_k")}, {"hidden_size", p.at("hidden_size")},
+                    {"ep_size", p.at("ep_size")}};
     };
   }
   const std::string cases = str(j, "cases", where);

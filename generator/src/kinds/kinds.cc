@@ -78,6 +78,19 @@ std::vector<ShapeCase> token_cases(bool decode_only) {
   return out;
 }
 
+/// The sequence-parallel tasks' cases (Note [Collective tasks] in fk/tasks/collective.h): token counts T of 64 to 16384
+/// over the layout's ranks, named by T, with dim rows_per_rank = T / tp_size (rounded up), the chunk each rank holds.
+std::vector<ShapeCase> rows_per_rank_cases(int64_t tp_size) {
+  if (tp_size < 1) throw GenError{"rows_per_rank cases need tp_size >= 1, got " + i2s(tp_size)};
+  std::vector<ShapeCase> out;
+  int64_t k = 0;
+  for (int64_t t : {64, 256, 1024, 4096, 16384}) {
+    const int64_t c = (t + tp_size - 1) / tp_size;
+    out.push_back({"t" + i2s(c * tp_size), t <= 256 ? "decode" : "prefill", {{"rows_per_rank", c}}, {k++}});
+  }
+  return out;
+}
+
 std::vector<ShapeCase> prefill_attn_cases(int64_t max_position, bool causal) {
   const std::pair<int64_t, int64_t> registry[] = {{1, 1024}, {1, 4096}, {1, 8192}, {1, 16384}, {4, 2048}, {16, 1024}};
   std::vector<ShapeCase> out;
@@ -790,6 +803,15 @@ const KindHooks& kind_hooks() {
     h.cases["naflex_grids"] = [](const Params& p) { return naflex_grid_cases(I(p, "pos_side")); };
     h.cases["merge_windows"] = [](const Params& p) { return merge_window_cases(I(p, "spatial_merge_size")); };
     h.cases["tokens_decode"] = [](const Params&) { return token_cases(true); };
+    h.cases["rows_per_rank"] = [](const Params& p) { return rows_per_rank_cases(I(p, "tp_size")); };
+    // Note [Expert-parallel all-to-all task]: tokens per rank, DeepEP's decode batches (128: issue 23's target) and a
+    // prefill chunk.
+    h.cases["ep_tokens"] = [](const Params&) {
+      std::vector<ShapeCase> out;
+      int64_t k = 0;
+      for (int64_t t : {1, 8, 32, 128, 256, 1024}) out.push_back({"t" + i2s(t), t <= 256 ? "decode" : "prefill", {{"num_tokens", t}}, {k++}});
+      return out;
+    };
     h.cases["prefill_attn"] = [](const Params& p) { return prefill_attn_cases(I(p, "max_position"), !p.count("causal") || B(p, "causal")); };
     h.cases["decode_attn"] = [](const Params& p) { return decode_attn_cases(I(p, "max_position")); };
     h.cases["cross_attn"] = [](const Params& p) { return cross_attn_cases(I(p, "max_position"), I(p, "max_encoder_len")); };

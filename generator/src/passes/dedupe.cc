@@ -190,6 +190,25 @@ bool add_collective(Task& t, const KindSpec& k, const Params& params, const Lowe
       return false;
     }
   }
+  // At a data-parallel layout the MoE blocks' collective is the expert-parallel all-to-all (Note [Expert-parallel
+  // all-to-all task] in fk/tasks/ep_all_to_all.h): the same "collective" child, of kind ep_all_to_all.
+  if (k.ep_collective_params && include.empty()) {
+    try {
+      const Params cp = k.ep_collective_params(params);
+      if (!cp.empty()) {
+        const KindSpec* ck = find_kind(k.ep_collective);
+        if (!ck) throw GenError{"kind " + k.kind + " names ep_collective kind " + json_quote(k.ep_collective) + ", which is not in the kind table"};
+        const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + k.ep_collective);
+        mt.tasks.insert(c.name);
+        t.children.emplace_back("collective", c.name);
+        type = "fk::generated::" + to_ident(c.name) + "::" + ck->class_name;
+        include = "\n#include \"" + task_include(c.level, c.name) + "\"";
+      }
+    } catch (const GenError& e) {
+      diag.error(m.file + ": " + op + ": " + e.message);
+      return false;
+    }
+  }
   t.placeholders.emplace_back("collective_t", type);
   t.placeholders.emplace_back("collective_include", include);
   return true;

@@ -206,12 +206,29 @@ Audit build(const Generation& g) {
       return 0;
     };
     int64_t layers = 1;
+    // Modules the model's forward does not reach (the fused all-reduce + norm, the overlapped sequence-parallel linears:
+    // alternatives timed at the layers' shapes) make no collective of a step: only the model task's children closure counts.
+    std::set<std::string> reached;
+    std::vector<std::string> todo;
     for (const auto& [op, task] : m->modules)
-      if (g.tasks.tasks.at(task).level == 4) layers = std::max<int64_t>(1, placeholder(g.tasks.tasks.at(task), "num_hidden_layers"));
+      if (g.tasks.tasks.at(task).level == 4) {
+        layers = std::max<int64_t>(1, placeholder(g.tasks.tasks.at(task), "num_hidden_layers"));
+        todo.push_back(task);
+      }
+    const bool has_model = !todo.empty();
+    while (!todo.empty()) {
+      const std::string name = todo.back();
+      todo.pop_back();
+      if (!reached.insert(name).second) continue;
+      const auto it = g.tasks.tasks.find(name);
+      if (it == g.tasks.tasks.end()) continue;  // an optional child that is absent (empty name)
+      for (const auto& [role, child] : it->second.children) todo.push_back(child);
+    }
     for (const auto* list : {&m->ops, &m->modules})
       for (const auto& [op, task] : *list) {
         const Task& t = g.tasks.tasks.at(task);
         const KindSpec* spec = find_kind(t.kind);
+        if (list == &m->modules && has_model && !reached.count(task)) continue;
         if (spec && !spec->collective.empty() && placeholder(t, "tp_size") > 1)
           row.collectives[spec->collective] += list == &m->ops || t.level == 4 ? 1 : layers;
         // At a data-parallel layout (tp 1, ep > 1: Note [Data-parallel expert MoE] in runtime/include/fk/tasks/moe.h) each

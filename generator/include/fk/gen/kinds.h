@@ -108,6 +108,11 @@ struct KindSpec {
   /// Note [Collective tasks]: the parameters of that collective's L1 task (width, tp_size) from this
   /// kind's; empty function where `collective` is "".
   std::function<Params(const Params&)> collective_params;
+  /// Note [Expert-parallel all-to-all task]: the kind of the all-to-all its forward calls at a data-parallel layout
+  /// (tp_size 1, ep_size > 1: "ep_all_to_all"; "" none), and that task's parameters (num_experts, top_k, hidden_size,
+  /// ep_size) from this kind's: empty Params where the layout is not data-parallel.
+  std::string ep_collective;
+  std::function<Params(const Params&)> ep_collective_params;
 };
 
 /// Longest task name (Note [Long task names]).

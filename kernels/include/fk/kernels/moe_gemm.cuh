@@ -1299,9 +1299,17 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 /// The block_m to align the routing with for `num_tokens` tokens of top_k over num_experts
 /// experts (and to pass to moe_grouped_gemm); one of 16, 64, 128, 192. By the expected rows per
 /// expert R = num_tokens * top_k / num_experts:
-///   R < 24        -> 16   decode: weight-bandwidth bound; little padding, B is read once per live
+///   R < 12        -> 16   decode: weight-bandwidth bound; little padding, B is read once per live
 ///                         16-row block (further blocks of the same expert hit L2, m-block-fastest
-///                         raster);
+///                         raster). From R = 12 an expert's rows span several 16-row blocks and its
+///                         weights stream more than once where L2 does not hold them (DeepSeek-V3's
+///                         experts, 29 MB a GEMM, never fit): bench/micro/moe_block_m_sweep.sh on the
+///                         H100, both GEMMs, L2 flushed, 16- against 64-row tiles at R = 8..48: at
+///                         R = 12 DeepSeek-V3 1.09 / 1.14x faster with 64, Mixtral, Qwen3-30B-A3B and
+///                         gpt-oss-20b 0.98-1.02x; at R = 16 DeepSeek-V3 1.43 / 1.38x, the others
+///                         1.01-1.07x; at R = 20-24 up to 1.62 / 1.51x (the threshold was 24;
+///                         bench/results/2026-12-07-s31/README.md). Below R = 12 the tiles are within
+///                         3% of each other (gpt-oss-20b at R = 8: 16 rows 2-3% faster);
 ///   96 <= R < 192 -> 192  an expert's rows in one 192 x 128 tile, so B is read once by
 ///                         construction instead of once per 64-row block unless L2 catches it.
 ///                         bench/micro/moe_gemm_micro on the H100 at R = 128 it beat both other
@@ -1321,7 +1329,7 @@ void moe_grouped_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, co
 inline int moe_gemm_block_m(int64_t num_tokens, int top_k, int num_experts) {
   const double rows = static_cast<double>(std::max<int64_t>(num_tokens, 0)) * std::max(top_k, 1) /
                       static_cast<double>(std::max(num_experts, 1));
-  if (rows < 24.0) return 16;
+  if (rows < 12.0) return 16;
   if (rows >= 96.0 && rows < 192.0) return 192;
   if (rows < 256.0) return 64;
   return 128;

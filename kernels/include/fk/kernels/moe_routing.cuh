@@ -764,6 +764,17 @@ __global__ void ep_localize_received_ids_kernel(I* __restrict__ ids_out, const I
   ids_out[i] = (e >= first && e < first + per_rank) ? e - first : -1;
 }
 
+/// One block per row: y[r] = x[r] * (sum of w[r, k] over the slots with local[r, k] >= 0), in fp32, rounded once.
+template <class T>
+__global__ void ep_weighted_rows_kernel(T* __restrict__ y, const T* __restrict__ x, const float* __restrict__ w,
+                                        const int32_t* __restrict__ local, int64_t hidden, int topk) {
+  const int64_t row = blockIdx.x;
+  float scale = 0.f;
+  for (int k = 0; k < topk; ++k)
+    if (local[row * topk + k] >= 0) scale += w[row * topk + k];
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) y[row * hidden + c] = T(float(x[row * hidden + c]) * scale);
+}
+
 }  // namespace detail
 
 // =============================================================================================
@@ -933,6 +944,17 @@ inline void ep_localize_received_ids(int32_t* out, const int32_t* in, const int3
   if (n <= 0) return;
   detail::ep_localize_received_ids_kernel<int32_t><<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, in, counts, capacity, n, topk,
                                                                                                               first, per_rank);
+}
+
+/// The stand-in experts of the expert-parallel all-to-all task (fk/tasks/ep_all_to_all.h): per received row r,
+/// y[r] = x[r] * the sum of its weights on this rank's live slots (local ids from ep_localize_received_ids: -1 for
+/// other ranks' experts and for every slot of a stale row, whose y is then 0). x, y [rows, hidden] bf16, w / local
+/// [rows, topk]. So the combined output of a token is x * the sum of all its routed weights, whichever ranks held them.
+template <class T>
+void ep_weighted_rows(T* y, const T* x, const float* w, const int32_t* local, int64_t rows, int64_t hidden, int topk,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;
+  detail::ep_weighted_rows_kernel<T><<<static_cast<unsigned>(rows), 256, 0, stream>>>(y, x, w, local, hidden, topk);
 }
 
 }  // namespace fk::kernels

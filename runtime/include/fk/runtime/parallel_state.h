@@ -25,6 +25,7 @@
 
 #include "fk/runtime/comm.h"
 #include "fk/runtime/ep_all_to_all.h"
+#include "fk/runtime/overlapped_linear.h"
 #include "fk/runtime/peer_allreduce.h"
 #include "fk/runtime/tp_group.h"
 
@@ -60,10 +61,18 @@ class GroupCoordinator {
   Tensor all_gather_last_dim(const Tensor& input);
   /// vLLM's reduce_scatter(input, dim=0): [rows, ...] summed over the ranks, this rank's rows / world.
   Tensor reduce_scatter_first_dim(const Tensor& input);
+  /// vLLM's all_gather(input, dim=0): every rank's [rows, ...] in rank order, [world * rows, ...].
+  Tensor all_gather_first_dim(const Tensor& input);
+  /// The group's overlapped linears (fk/runtime/overlapped_linear.h) for calls of at most `max_tokens` rows over the
+  /// ranks, gathering inputs of width gather_k or scattering outputs of width scatter_n: made on first use, by every
+  /// rank in the same call (it maps peer memory through the store); nullptr where the group has no peer access (the
+  /// own all-reduce could not map the ranks' memory: peer_unavailable() says why).
+  OverlappedLinear* overlapped_linear(int64_t max_tokens, int64_t gather_k, int64_t scatter_n);
   /// The group's expert-parallel all-to-all for MoE blocks of this shape whose calls carry at most `max_tokens` tokens
   /// per rank (Note [Data-parallel expert MoE] in fk/tasks/moe.h): made on first use, by every rank in the same call
   /// (it maps peer memory through the store), over peer memory where the own all-reduce could map it, else NCCL.
-  EpAllToAll& ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens);
+  /// `nccl`: the NCCL send / recv backend whatever the group's peer access (the baseline a task times beside its own).
+  EpAllToAll& ep_all_to_all(int num_experts, int hidden, int topk, int64_t max_tokens, bool nccl = false);
   /// Waits for the stream's collectives, bounded (Communicator::synchronize).
   void synchronize(cudaStream_t stream) { comm_->synchronize(stream); }
 
@@ -73,7 +82,8 @@ class GroupCoordinator {
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<PeerAllReduce> peer_;
   std::string peer_why_;
-  std::map<std::tuple<int, int, int, int64_t>, std::unique_ptr<EpAllToAll>> ep_;  ///< by (experts, hidden, topk, max_tokens)
+  std::map<std::tuple<int, int, int, int64_t, bool>, std::unique_ptr<EpAllToAll>> ep_;  ///< by (experts, hidden, topk, max_tokens, nccl)
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<OverlappedLinear>> overlapped_;  ///< by (max_tokens, k, n)
 };
 
 }  // namespace fk::dist

@@ -24,8 +24,19 @@
 // cancel, so the absolute part grows with the world size as the row-parallel linear's does. The peer of the all-reduce
 // is NCCL alone (ncclAllReduce out of place, what torch.distributed.all_reduce runs); the all-gather's production path
 // (NCCL's all-gather, then the interleave of the ranks' columns) is what the task itself runs, so it has no peer.
+//
+// Sequence parallelism (vLLM's SequenceParallelismPass, and the async-TP fusions built on it) splits the residual
+// stream's tokens over the ranks: a row-parallel linear's all-reduce becomes a reduce-scatter over the token rows
+// (tensor_model_parallel_reduce_scatter(dim=0): [T, n] summed, rank r keeps rows [r T/W, (r+1) T/W)) and the next
+// column-parallel linear's input is the all-gather of the chunks (all_gather(dim=0)). Kinds reduce_scatter and
+// all_gather_rows are those two, the collective children of the overlapped linears (Note [Overlapped linear tasks] in
+// fk/tasks/overlapped_linear.h). Their case dim is rows_per_rank (the chunk: T / W), so that every case, the
+// off-registry primes included, is a token count the ranks divide. Both run NCCL (what vLLM's device communicator
+// calls for them), so they have no peer; their references are the redrawn sum (reduce-scatter, this rank's rows of it)
+// and the redrawn chunks in rank order (all-gather, exact).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -36,7 +47,15 @@
 
 namespace fk::tasks {
 
-enum class CollectiveOp { kAllReduce, kAllGather };
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllGatherRows };
+
+/// The op's name in errors.
+constexpr const char* collective_name(CollectiveOp op) {
+  return op == CollectiveOp::kAllReduce ? "all_reduce" : op == CollectiveOp::kAllGather ? "all_gather" : op == CollectiveOp::kReduceScatter ? "reduce_scatter" : "all_gather_rows";
+}
+
+/// Whether the op splits or gathers token rows (sequence parallelism), so its cases count rows per rank.
+constexpr bool collective_on_rows(CollectiveOp op) { return op == CollectiveOp::kReduceScatter || op == CollectiveOp::kAllGatherRows; }
 
 /// The sum over the group's ranks (fp32, in rank order) of the tensors each rank draws with fill_normal from
 /// seed_of_rank(seed, rank): every rank's input, redrawn here without communication (the references of Note
@@ -52,14 +71,24 @@ inline Tensor sum_of_rank_draws(Tensor& scratch, uint64_t seed, int world) {
 }
 
 /// The collective tasks' forward: input [..., Cfg::width] (contiguous), the group's all-reduce (its own choice of the
-/// peer all-reduce or NCCL: Note [Group all-reduce choice]) or all-gather along the last dimension ([..., world x width]).
+/// peer all-reduce or NCCL: Note [Group all-reduce choice]) or all-gather along the last dimension ([..., world x width]);
+/// input [rows, Cfg::width], NCCL's reduce-scatter ([rows / world, width]; rows a multiple of the world) or all-gather
+/// ([world x rows, width]) of the token rows.
 template <class Cfg, CollectiveOp Op> Tensor collective_forward(const Tensor& input) {
   FK_CHECK(input.dim() >= 1 && input.size(-1) == Cfg::width && input.dtype() == dtype_of<typename Cfg::scalar_t> &&
                input.is_contiguous(),
-           std::string(Op == CollectiveOp::kAllReduce ? "all_reduce" : "all_gather") + ": a contiguous [..., " +
-               std::to_string(Cfg::width) + "] tensor of " + dtype_name(dtype_of<typename Cfg::scalar_t>) + ", got " + input.str());
+           std::string(collective_name(Op)) + ": a contiguous [..., " + std::to_string(Cfg::width) + "] tensor of " +
+               dtype_name(dtype_of<typename Cfg::scalar_t>) + ", got " + input.str());
   if constexpr (Op == CollectiveOp::kAllReduce) {
     return fk::dist::tp_all_reduce(input);
+  } else if constexpr (Op == CollectiveOp::kReduceScatter) {
+    FK_CHECK(input.dim() == 2 && input.size(0) % Cfg::tp_size == 0,
+             "reduce_scatter: [rows, " + std::to_string(Cfg::width) + "] with rows a multiple of the " + std::to_string(Cfg::tp_size) +
+                 " ranks (vLLM pads the tokens to one), got " + input.str());
+    return fk::dist::tp_reduce_scatter_first_dim(input);
+  } else if constexpr (Op == CollectiveOp::kAllGatherRows) {
+    FK_CHECK(input.dim() == 2, "all_gather_rows: [rows, " + std::to_string(Cfg::width) + "], got " + input.str());
+    return fk::dist::tp_all_gather_first_dim(input);
   } else {
     const int64_t rows = input.numel() / Cfg::width;
     Shape shape = input.sizes();
@@ -68,15 +97,20 @@ template <class Cfg, CollectiveOp Op> Tensor collective_forward(const Tensor& in
   }
 }
 
-/// One case of a collective task (Note [Collective tasks]). Case dims: num_tokens (the rows of every rank's tensor).
+/// One case of a collective task (Note [Collective tasks]). Case dims: num_tokens (the rows of every rank's tensor);
+/// rows_per_rank for the ops on token rows (the reduce-scatter's input holds world x rows_per_rank rows, the
+/// all-gather's rows_per_rank).
 template <class Module, class Cfg, CollectiveOp Op> class CollectiveInstance final : public TaskInstance {
  public:
-  explicit CollectiveInstance(const ShapeCase& c) : m_(c.get("num_tokens")) {
+  explicit CollectiveInstance(const ShapeCase& c)
+      : m_(collective_on_rows(Op) ? c.get("rows_per_rank") * (Op == CollectiveOp::kReduceScatter ? kTp : 1) : c.get("num_tokens")) {
     const double in_bytes = double(m_) * Cfg::width * sizeof(T);
-    const double out_bytes = in_bytes * (Op == CollectiveOp::kAllGather ? kTp : 1);
+    const double out_bytes = Op == CollectiveOp::kAllGather || Op == CollectiveOp::kAllGatherRows ? in_bytes * kTp
+                             : Op == CollectiveOp::kReduceScatter                                 ? in_bytes / kTp
+                                                                                                  : in_bytes;
     const int n = rotating_sets(in_bytes + out_bytes);
-    // the sets, their outputs, the fp32 reference and one redrawn rank's input while checking
-    require_device_memory((in_bytes + out_bytes) * n + out_bytes / sizeof(T) * 4 + in_bytes, "collective inputs");
+    // the sets, their outputs, the fp32 reference (at most the whole sum) and one redrawn rank's input while checking
+    require_device_memory((in_bytes + out_bytes) * n + std::max(in_bytes, out_bytes) / sizeof(T) * 4 + in_bytes, "collective inputs");
     for (int s = 0; s < n; ++s) x_.push_back(empty({m_, Cfg::width}, dtype_of<T>));
     out_.resize(n);
     seeds_.resize(n);
@@ -94,11 +128,25 @@ template <class Module, class Cfg, CollectiveOp Op> class CollectiveInstance fin
   std::vector<Tensor> inputs(int s) override { return {x_[s]}; }
   std::vector<CheckedOutput> reference(int s) override {
     Tensor other = empty({m_, Cfg::width}, dtype_of<T>);
-    if constexpr (Op == CollectiveOp::kAllReduce) {
-      const Tensor ref = sum_of_rank_draws(other, seeds_[s], kTp);
+    if constexpr (Op == CollectiveOp::kAllReduce || Op == CollectiveOp::kReduceScatter) {
+      Tensor ref = sum_of_rank_draws(other, seeds_[s], kTp);
+      if constexpr (Op == CollectiveOp::kReduceScatter) {  // this rank's chunk of the rows
+        const int64_t c = m_ / kTp;
+        Tensor mine = empty({c, Cfg::width}, DType::kF32);
+        copy_(mine, ref.narrow_first(static_cast<int64_t>(fk::dist::tp_rank()) * c, c));
+        ref = mine;
+      }
       // |N(0, 1)| has mean 0.8; the sum's norm grows as sqrt(world), each of the world's roundings by the partials'.
       const double typical = 0.8 * std::sqrt(double(kTp)) * kTp;
       return {{"output", out_[s], ref, matmul_tolerance(dtype_of<T>, typical)}};
+    } else if constexpr (Op == CollectiveOp::kAllGatherRows) {
+      Tensor ref = empty({m_ * kTp, Cfg::width}, DType::kF32);
+      for (int q = 0; q < kTp; ++q) {  // rank q's rows [q m, (q + 1) m)
+        fill_normal(other, seed_of_rank(seeds_[s], q));
+        Tensor rows = ref.narrow_first(q * m_, m_);
+        copy_(rows, to_f32(other));
+      }
+      return {{"output", out_[s], ref, Tolerance{0, 0, 0}}};  // a copy: exact
     } else {
       Tensor ref = empty({m_, Cfg::width * kTp}, DType::kF32);
       for (int q = 0; q < kTp; ++q) {  // rank q's columns [q width, (q + 1) width)
@@ -118,6 +166,7 @@ template <class Module, class Cfg, CollectiveOp Op> class CollectiveInstance fin
   Cost cost() const override {
     const double elems = double(m_) * Cfg::width;
     if constexpr (Op == CollectiveOp::kAllReduce) return {elems * (kTp - 1), 2.0 * elems * sizeof(T)};
+    if constexpr (Op == CollectiveOp::kReduceScatter) return {elems / kTp * (kTp - 1), elems * (1.0 + 1.0 / kTp) * sizeof(T)};
     return {0.0, elems * (1 + kTp) * sizeof(T)};
   }
 

@@ -125,13 +125,13 @@ template <class Cfg, class M> Tensor mla_attention_forward(M& m, const Tensor& p
 /// routing = grouped_topk(gate(h), e_score_correction_bias) with routed_scaling_factor already in
 /// the weights (vLLM passes it to grouped_topk).
 /// Reduce: the block's all-reduce child at tensor parallelism (Note [DeepSeek sharding]): the routed and the
-/// shared experts' partial sums, added, are reduced once.
+/// shared experts' partial sums, added, are reduced once; its all-to-all child at a data-parallel layout.
 template <class Cfg, class Reduce = NoCollective, class M> Tensor deepseek_moe_forward(M& m, const Tensor& hidden) {
   Tensor shared = m.shared_experts.forward(hidden);
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits, m.e_score_correction_bias);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out = routed_experts_forward<Cfg>(m, hidden, std::get<0>(r), std::get<1>(r));
+  Tensor out = routed_experts_forward<Cfg, Reduce>(m, hidden, std::get<0>(r), std::get<1>(r));
   add_(out, shared);
   if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
   return out;

@@ -185,9 +185,10 @@ Tensor fused_experts_forward(M& m, const Tensor& hidden, const Tensor& w13, cons
 // parallelism (--data-parallel-size N --enable-expert-parallel, tensor parallelism 1): every rank holds the whole
 // attention, the dense parts and the router, and runs its own tokens through them; the MoE blocks' experts are split
 // as above (rank r the ids [r L, (r + 1) L)) over the group of all N ranks, which is the process's group here
-// (fk::dist::tp_group(), whose size the tasks check). Each block routes its rank's tokens, and fk::dist::tp_ep_moe
-// moves every token once to each rank holding one of its experts with its k ids and weights (the group's
-// fk::dist::EpAllToAll dispatch: DeepEP's intranode dispatch, vLLM's FusedMoEPrepareAndFinalize.prepare), renumbers
+// (fk::dist::tp_group(), whose size the tasks check). Each block routes its rank's tokens, and its all-to-all child (an
+// L1 task of kind ep_all_to_all: Note [Expert-parallel all-to-all task] in fk/tasks/ep_all_to_all.h) moves every token
+// once to each rank holding one of its experts with its k ids and weights (the group's fk::dist::EpAllToAll dispatch:
+// DeepEP's intranode dispatch, vLLM's FusedMoEPrepareAndFinalize.prepare), ep_moe_forward renumbers
 // the received slots of the rank's own experts from 0 and marks the others and every stale row's -1
 // (ep_localize_received_ids), runs the rank's experts on them (fused_experts_forward, sums of the local slots) and
 // brings the rows back (combine: the token's rank sums the rows of every rank it went to, in fp32 in rank order). No
@@ -210,20 +211,42 @@ template <class Cfg> Tensor ep_local_ids(const Tensor& ids) {
   return local;
 }
 
+/// The slots of this rank's experts among the rows a dispatch delivered, renumbered from 0; the other slots and every
+/// slot of a stale row -1 (ep_localize_received_ids).
+inline Tensor ep_received_local_ids(const fk::dist::EpDispatch& d) {
+  Tensor local = empty(d.topk_ids.sizes(), DType::kI32);
+  fk::kernels::ep_localize_received_ids(local.data<int32_t>(), d.topk_ids.data<int32_t>(), d.counts, d.world, d.capacity,
+                                        static_cast<int>(d.topk_ids.size(1)), d.first_expert, d.experts_per_rank, current_stream());
+  FK_CHECK_LAUNCH();
+  return local;
+}
+
+/// The routed experts at a data-parallel layout (Note [Data-parallel expert MoE]): this rank's tokens dispatched to
+/// the ranks of their experts through the block's all-to-all child A2A (kind ep_all_to_all: its dispatch, then its
+/// combine with the dispatch's handle), `experts(x, topk_weights, local_ids)` run on the rows this rank received.
+template <class A2A, class Experts>
+Tensor ep_moe_forward(const Tensor& hidden, const Tensor& weights, const Tensor& ids, const Experts& experts) {
+  static_assert(!std::is_same_v<A2A, NoCollective>,
+                "a data-parallel MoE block calls its ep_all_to_all child task (Note [Data-parallel expert MoE]); regenerate");
+  A2A a2a(from_config);
+  const fk::dist::EpDispatch d = a2a.dispatch(hidden, ids, weights);
+  const Tensor y = experts(d.x, d.topk_weights, ep_received_local_ids(d));
+  return a2a.combine(d, y);
+}
+
 /// The routed experts of an MoE block (M: w13_weight, w2_weight, experts; Cfg: the block's constants) on routing
 /// (weights, ids): every expert's share of this rank, or under expert parallelism this rank's experts on their
-/// slots (Note [Expert-parallel MoE]); at tensor parallelism a partial sum the block reduces.
-template <class Cfg, class M>
+/// slots (Note [Expert-parallel MoE]); at tensor parallelism a partial sum the block reduces. Coll: the block's
+/// collective child, the all-to-all at a data-parallel layout (the all-reduce at tensor parallelism is the block's).
+template <class Cfg, class Coll = NoCollective, class M>
 Tensor routed_experts_forward(M& m, const Tensor& hidden, const Tensor& weights, const Tensor& ids, const Tensor& w13_bias = Tensor(),
                               const Tensor& w2_bias = Tensor()) {
   using ExpertsCfg = typename decltype(m.experts)::Cfg;
   if constexpr (DataParallelOf<Cfg>::value) {  // Note [Data-parallel expert MoE]
     static_assert(std::is_same_v<typename Cfg::scalar_t, __nv_bfloat16>, "the expert-parallel all-to-all moves bf16 rows");
-    return fk::dist::tp_ep_moe(hidden, weights, ids, static_cast<int>(Cfg::num_experts),
-                               [&](const Tensor& x, const Tensor& w, const Tensor& local_ids) {
-                                 return fused_experts_forward<ExpertsCfg>(m.experts, x, m.w13_weight, m.w2_weight, w, local_ids,
-                                                                          w13_bias, w2_bias, true);
-                               });
+    return ep_moe_forward<Coll>(hidden, weights, ids, [&](const Tensor& x, const Tensor& w, const Tensor& local_ids) {
+      return fused_experts_forward<ExpertsCfg>(m.experts, x, m.w13_weight, m.w2_weight, w, local_ids, w13_bias, w2_bias, true);
+    });
   } else if constexpr (EpSizeOf<Cfg>::value > 1)
     return fused_experts_forward<ExpertsCfg>(m.experts, hidden, m.w13_weight, m.w2_weight, weights, ep_local_ids<Cfg>(ids), w13_bias,
                                              w2_bias, true);
@@ -232,12 +255,13 @@ Tensor routed_experts_forward(M& m, const Tensor& hidden, const Tensor& weights,
 }
 
 /// SparseMoeBlock.forward(hidden_states [T, H]) -> [T, H]: gate -> router -> experts.
-/// Reduce: the block's all-reduce child at tensor parallelism (Note [Collective tasks] in fk/tasks/collective.h).
+/// Reduce: the block's collective child: the all-reduce at tensor parallelism (Note [Collective tasks] in
+/// fk/tasks/collective.h), the expert-parallel all-to-all at a data-parallel layout.
 template <class Cfg, class Reduce = NoCollective, class M> Tensor sparse_moe_forward(M& m, const Tensor& hidden) {
   Tensor logits = std::get<0>(m.gate.forward(hidden));
   std::tuple<Tensor, Tensor> r = m.router.forward(logits);
   capture_routing(std::get<1>(r));  // Note [Routing capture]
-  Tensor out = routed_experts_forward<Cfg>(m, hidden, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
+  Tensor out = routed_experts_forward<Cfg, Reduce>(m, hidden, std::get<0>(r), std::get<1>(r), m.w13_bias, m.w2_bias);
   // Tensor parallelism (Note [Sharded parameters]): each rank's experts hold its slice of every expert's
   // intermediate, so the block's output is a partial sum (vLLM's FusedMoE reduce_results).
   if constexpr (TpSizeOf<Cfg>::value > 1) out = collective_call<Reduce>(out);
