@@ -134,6 +134,10 @@
 #                           blocks, decoder layers and models: Qwen3-30B-A3B, DeepSeek-V3) under fk_launch --nproc 2 -- fk_bench
 #                           --world-size 2, levels 2-4, in the foreground, into dp2_l<level>.jsonl / .md; then the same blocks
 #                           beside the TP 2 + EP 2 ones
+#     dist-sp               the sequence-parallel collectives (reduce_scatter, all_gather_rows), the overlapped linears
+#                           (matmul_reduce_scatter, all_gather_matmul: Note [Overlapped linear tasks]) and the expert-parallel
+#                           all-to-all (ep_all_to_all) under fk_launch --nproc 2 -- fk_bench --world-size 2, each beside its
+#                           peer (NCCL serial pair / NCCL send-recv), into sp2.jsonl / .md
 #     serial:A+B+...@G      the background steps A, B, ... on GPU G one after another, in one background job
 #                           (e.g. serial:encoders+vision+tests@0 on a one-GPU machine; `wait` waits for it)
 #     wait:S                wait up to S seconds for the background steps
@@ -424,6 +428,12 @@ for step in "${steps[@]}"; do
         --task '^(sparse_moe_block_e128_top8_h2048_i768_renorm_(tp2_)?ep2|deepseek_moe_h7168_.*_ep2)_bf16$' --jsonl "$P/dp2_vs_tp2ep2.jsonl" \
         --markdown "$P/dp2_vs_tp2ep2.md" >"$P/dp2_vs_tp2ep2.log" 2>&1
       say "MoE block @ep2 vs @tp2_ep2 rc=$?"; tail -3 "$P/dp2_vs_tp2ep2.log"
+      ;;
+    dist-sp)  # the sequence-parallel collectives, the overlapped linears and the expert-parallel all-to-all at 2 ranks (issue 23)
+      timeout 560 "$b/fk_launch" --nproc 2 -- "$b/fk_bench" --world-size 2 --seed "$seed" --max-iters 30 --case-timeout 180 \
+        --task '^(reduce_scatter|all_gather_rows|matmul_reduce_scatter|all_gather_matmul|ep_all_to_all)_' \
+        --jsonl "$P/sp2.jsonl" --markdown "$P/sp2.md" >"$P/sp2.log" 2>&1
+      say "fk_bench --world-size 2 sequence-parallel / overlapped / all-to-all tasks rc=$?"; tail -3 "$P/sp2.log"
       ;;
     dist-bench|dist-bench-l1|dist-bench-l1:*)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
