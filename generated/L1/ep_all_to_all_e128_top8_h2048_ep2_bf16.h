@@ -31,10 +31,10 @@ class EpAllToAll {
   explicit EpAllToAll(fk::tasks::FromConfig) {}
 
   fk::dist::EpDispatch dispatch(const fk::Tensor& x, const fk::Tensor& topk_ids, const fk::Tensor& topk_weights) const {
-    return fk::tasks::ep_all_to_all_dispatch<Config>(x, topk_ids, topk_weights);
+    return fk::tasks::ep_dispatch_forward<Config>(x, topk_ids, topk_weights);
   }
   fk::Tensor combine(const fk::dist::EpDispatch& handle, const fk::Tensor& y) const {
-    return fk::tasks::ep_all_to_all_combine<Config>(handle, y);
+    return fk::tasks::ep_combine_forward<Config>(handle, y);
   }
 };
 

@@ -179,5 +179,35 @@ TEST(Check, EveryScaffoldMatchesItsHeader) {
   }
 }
 
+// The MoE, MLA and multi-GPU kinds include the TMA / driver-API / PDL parts of fk's kernel headers: their scaffolds
+// parse through the shim too (it once lacked CUtensorMap, cudaLaunchKernelEx and the warp reductions), and the
+// all-to-all's dispatch / combine glue is flagged as baseline like every *_forward.
+TEST(Check, MoeMlaAndCollectiveScaffoldsParse) {
+  if (!has_libtooling()) GTEST_SKIP() << "built without Clang LibTooling";
+  TempDir tmp;
+  std::string out;
+  for (const char* task : {"fused_experts_e256_top8_h7168_i2048_bf16", "sparse_moe_block_e128_top8_h2048_i768_renorm_ep2_bf16",
+                           "deepseek_moe_h7168_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_i2048_shared2048_bf16",
+                           "ep_all_to_all_e256_top8_h7168_ep2_bf16", "matmul_reduce_scatter_k7168_n4096_tp2_bf16",
+                           "all_gather_matmul_k4096_n14336_tp2_bf16", "reduce_scatter_n4096_tp2_bf16",
+                           "mla_decode_hq128_kv512_r64_scale0.1352337788608801_bf16", "mla_prefill_hq128_dqk192_dv128_causal_scale0.1352337788608801_bf16",
+                           "grouped_topk_e256_top8_g8_tg4_sigmoid_renorm_rs2.5_bias_bf16"})
+    ASSERT_EQ(run(bin() + " scaffold --root " + q(source_dir()) + " --task " + task + " --out " + q(tmp.path()), &out), 0) << out;
+  int checked = 0;
+  for (const auto& [rel, text] : read_tree(tmp.path())) {
+    int rc = run(bin() + " check --root " + q(source_dir()) + " " + q(tmp.path() / rel), &out);
+    EXPECT_TRUE(rc == 5 || rc == 0) << rel << ":\n" << out;
+    EXPECT_EQ(out.find("INTERFACE_MISMATCH"), std::string::npos) << rel << ":\n" << out;
+    EXPECT_EQ(out.find("COMPILE_ERROR"), std::string::npos) << rel << ":\n" << out;
+    EXPECT_EQ(out.find("does not parse"), std::string::npos) << rel << ":\n" << out;
+    if (rel.find("ep_all_to_all_") != std::string::npos) {
+      EXPECT_NE(out.find("baseline glue `fk::tasks::ep_dispatch_forward`"), std::string::npos) << out;
+      EXPECT_NE(out.find("baseline glue `fk::tasks::ep_combine_forward`"), std::string::npos) << out;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
+}
+
 }  // namespace
 }  // namespace fk::gen

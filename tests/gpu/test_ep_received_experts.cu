@@ -91,5 +91,44 @@ TEST(Kernels, EpReceivedRowsRunOnTheRanksExpertsAndStaleRowsStayUnread) {
   }
 }
 
+// The all-to-all task's stand-in experts (Note [Expert-parallel all-to-all task] in fk/tasks/ep_all_to_all.h): a live
+// row times the sum of its weights on this rank's slots, one rounding; a stale row (NaN here) 0, read by no one.
+TEST(Kernels, EpWeightedRowsScaleLiveRowsByTheirLocalWeightsAndZeroStaleRows) {
+  FK_REQUIRE_GPU();
+  constexpr int kWorld = 2, kRank = 0, kTopK = 4, kLocal = 8;
+  constexpr int64_t kCap = 8, kRows = kWorld * kCap, H = 72;  // H not a multiple of the 256 threads
+  const std::vector<int32_t> counts = {5, 8};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uw(0.05f, 1.f), ux(-2.f, 2.f);
+  std::vector<int32_t> ids(size_t(kRows * kTopK));
+  std::vector<float> w(ids.size()), x(size_t(kRows * H));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = int32_t(rng() % (kWorld * kLocal));
+    w[i] = uw(rng);
+  }
+  auto live = [&](int64_t r) { return r % kCap < counts[size_t(r / kCap)]; };
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < H; ++c) x[size_t(r * H + c)] = live(r) ? ux(rng) : std::numeric_limits<float>::quiet_NaN();
+  Tensor d_ids = to_device(ids, {kRows, kTopK}), d_counts = to_device(counts, {kWorld}), d_w = to_device(w, {kRows, kTopK});
+  Tensor d_x = fk::tasks::ref::round_to(to_device(x, {kRows, H}), DType::kBF16);
+  Tensor local = empty({kRows, kTopK}, DType::kI32), y = empty({kRows, H}, DType::kBF16);
+  fk::kernels::ep_localize_received_ids(local.data<int32_t>(), d_ids.data<int32_t>(), d_counts.data<int32_t>(), kWorld, kCap, kTopK,
+                                        kRank * kLocal, kLocal, current_stream());
+  fk::kernels::ep_weighted_rows(y.data<bf16>(), d_x.data<bf16>(), d_w.data<float>(), local.data<int32_t>(), kRows, H, kTopK, current_stream());
+  FK_CHECK_LAUNCH();
+  const std::vector<float> got = to_host<float>(fk::tasks::to_f32(y)), xb = to_host<float>(fk::tasks::to_f32(d_x));
+  for (int64_t r = 0; r < kRows; ++r) {
+    float scale = 0.f;
+    for (int k = 0; k < kTopK; ++k) {
+      const int e = ids[size_t(r * kTopK + k)];
+      if (live(r) && e >= kRank * kLocal && e < (kRank + 1) * kLocal) scale += w[size_t(r * kTopK + k)];
+    }
+    for (int64_t c = 0; c < H; ++c) {
+      const float want = live(r) ? xb[size_t(r * H + c)] * scale : 0.f;
+      ASSERT_NEAR(got[size_t(r * H + c)], want, std::abs(want) * 1e-2f + 1e-6f) << "row " << r << " col " << c;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fk::testing

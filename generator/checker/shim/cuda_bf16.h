@@ -16,3 +16,5 @@ __host__ __device__ __nv_bfloat16 __float2bfloat16(float);
 __host__ __device__ __nv_bfloat16 __float2bfloat16_rn(float);
 __host__ __device__ __nv_bfloat162 __floats2bfloat162_rn(float, float);
 __host__ __device__ float2 __bfloat1622float2(__nv_bfloat162);
+__host__ __device__ __nv_bfloat16 __ushort_as_bfloat16(unsigned short);
+__host__ __device__ unsigned short __bfloat16_as_ushort(__nv_bfloat16);

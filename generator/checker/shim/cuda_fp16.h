@@ -15,3 +15,5 @@ __host__ __device__ __half __float2half(float);
 __host__ __device__ __half __float2half_rn(float);
 __host__ __device__ __half2 __floats2half2_rn(float, float);
 __host__ __device__ float2 __half22float2(__half2);
+__host__ __device__ __half __ushort_as_half(unsigned short);
+__host__ __device__ unsigned short __half_as_ushort(__half);

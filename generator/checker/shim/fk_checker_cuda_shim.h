@@ -58,8 +58,25 @@ enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllo
 typedef enum cudaError cudaError_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive, cudaStreamCaptureStatusInvalidated };
-enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMultiProcessorCount = 16, cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+enum cudaSharedCarveout { cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxShared = 100, cudaSharedmemCarveoutMaxL1 = 0 };
+enum cudaDriverEntryPointQueryResult { cudaDriverEntryPointSuccess = 0 };
+enum cudaGetDriverEntryPointFlags { cudaEnableDefault = 0 };
+// The driver API types fk's TMA descriptors use (cuda.h): opaque here.
+typedef int CUresult;
+typedef struct CUtensorMap_st { alignas(64) unsigned long long opaque[16]; } CUtensorMap;
+typedef enum CUtensorMapDataType_enum { CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9, CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6 } CUtensorMapDataType;
+typedef enum CUtensorMapInterleave_enum { CU_TENSOR_MAP_INTERLEAVE_NONE = 0 } CUtensorMapInterleave;
+typedef enum CUtensorMapSwizzle_enum { CU_TENSOR_MAP_SWIZZLE_NONE = 0, CU_TENSOR_MAP_SWIZZLE_128B = 3 } CUtensorMapSwizzle;
+typedef enum CUtensorMapL2promotion_enum { CU_TENSOR_MAP_L2_PROMOTION_NONE = 0, CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3 } CUtensorMapL2promotion;
+typedef enum CUtensorMapFloatOOBfill_enum { CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0 } CUtensorMapFloatOOBfill;
+typedef unsigned long long cuuint64_t;
+typedef unsigned int cuuint32_t;
+#define CUDA_SUCCESS 0
 enum cudaLimit { cudaLimitStackSize = 0, cudaLimitPrintfFifoSize = 1, cudaLimitMallocHeapSize = 2, cudaLimitPersistingL2CacheSize = 6 };
 enum cudaAccessProperty { cudaAccessPropertyNormal = 0, cudaAccessPropertyStreaming = 1, cudaAccessPropertyPersisting = 2 };
 struct cudaAccessPolicyWindow {
@@ -124,7 +141,31 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value);
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* func, int blockSize, size_t dynamicSMemSize);
+cudaError_t cudaGetDriverEntryPoint(const char* symbol, void** funcPtr, unsigned long long flags,
+                                    enum cudaDriverEntryPointQueryResult* driverStatus);
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** funcPtr, unsigned int cudaVersion, unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult* driverStatus);
 }
+// Extended launches (programmatic dependent launch).
+enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 5 };
+union cudaLaunchAttributeValue {
+  int programmaticStreamSerializationAllowed;
+  char pad[64];
+};
+struct cudaLaunchAttribute {
+  enum cudaLaunchAttributeID id;
+  union cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim;
+  dim3 blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+template <class... ExpTypes, class... ActTypes>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(ExpTypes...), ActTypes&&... args);
 template <class T> cudaError_t cudaFuncSetAttribute(T* entry, enum cudaFuncAttribute attr, int value);
 template <class T> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, T func, int blockSize, size_t dynamicSMemSize);
 template <class T> cudaError_t cudaMalloc(T** devPtr, size_t size);
@@ -155,6 +196,22 @@ __device__ float __fdividef(float, float);
 __device__ float __frcp_rn(float);
 __device__ float rsqrtf(float);
 __device__ long long clock64(void);
+__device__ void __trap(void);
+__device__ void __nanosleep(unsigned);
+__device__ int __ffs(int);
+__device__ int __ffsll(long long);
+__device__ int __popc(unsigned);
+__device__ int __clz(int);
+__device__ unsigned __reduce_max_sync(unsigned mask, unsigned value);
+__device__ int __reduce_max_sync(unsigned mask, int value);
+__device__ unsigned __reduce_add_sync(unsigned mask, unsigned value);
+__device__ int __reduce_add_sync(unsigned mask, int value);
+__device__ unsigned __match_any_sync(unsigned mask, int value);
+__device__ float __uint_as_float(unsigned);
+__device__ unsigned __float_as_uint(float);
+__device__ float __int_as_float(int);
+__device__ int __float_as_int(float);
+__device__ unsigned long long __activemask(void);
 template <class T> __device__ T atomicAdd(T* address, T val);
 template <class T> __device__ T atomicMax(T* address, T val);
 // Math functions: the host declarations of <math.h> serve (host-only parse; device bodies are never emitted).

@@ -33,7 +33,7 @@
 namespace fk::tasks {
 
 /// The task's dispatch (Note [Expert-parallel all-to-all task]): the group's all-to-all.
-template <class Cfg> fk::dist::EpDispatch ep_all_to_all_dispatch(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights) {
+template <class Cfg> fk::dist::EpDispatch ep_dispatch_forward(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights) {
   FK_CHECK(x.dim() == 2 && x.size(1) == Cfg::hidden_size && x.dtype() == dtype_of<typename Cfg::scalar_t>,
            "ep_all_to_all dispatch: hidden states [T, " + std::to_string(Cfg::hidden_size) + "] of " +
                dtype_name(dtype_of<typename Cfg::scalar_t>) + ", got " + x.str());
@@ -47,7 +47,7 @@ template <class Cfg> fk::dist::EpDispatch ep_all_to_all_dispatch(const Tensor& x
 }
 
 /// The task's combine: the handle's all-to-all.
-template <class Cfg> Tensor ep_all_to_all_combine(const fk::dist::EpDispatch& handle, const Tensor& y) {
+template <class Cfg> Tensor ep_combine_forward(const fk::dist::EpDispatch& handle, const Tensor& y) {
   return fk::dist::tp_ep_combine(handle, y);
 }
 
