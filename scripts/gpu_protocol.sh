@@ -80,6 +80,8 @@
 #     suite:K/N@G           the K-th of N gtest shards of fk_gpu_tests (and fk_howto_kind_tests) in one process each, on GPU G
 #                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes)
 #     suite-rerun@G         every test the suite:K/N shards failed, again alone in its own process on GPU G (foreground)
+#     bisect:K/N@G          the earlier test of shard K of N that breaks $FK_BISECT_TEST when they share a process
+#                           (scripts/bisect_test_leak.py; foreground, into bisect_K.out / .log)
 #     tests-re:K/N@G        the K-th of N shards of the GPU tests whose names match $FK_TESTS_RE (ctest -R) on GPU G (background)
 #     tests-touched:K/N@G   the K-th of N shards of the GPU tests of what session 25 touched (every linear, embedding, LM head
 #                           and llama composite task, the whole models, the kernel and task unit tests) on GPU G (background)
@@ -222,6 +224,12 @@ for step in "${steps[@]}"; do
           [ $rc = 0 ] || cat "$P/rerun_one.log" >>"$P/gpu_suite_rerun_failures.log"
         done
       say "suite-rerun: $(grep -c '^rc=0 ' "$P/gpu_suite_rerun.log") of $(wc -l <"$P/gpu_suite_rerun.log") pass alone"
+      ;;
+    bisect:*@*)  # the earlier test of shard K of N that breaks $FK_BISECT_TEST in one process (scripts/bisect_test_leak.py)
+      k="${step#bisect:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
+      [ -n "${FK_BISECT_TEST:-}" ] || { echo "bisect: set FK_BISECT_TEST to the failing test's exact name" >&2; exit 2; }
+      CUDA_VISIBLE_DEVICES=${step##*@} timeout 580 python3 scripts/bisect_test_leak.py --binary "$b/tests/fk_gpu_tests" --shards "$n" \
+        --shard "$k" --test "$FK_BISECT_TEST" --log "$P/bisect_$k.log" 2>&1 | tee "$P/bisect_$k.out"
       ;;
     tests-re:*@*)
       k="${step#tests-re:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"

@@ -770,9 +770,14 @@ __global__ void ep_weighted_rows_kernel(T* __restrict__ y, const T* __restrict__
                                         const int32_t* __restrict__ local, int64_t hidden, int topk) {
   const int64_t row = blockIdx.x;
   float scale = 0.f;
+  bool any = false;
   for (int k = 0; k < topk; ++k)
-    if (local[row * topk + k] >= 0) scale += w[row * topk + k];
-  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) y[row * hidden + c] = T(float(x[row * hidden + c]) * scale);
+    if (local[row * topk + k] >= 0) {
+      scale += w[row * topk + k];
+      any = true;
+    }
+  // A row with no slot here (a stale row among them) is 0 without reading x: stale rows may hold anything.
+  for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) y[row * hidden + c] = any ? T(float(x[row * hidden + c]) * scale) : T(0.f);
 }
 
 }  // namespace detail
