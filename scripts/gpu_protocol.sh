@@ -128,10 +128,12 @@
 #                           tp-moe:ds DeepSeek-V3 at 5 layers (3 dense, 2 MoE) at TP 1 and TP 2 + EP 2 (Note [DeepSeek
 #                           sharding]); tp-moe:ds4 also at TP 4 + EP 4, a layout not committed (CI time): generate it first
 #                           (hf_configs/deepseek-ai/DeepSeek-V3/fastkernels.json "parallel" + {"tp": 4, "ep": 4}, then
-#                           fastkernels generate) and ship that tree; tp-moe:dp Qwen3-30B-A3B at TP 2 + EP 2 and at EP 2
+#                           fastkernels generate) and ship that tree; tp-moe:dp4 (issue 24) Qwen3-30B-A3B and DeepSeek-V3
+#                           with data-parallel attention at EP 2 and EP 4; tp-moe:dp Qwen3-30B-A3B at TP 2 + EP 2 and at EP 2
 #                           with data-parallel attention (Note [Data-parallel runs]: rank 0's prompts are TP 1's)
 #     dist-ds[:N]           DeepSeek-V3's sharded tasks under fk_bench --world-size (2 and every GPU; :N alone), levels 1-3,
 #                           in the foreground, into ds<n>_l<level>.jsonl / .md
+#     dist-dp:4             (issue 24) the @ep4 layouts' tasks, levels 1-3, under fk_launch --nproc 4 -- fk_bench --world-size 4
 #     dist-dp               the data-parallel expert-parallel tasks (Note [Data-parallel expert MoE]: the @ep2 layouts' MoE
 #                           blocks, decoder layers and models: Qwen3-30B-A3B, DeepSeek-V3) under fk_launch --nproc 2 -- fk_bench
 #                           --world-size 2, levels 2-4, in the foreground, into dp2_l<level>.jsonl / .md; then the same blocks
@@ -352,7 +354,7 @@ for step in "${steps[@]}"; do
       python3 bench/linear_report.py "$P"/lin_*r.jsonl "$P"/lin_*r_torch.jsonl --out "$P/linear_report.md" >/dev/null 2>&1
       say "linear report rc=$?"; tail -1 "$P/linear_report.md" 2>/dev/null
       ;;
-    tp-moe|tp-moe:4|tp-moe:ds|tp-moe:ds4|tp-moe:dp)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
+    tp-moe|tp-moe:4|tp-moe:ds|tp-moe:ds4|tp-moe:dp|tp-moe:dp4)  # the tensor-parallel MoE layouts (Mixtral-8x7B, Qwen3-30B-A3B at TP 2, few layers) against TP 1
       models="mistralai/Mixtral-8x7B-v0.1 Qwen/Qwen3-30B-A3B"; pars="2 2e"; layers=4
       # tp-moe:4 (issue 24): Qwen3-30B-A3B at TP 2 + EP 2, TP 4 and TP 4 + EP 4 (one KV head per rank: Note [Replicated KV heads])
       [ "$step" = tp-moe:4 ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 4 4e"
@@ -361,8 +363,11 @@ for step in "${steps[@]}"; do
       [ "$step" = tp-moe:ds4 ] && models="deepseek-ai/DeepSeek-V3" && pars="2e 4e" && layers=5
       # Qwen3-30B-A3B with data-parallel attention at EP 2 ("2d": --ep 2 alone, Note [Data-parallel runs]) beside TP 2 + EP 2
       [ "$step" = tp-moe:dp ] && models="Qwen/Qwen3-30B-A3B" && pars="2e 2d"
+      # issue 24: both data-parallel models at EP 2 and EP 4 (DeepSeek-V3 at its 5 layers), layer timings against EP 2
+      [ "$step" = tp-moe:dp4 ] && models="Qwen/Qwen3-30B-A3B deepseek-ai/DeepSeek-V3" && pars="2d 4d"
       for A in $models; do
         s="$(basename "$A")"
+        [ "$step" = tp-moe:dp4 ] && case "$A" in deepseek*) layers=5 ;; *) layers=4 ;; esac
         ma="--arch $A --layers $layers --seed $seed --decode-steps 64 --bench --decode-batches 1,8 --prefill 1x512 --mem-steps 0"
         CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" $ma --greedy "$P/moe1_$s.json" --teacher-forced "$P/moetf1_$s.json" \
           --jsonl "$P/moe1_$s.jsonl" >"$P/moe1_$s.log" 2>&1
@@ -423,6 +428,13 @@ for step in "${steps[@]}"; do
             >"$P/ds${n}_l$lv.log" 2>&1
           say "fk_bench --world-size $n DeepSeek-V3 level $lv rc=$?"; tail -2 "$P/ds${n}_l$lv.log"
         done
+      done
+      ;;
+    dist-dp:4)  # issue 24: the @ep4 tasks at 4 ranks (levels 1-3: the all-to-all, blocks, layers) and the MoE blocks at EP 4 beside EP 2's
+      for lv in 1 2 3; do
+        timeout 560 "$b/fk_launch" --nproc 4 -- "$b/fk_bench" --world-size 4 --seed "$seed" --max-iters 30 --case-timeout 180 \
+          --arch '@ep4$' --level $lv --jsonl "$P/dp4_l$lv.jsonl" --markdown "$P/dp4_l$lv.md" >"$P/dp4_l$lv.log" 2>&1
+        say "fk_bench --world-size 4 @ep4 level $lv rc=$?"; tail -3 "$P/dp4_l$lv.log"
       done
       ;;
     dist-dp)  # Note [Data-parallel expert MoE]: the @ep2 tasks at 2 ranks, every rank against the unsharded block on its tokens

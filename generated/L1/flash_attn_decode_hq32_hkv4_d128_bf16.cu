@@ -10,7 +10,7 @@ namespace fk::generated::flash_attn_decode_hq32_hkv4_d128_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_decode_hq32_hkv4_d128_bf16", 1, "flash_attn_decode", "vllm.vllm_flash_attn.flash_attn_with_kvcache", "generated/L1/flash_attn_decode_hq32_hkv4_d128_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"b1_kv1024", "decode", {{"batch", 1}, {"kv_len", 1024}}}, {"b1_kv8192", "decode", {{"batch", 1}, {"kv_len", 8192}}}, {"b1_kv32768", "decode", {{"batch", 1}, {"kv_len", 32768}}}, {"b1_kv40960", "decode", {{"batch", 1}, {"kv_len", 40960}}}, {"b8_kv1024", "decode", {{"batch", 8}, {"kv_len", 1024}}}, {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}}, {"b8_kv32768", "decode", {{"batch", 8}, {"kv_len", 32768}}}, {"b8_kv40960", "decode", {{"batch", 8}, {"kv_len", 40960}}}, {"b32_kv1024", "decode", {{"batch", 32}, {"kv_len", 1024}}}, {"b32_kv8192", "decode", {{"batch", 32}, {"kv_len", 8192}}}, {"b32_kv32768", "decode", {{"batch", 32}, {"kv_len", 32768}}}, {"b64_kv1024", "decode", {{"batch", 64}, {"kv_len", 1024}}}, {"b64_kv8192", "decode", {{"batch", 64}, {"kv_len", 8192}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

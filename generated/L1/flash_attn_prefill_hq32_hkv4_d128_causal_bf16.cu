@@ -10,7 +10,7 @@ namespace fk::generated::flash_attn_prefill_hq32_hkv4_d128_causal_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "flash_attn_prefill_hq32_hkv4_d128_causal_bf16", 1, "flash_attn_prefill", "vllm.vllm_flash_attn.flash_attn_varlen_func", "generated/L1/flash_attn_prefill_hq32_hkv4_d128_causal_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"b1_s1024", "prefill", {{"batch", 1}, {"seq_len", 1024}}}, {"b1_s4096", "prefill", {{"batch", 1}, {"seq_len", 4096}}}, {"b1_s8192", "prefill", {{"batch", 1}, {"seq_len", 8192}}}, {"b1_s16384", "prefill", {{"batch", 1}, {"seq_len", 16384}}}, {"b4_s2048", "prefill", {{"batch", 4}, {"seq_len", 2048}}}, {"b16_s1024", "prefill", {{"batch", 16}, {"seq_len", 1024}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -11,7 +11,7 @@ namespace fk::generated::merged_column_parallel_linear_k7168_n2048_2048_nobias_b
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "merged_column_parallel_linear_k7168_n2048_2048_nobias_bf16", 1, "merged_column_parallel_linear", "vllm.model_executor.layers.linear.MergedColumnParallelLinear", "generated/L1/merged_column_parallel_linear_k7168_n2048_2048_nobias_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -10,7 +10,7 @@ namespace fk::generated::mla_decode_hq128_kv512_r64_scale0_1352337788608801_bf16
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "mla_decode_hq128_kv512_r64_scale0.1352337788608801_bf16", 1, "mla_decode", "vllm FlashMLAImpl._forward_decode (flash_mla_with_kvcache, absorbed latent cache)", "generated/L1/mla_decode_hq128_kv512_r64_scale0.1352337788608801_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"b1_kv1024", "decode", {{"batch", 1}, {"kv_len", 1024}}}, {"b1_kv8192", "decode", {{"batch", 1}, {"kv_len", 8192}}}, {"b1_kv32768", "decode", {{"batch", 1}, {"kv_len", 32768}}}, {"b1_kv163840", "decode", {{"batch", 1}, {"kv_len", 163840}}}, {"b8_kv1024", "decode", {{"batch", 8}, {"kv_len", 1024}}}, {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}}, {"b8_kv32768", "decode", {{"batch", 8}, {"kv_len", 32768}}}, {"b32_kv1024", "decode", {{"batch", 32}, {"kv_len", 1024}}}, {"b32_kv8192", "decode", {{"batch", 32}, {"kv_len", 8192}}}, {"b32_kv32768", "decode", {{"batch", 32}, {"kv_len", 32768}}}, {"b64_kv1024", "decode", {{"batch", 64}, {"kv_len", 1024}}}, {"b64_kv8192", "decode", {{"batch", 64}, {"kv_len", 8192}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

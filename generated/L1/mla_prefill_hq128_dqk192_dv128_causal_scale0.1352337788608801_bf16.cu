@@ -10,7 +10,7 @@ namespace fk::generated::mla_prefill_hq128_dqk192_dv128_causal_scale0_1352337788
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "mla_prefill_hq128_dqk192_dv128_causal_scale0.1352337788608801_bf16", 1, "mla_prefill", "vllm MLACommonImpl._forward_prefill (flash_attn_varlen_func, v head dim != qk head dim)", "generated/L1/mla_prefill_hq128_dqk192_dv128_causal_scale0.1352337788608801_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"b1_s1024", "prefill", {{"batch", 1}, {"seq_len", 1024}}}, {"b1_s4096", "prefill", {{"batch", 1}, {"seq_len", 4096}}}, {"b1_s8192", "prefill", {{"batch", 1}, {"seq_len", 8192}}}, {"b1_s16384", "prefill", {{"batch", 1}, {"seq_len", 16384}}}, {"b4_s2048", "prefill", {{"batch", 4}, {"seq_len", 2048}}}, {"b16_s1024", "prefill", {{"batch", 16}, {"seq_len", 1024}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -10,7 +10,7 @@ namespace fk::generated::moe_align_block_size_e32_top8_i32 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "moe_align_block_size_e32_top8_i32", 1, "moe_align_block_size", "vllm.model_executor.layers.fused_moe.moe_align_block_size", "generated/L1/moe_align_block_size_e32_top8_i32.cu",
-    { "Qwen/Qwen3-30B-A3B@tp4_ep4" },
+    { "Qwen/Qwen3-30B-A3B@ep4", "Qwen/Qwen3-30B-A3B@tp4_ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

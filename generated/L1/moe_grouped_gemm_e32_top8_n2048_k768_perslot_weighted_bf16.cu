@@ -10,7 +10,7 @@ namespace fk::generated::moe_grouped_gemm_e32_top8_n2048_k768_perslot_weighted_b
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "moe_grouped_gemm_e32_top8_n2048_k768_perslot_weighted_bf16", 1, "moe_grouped_gemm", "vllm.model_executor.layers.fused_moe.fused_moe.invoke_fused_moe_kernel (fused_moe_kernel)", "generated/L1/moe_grouped_gemm_e32_top8_n2048_k768_perslot_weighted_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B@tp4_ep4" },
+    { "Qwen/Qwen3-30B-A3B@ep4", "Qwen/Qwen3-30B-A3B@tp4_ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -10,7 +10,7 @@ namespace fk::generated::moe_sum_h2048_top8_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "moe_sum_h2048_top8_bf16", 1, "moe_sum", "vllm._custom_ops.moe_sum", "generated/L1/moe_sum_h2048_top8_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@tp2", "Qwen/Qwen3-30B-A3B@tp2_ep2", "Qwen/Qwen3-30B-A3B@tp4", "Qwen/Qwen3-30B-A3B@tp4_ep4" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4", "Qwen/Qwen3-30B-A3B@tp2", "Qwen/Qwen3-30B-A3B@tp2_ep2", "Qwen/Qwen3-30B-A3B@tp4", "Qwen/Qwen3-30B-A3B@tp4_ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -11,7 +11,7 @@ namespace fk::generated::parallel_lm_head_v129280_h7168_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "parallel_lm_head_v129280_h7168_bf16", 1, "parallel_lm_head", "vllm.model_executor.layers.vocab_parallel_embedding.ParallelLMHead", "generated/L1/parallel_lm_head_v129280_h7168_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

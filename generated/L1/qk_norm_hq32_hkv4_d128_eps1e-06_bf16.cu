@@ -10,7 +10,7 @@ namespace fk::generated::qk_norm_hq32_hkv4_d128_eps1e_06_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "qk_norm_hq32_hkv4_d128_eps1e-06_bf16", 1, "qk_norm", "vllm.model_executor.models.qwen3.Qwen3Attention.q_norm/k_norm", "generated/L1/qk_norm_hq32_hkv4_d128_eps1e-06_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

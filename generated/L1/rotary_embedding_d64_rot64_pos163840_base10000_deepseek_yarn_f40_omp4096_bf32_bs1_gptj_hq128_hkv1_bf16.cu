@@ -10,7 +10,7 @@ namespace fk::generated::rotary_embedding_d64_rot64_pos163840_base10000_deepseek
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "rotary_embedding_d64_rot64_pos163840_base10000_deepseek_yarn_f40_omp4096_bf32_bs1_gptj_hq128_hkv1_bf16", 1, "rotary_embedding", "vllm.model_executor.layers.rotary_embedding.DeepseekScalingRotaryEmbedding", "generated/L1/rotary_embedding_d64_rot64_pos163840_base10000_deepseek_yarn_f40_omp4096_bf32_bs1_gptj_hq128_hkv1_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

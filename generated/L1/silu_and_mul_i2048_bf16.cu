@@ -10,7 +10,7 @@ namespace fk::generated::silu_and_mul_i2048_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "silu_and_mul_i2048_bf16", 1, "silu_and_mul", "vllm.model_executor.layers.activation.SiluAndMul", "generated/L1/silu_and_mul_i2048_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4", "deepseek-ai/DeepSeek-V3@tp2_ep2" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

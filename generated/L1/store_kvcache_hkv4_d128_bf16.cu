@@ -16,7 +16,7 @@ namespace fk::generated::store_kvcache_hkv4_d128_bf16 {
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "store_kvcache_hkv4_d128_bf16", 1, "store_kvcache", "vllm._custom_ops.reshape_and_cache_flash", "generated/L1/store_kvcache_hkv4_d128_bf16.cu",
-    { "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct-text", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "meta-llama/Llama-3.1-8B-Instruct@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2", "pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text" },
+    { "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct-text", "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4", "meta-llama/Llama-3.1-8B-Instruct@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2", "mistralai/Mixtral-8x7B-v0.1@tp2_ep2", "pbarker/Qwen2-VL-7B-sk-googleflights-full-750-47ep-text" },
     { {"t1", "decode", {{"num_tokens", 1}}}, {"t8", "decode", {{"num_tokens", 8}}}, {"t32", "decode", {{"num_tokens", 32}}}, {"t64", "decode", {{"num_tokens", 64}}}, {"t256", "decode", {{"num_tokens", 256}}}, {"t1024", "prefill", {{"num_tokens", 1024}}}, {"t4096", "prefill", {{"num_tokens", 4096}}}, {"t16384", "prefill", {{"num_tokens", 16384}}} },
     /*memory_bound=*/true,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -11,7 +11,7 @@ namespace fk::generated::attention_o_proj_hq32_hkv4_d128_h2048_nobias_bf16 {
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "attention_o_proj_hq32_hkv4_d128_h2048_nobias_bf16", 2, "attention_o_proj", "vllm Attention.forward (flash-attn varlen prefill / paged decode) + LlamaAttention.o_proj", "generated/L2/attention_o_proj_hq32_hkv4_d128_h2048_nobias_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -14,7 +14,7 @@ namespace fk::generated::deepseek_mla_attention_h7168_hq128_q1536_kv512_nope128_
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "deepseek_mla_attention_h7168_hq128_q1536_kv512_nope128_rope64_v128_eps1e-06_rot64_pos163_xa3a95d7660572f9d_bf16", 2, "deepseek_mla_attention", "vllm.model_executor.models.deepseek_v2.DeepseekV2MLAAttention (MLACommonImpl: prefill through kv_b_proj, absorbed FlashMLA decode)", "generated/L2/deepseek_mla_attention_h7168_hq128_q1536_kv512_nope128_rope64_v128_eps1e-06_rot64_pos163_xa3a95d7660572f9d_bf16.cu",
-    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2" },
+    { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3@ep2", "deepseek-ai/DeepSeek-V3@ep4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

@@ -11,7 +11,7 @@ namespace fk::generated::llama_attention_h2048_hq32_hkv4_d128_rot128_pos40960_ba
 FK_REGISTER_TASK(([] {
   fk::TaskInfo info{
     "llama_attention_h2048_hq32_hkv4_d128_rot128_pos40960_base1000000_none_neox_qkvnobias_onobias_qknorm_eps1e-06_bf16", 2, "llama_attention", "vllm.model_executor.models.llama.LlamaAttention", "generated/L2/llama_attention_h2048_hq32_hkv4_d128_rot128_pos40960_base1000000_none_neox_qkvnobias_onobias_qknorm_eps1e-06_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

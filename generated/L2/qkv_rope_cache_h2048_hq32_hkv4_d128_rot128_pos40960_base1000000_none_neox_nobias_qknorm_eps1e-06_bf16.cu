@@ -10,7 +10,7 @@ namespace fk::generated::qkv_rope_cache_h2048_hq32_hkv4_d128_rot128_pos40960_bas
 
 FK_REGISTER_TASK((fk::TaskInfo{
     "qkv_rope_cache_h2048_hq32_hkv4_d128_rot128_pos40960_base1000000_none_neox_nobias_qknorm_eps1e-06_bf16", 2, "qkv_rope_cache", "vllm LlamaAttention.forward (qkv_proj, q/k norm, rotary_emb) + Attention KV-cache write", "generated/L2/qkv_rope_cache_h2048_hq32_hkv4_d128_rot128_pos40960_base1000000_none_neox_nobias_qknorm_eps1e-06_bf16.cu",
-    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2" },
+    { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B@ep2", "Qwen/Qwen3-30B-A3B@ep4" },
     { {"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}}, {"b8_kv2048", "decode", {{"batch", 8}, {"kv_len", 2048}}}, {"b32_kv2048", "decode", {{"batch", 32}, {"kv_len", 2048}}}, {"b64_kv2048", "decode", {{"batch", 64}, {"kv_len", 2048}}}, {"b1_s2048", "prefill", {{"batch", 1}, {"seq_len", 2048}}}, {"b8_s2048", "prefill", {{"batch", 8}, {"seq_len", 2048}}} },
     /*memory_bound=*/false,
     [](const fk::ShapeCase& c) -> std::unique_ptr<fk::TaskInstance> {

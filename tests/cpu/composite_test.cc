@@ -213,9 +213,11 @@ TEST(Composites, LevelsPathsAndNameLength) {
   // for DeepSeek-V3 at EP 2: its MoE block, MoE layer and model (3: MLA, the dense layers and the shared experts are the
   // unsharded model's, the routed experts TP 2 + EP 2's). The overlapped sequence-parallel linears (Note [Overlapped
   // linear tasks]): Llama-3.1-8B's qkv / gate_up all_gather_matmul and o_proj / down_proj matmul_reduce_scatter at TP 2, 4
-  // and 8 (12; Mixtral's attention at TP 2 is Llama's), Qwen3-30B-A3B's qkv and o_proj at TP 2 and 4 (4): 16.
+  // and 8 (12; Mixtral's attention at TP 2 is Llama's), Qwen3-30B-A3B's qkv and o_proj at TP 2 and 4 (4): 16. The
+  // data-parallel layouts at EP 4 (issue 24): Qwen3-30B-A3B's sparse block, layer and model (3: its experts are TP 4 +
+  // EP 4's), DeepSeek-V3's MoE block, MoE layer, model and the routed experts of a quarter of the experts (4): 7.
   EXPECT_EQ(composites, 54 + 10 + 9 + 10 + 8 + 7 + 6 + 7 + 4 + 4 + 4 + 4 + 1 + 4 + 4 + 4 + 5 + 5 + 5 + 4 + 4 + 7 + 4 + 6 + 1 + 21 + 13 + 8 + 11 + 5 +
-                            8 + 3 + 3 + 16);
+                            8 + 3 + 3 + 16 + 7);
 }
 
 TEST(Composites, PlaceholdersPerKind) {
