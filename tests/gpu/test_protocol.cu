@@ -243,6 +243,27 @@ TEST(OffRegistry, TokenCountsArePrimesOffTheRegistryAndFollowTheSeed) {
   EXPECT_GT(names.size(), 20u) << "different seeds draw different cases";
 }
 
+// The sequence-parallel tasks' dim (Note [Collective tasks]): a prime number of rows per rank, so that every drawn
+// case divides over the ranks, named xr<p>.
+TEST(OffRegistry, RowsPerRankArePrimesNamedXr) {
+  const fk::TaskInfo t = task_with({{"t64", "decode", {{"rows_per_rank", 32}}},
+                                    {"t256", "decode", {{"rows_per_rank", 128}}},
+                                    {"t1024", "prefill", {{"rows_per_rank", 512}}},
+                                    {"t16384", "prefill", {{"rows_per_rank", 8192}}}});
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const auto xs = fk::off_registry_cases(t, all_of(t), seed, 1);
+    ASSERT_EQ(xs.size(), 2u);
+    for (const auto& x : xs) {
+      const int64_t r = x.get("rows_per_rank");
+      EXPECT_TRUE(prime(r)) << x.name;
+      EXPECT_EQ(x.name, "xr" + std::to_string(r));
+      EXPECT_EQ(x.dims.size(), 1u) << x.name;
+    }
+    EXPECT_LE(xs[0].get("rows_per_rank"), 128);  // decode: within the decode range
+    EXPECT_GE(xs[1].get("rows_per_rank"), 256);  // prefill: widened at most to half the smallest
+  }
+}
+
 TEST(OffRegistry, BatchesAreRaggedWithOddOffGridLengths) {
   const fk::TaskInfo t = task_with({{"b1_kv2048", "decode", {{"batch", 1}, {"kv_len", 2048}}},
                                     {"b8_kv8192", "decode", {{"batch", 8}, {"kv_len", 8192}}},
