@@ -16,6 +16,9 @@
 #     candidates-dist@G-H   the collective candidates (tests/fixtures/candidates_dist: an NCCL-only all-reduce and two
 #                           known-bad ones) swapped into Llama-3.1-8B@tp2 at every level, fk_bench --world-size 2 and
 #                           fk_model --tp 2 (4 layers) on GPUs G and H (background), compared with the baseline
+#     candidates-ep@G-H     the expert-parallel all-to-all candidates (tests/fixtures/candidates_ep: the NCCL backend and one
+#                           that never sends a token away) swapped into Qwen3-30B-A3B@ep2 at every level, fk_bench --world-size 2
+#                           and fk_model --ep 2 (4 layers) on GPUs G and H (background), compared with the baseline
 #     cand-build-dist       candidates-dist's build alone, in the background (no GPU); candidates-dist then relinks
 #     candidates-l4@G       good_rms_norm and bad_layer_drift at every level (one decode case per task, so that
 #                           compare can judge), the whole models also through fk_model's
@@ -516,6 +519,15 @@ for step in "${steps[@]}"; do
         --build-dir build/cand-dist --world-size 2 --arch 'Llama-3.1-8B-Instruct@tp2\$' --max-level 4 --model --model-layers 4 \
         --model-checks-only --case-timeout 120 --run-timeout 900 --cmake-arg=-DFK_BUILD_GENERATOR=OFF \
         '--bench-arg=--case=^(t1|t8|t1024|t4096|b1_kv2048|p1x512)\$' --bench-arg=--off-registry=0 --bench-arg=--max-iters=30 \
+        --seed $seed --jobs $(nproc)"
+      ;;
+    candidates-ep@*)  # the expert-parallel all-to-all candidates (tests/fixtures/candidates_ep) in Qwen3-30B-A3B@ep2 at every level
+      gs="${step#candidates-ep@}"
+      S=tests/fixtures/candidates_ep
+      bg candidates-ep "CUDA_VISIBLE_DEVICES=${gs//-/,} python3 scripts/bench_candidates.py $S/good_* $S/bad_* --out '$P/cand-ep' \
+        --build-dir build/cand-ep --world-size 2 --arch 'Qwen3-30B-A3B@ep2\$' --max-level 4 --model --model-layers 4 \
+        --model-checks-only --case-timeout 120 --run-timeout 900 --cmake-arg=-DFK_BUILD_GENERATOR=OFF \
+        '--bench-arg=--case=^(t1|t8|t128|t1024|b1_kv2048|p1x512)\$' --bench-arg=--off-registry=0 --bench-arg=--max-iters=30 \
         --seed $seed --jobs $(nproc)"
       ;;
     candidates-l4@*)

@@ -207,6 +207,13 @@ TEST(Check, MoeMlaAndCollectiveScaffoldsParse) {
     ++checked;
   }
   EXPECT_EQ(checked, 10);
+  // The all-to-all candidate fixtures (tests/fixtures/candidates_ep) keep the generated interface: both pass statically
+  // (the bad one is caught when run).
+  for (const char* set : {"good_ep_all_to_all_nccl", "bad_ep_skip_remote"}) {
+    const fs::path f = fixtures() / "candidates_ep" / set / "L1" / "ep_all_to_all_e128_top8_h2048_ep2_bf16.cu";
+    EXPECT_EQ(run(bin() + " check --root " + q(source_dir()) + " " + q(f), &out), 0) << set << ":\n" << out;
+    EXPECT_NE(out.find("PASSED"), std::string::npos) << set << ":\n" << out;
+  }
 }
 
 }  // namespace
