@@ -81,7 +81,8 @@
 #     tests-shard:K/N@G     the K-th of N interleaved shards of ctest -L gpu (tests K, K+N, ...; the multi-rank
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
 #     suite:K/N@G           the K-th of N gtest shards of fk_gpu_tests (and fk_howto_kind_tests) in one process each, on GPU G
-#                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes)
+#                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes;
+#                           a test that fails there counts only after suite-rerun: Note in bench/results/2026-12-07-s31)
 #     suite-rerun@G         every test the suite:K/N shards failed, again alone in its own process on GPU G (foreground)
 #     bisect:K/N@G          the earlier test of shard K of N that breaks $FK_BISECT_TEST when they share a process
 #                           (scripts/bisect_test_leak.py; foreground, into bisect_K.out / .log)
@@ -217,7 +218,7 @@ for step in "${steps[@]}"; do
       ;;
     suite:*@*)  # fk_gpu_tests in one process per shard (gtest sharding): no process start or CUDA init per test
       k="${step#suite:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
-      bg "suite-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_gpu_tests --gtest_brief=1 >'$P/gpu_suite_$k.log' 2>&1; echo \"exit \$?\" >>'$P/gpu_suite_$k.log'; CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_howto_kind_tests >>'$P/gpu_suite_$k.log' 2>&1; echo \"howto exit \$?\" >>'$P/gpu_suite_$k.log'"
+      bg "suite-$k" "cd '$b' && CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_gpu_tests >'$P/gpu_suite_$k.log' 2>&1; echo \"exit \$?\" >>'$P/gpu_suite_$k.log'; CUDA_VISIBLE_DEVICES=${step##*@} GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$((k - 1)) tests/fk_howto_kind_tests >>'$P/gpu_suite_$k.log' 2>&1; echo \"howto exit \$?\" >>'$P/gpu_suite_$k.log'"
       ;;
     suite-rerun@*)  # every test a suite:K/N shard failed, alone in its own process (as ctest runs it), into gpu_suite_rerun.log
       : >"$P/gpu_suite_rerun.log"
@@ -229,6 +230,9 @@ for step in "${steps[@]}"; do
           [ $rc = 0 ] || cat "$P/rerun_one.log" >>"$P/gpu_suite_rerun_failures.log"
         done
       say "suite-rerun: $(grep -c '^rc=0 ' "$P/gpu_suite_rerun.log") of $(wc -l <"$P/gpu_suite_rerun.log") pass alone"
+      for f in "$P"/gpu_suite_[0-9]*.log; do  # a shard whose fk_gpu_tests died (its log then holds only the howto tests' summary)
+        [ "$(grep -c '^\[==========\] .* ran\.' "$f")" -ge 2 ] || say "$(basename "$f"): the process ended inside $(grep '^\[ RUN      \]' "$f" | tail -1 | cut -c14-); later tests of the shard did not run"
+      done
       ;;
     bisect:*@*)  # the earlier test of shard K of N that breaks $FK_BISECT_TEST in one process (scripts/bisect_test_leak.py)
       k="${step#bisect:}"; k="${k%@*}"; n="${k#*/}"; k="${k%/*}"
