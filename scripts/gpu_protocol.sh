@@ -115,7 +115,8 @@
 #     tp-parity             HF parity of tensor-parallel runs (issue 23), in the foreground: Llama-3.1-8B at 4 layers, the
 #                           weights saved by the unsharded model and loaded by every rank (each keeps its slice), the parity
 #                           dump written by rank 0 at TP 2 and at every GPU, then bench/parity/hf_parity.py against
-#                           transformers with the same weights, into tp_parity<n>/
+#                           transformers with the same weights, into tp_parity<n>/; tp-parity:ds DeepSeek-V3 (4 layers: 3 dense,
+#                           1 MoE) at TP n + EP n, tp-parity:moe Qwen3-30B-A3B at TP n + EP n (issue 23's sharded-DeepSeek parity)
 #     dist-ep               expert-parallel dispatch + combine (issue 23), in the foreground, at 2 ranks and at every GPU:
 #                           fk_collectives --op ep_dispatch_combine (own kernels, eager and graph) and _nccl (the NCCL send /
 #                           recv baseline), hidden 7168, top-8 of 256 experts, 1-512 tokens per rank, beside torch's
@@ -482,16 +483,19 @@ for step in "${steps[@]}"; do
         say "fk_bench --world-size $n level 4 rc=$?"; tail -2 "$P/tpbench${n}_l4.log"
       done
       ;;
-    tp-parity)
+    tp-parity|tp-parity:ds|tp-parity:moe)
       ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-      A=meta-llama/Llama-3.1-8B-Instruct
-      CUDA_VISIBLE_DEVICES=0 timeout 300 "$b/fk_model" --arch $A --layers 4 --seed "$seed" --save-weights "$P/tpw.safetensors" \
+      A=meta-llama/Llama-3.1-8B-Instruct; ep=0
+      # DeepSeek-V3 at TP n + EP n (4 layers: the 3 dense and one MoE layer; Note [DeepSeek sharding]); Qwen3-30B-A3B likewise
+      [ "$step" = tp-parity:ds ] && A=deepseek-ai/DeepSeek-V3 && ep=1
+      [ "$step" = tp-parity:moe ] && A=Qwen/Qwen3-30B-A3B && ep=1
+      CUDA_VISIBLE_DEVICES=0 timeout 500 "$b/fk_model" --arch $A --layers 4 --seed "$seed" --save-weights "$P/tpw.safetensors" \
         >"$P/tp_parity_weights.log" 2>&1
-      say "tp-parity weights rc=$?"
+      say "tp-parity weights $A rc=$?"
       for n in $(echo 2 "$ngpu" | tr ' ' '\n' | sort -un); do
         [ "$n" -ge 2 ] || continue
-        timeout 300 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" --arch $A --tp "$n" --layers 4 --seed "$seed" \
-          --load-weights "$P/tpw.safetensors" --dump "$P/tpd$n.safetensors" >"$P/tp_parity_dump$n.log" 2>&1
+        timeout 500 "$b/fk_launch" --nproc "$n" -- "$b/fk_model" --arch $A --tp "$n" $([ $ep = 1 ] && echo --ep "$n") --layers 4 \
+          --seed "$seed" --load-weights "$P/tpw.safetensors" --dump "$P/tpd$n.safetensors" >"$P/tp_parity_dump$n.log" 2>&1
         say "tp-parity dump tp $n rc=$?"
         python3 bench/parity/hf_parity.py --arch $A --weights "$P/tpw.safetensors" --dump "$P/tpd$n.safetensors" --seed "$seed" \
           --out "$P/tp_parity$n" >"$P/tp_parity$n.log" 2>&1
