@@ -151,22 +151,12 @@ Tensor tp_all_gather_first_dim(const Tensor& t) { return tp_group().all_gather_f
 
 Tensor tp_reduce_scatter_first_dim(const Tensor& t) { return tp_group().reduce_scatter_first_dim(t); }
 
-namespace {
-/// The overlapped linears' size bucket for a call of `rows` rows over the ranks: world x 8 rows doubled up to cover them
-/// (every rank picks the same one for the same call; a few buffers serve every token count).
-int64_t overlapped_bucket(int64_t rows, int world) {
-  int64_t cap = int64_t(world) * 8;
-  while (cap < rows) cap *= 2;
-  return cap;
-}
-}  // namespace
-
 Tensor tp_matmul_reduce_scatter(const Tensor& x, const Tensor& w) {
   GroupCoordinator& g = tp_group();
   FK_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1) && x.size(0) % g.world_size() == 0,
            "tp_matmul_reduce_scatter: x [T, k] with T a multiple of the " + std::to_string(g.world_size()) + " ranks and w [n, k], got " +
                x.str() + ", " + w.str());
-  OverlappedLinear* o = g.overlapped_linear(overlapped_bucket(x.size(0), g.world_size()), 0, w.size(0));
+  OverlappedLinear* o = g.overlapped_linear(doubling_bucket(x.size(0), int64_t(g.world_size()) * 8), 0, w.size(0));
   if (o == nullptr) return Tensor();
   Tensor y = empty({x.size(0) / g.world_size(), w.size(0)}, x.dtype());
   o->matmul_reduce_scatter(x, w, y);
@@ -178,7 +168,7 @@ Tensor tp_all_gather_matmul(const Tensor& x_shard, const Tensor& w) {
   FK_CHECK(x_shard.dim() == 2 && w.dim() == 2 && x_shard.size(1) == w.size(1),
            "tp_all_gather_matmul: x_shard [T / world, k] and w [n, k], got " + x_shard.str() + ", " + w.str());
   const int64_t rows = x_shard.size(0) * g.world_size();
-  OverlappedLinear* o = g.overlapped_linear(overlapped_bucket(rows, g.world_size()), w.size(1), 0);
+  OverlappedLinear* o = g.overlapped_linear(doubling_bucket(rows, int64_t(g.world_size()) * 8), w.size(1), 0);
   if (o == nullptr) return Tensor();
   Tensor y = empty({rows, w.size(0)}, x_shard.dtype());
   o->all_gather_matmul(x_shard, w, y);
@@ -195,8 +185,7 @@ EpDispatch tp_ep_dispatch(const Tensor& x, const Tensor& topk_ids, const Tensor&
   const int64_t tokens = x.size(0);
   // One all-to-all per power-of-two bucket of the token count (at least 8): every rank picks the same one at the same
   // call as long as their counts share a bucket, and the experts run over world x bucket rows, not a fixed maximum.
-  int64_t cap = 8;
-  while (cap < tokens) cap *= 2;
+  const int64_t cap = doubling_bucket(tokens, 8);
   const int topk = static_cast<int>(topk_ids.size(1)), world = g.world_size();
   FK_CHECK(num_experts % world == 0, "expert-parallel dispatch: " + std::to_string(num_experts) + " experts over " + std::to_string(world) + " ranks");
   EpAllToAll& a2a = g.ep_all_to_all(num_experts, static_cast<int>(x.size(1)), topk, cap, nccl);

@@ -162,6 +162,14 @@ void expand_params(const ojson& params, const DocContext& doc, const std::string
   }
 }
 
+/// `given` with every parameter it leaves out that has a default set to that default.
+Params with_defaults(const std::vector<ParamSpec>& specs, const Params& given) {
+  Params p = given;
+  for (const ParamSpec& ps : specs)
+    if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+  return p;
+}
+
 KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHooks& hooks, const DocContext& doc) {
   static const std::set<std::string> known = {"kind", "level", "template", "source_template", "class", "production", "slots",
                                               "params", "name", "placeholders", "omit", "maps", "checks", "cases", "served",
@@ -265,9 +273,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   // A caller may leave out a parameter with a default (as a descriptor's bind may): it is the default.
   const std::vector<ParamSpec> specs = k.params;
   k.name = [e, name, checks, specs, &hooks](const Params& given, const std::string& dt) {
-    Params p = given;
-    for (const ParamSpec& ps : specs)
-      if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+    Params p = with_defaults(specs, given);
     for (const auto& c : checks) hooks.checks.at(c)(p);
     return render(name, &p, dt, true, *e, hooks);
   };
@@ -276,9 +282,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
   for (const ParamSpec& ps : k.params)
     if (ps.is_constant && !omit.count(ps.name)) derived.push_back(ps.name);
   k.placeholders = [e, derived, extra, specs, &hooks](const Params& given) {
-    Params p = given;  // a parameter with a default may be left out here too
-    for (const ParamSpec& ps : specs)
-      if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+    Params p = with_defaults(specs, given);  // a parameter with a default may be left out here too
     std::vector<std::pair<std::string, std::string>> out;
     for (const auto& n : derived) {
       auto over = std::find_if(extra.begin(), extra.end(), [&](const auto& x) { return x.first == n; });
@@ -295,9 +299,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
     if (!e->types.count("tp_size") || e->types.at("tp_size") != ParamType::kInt)
       throw std::invalid_argument(where + ": a kind with a \"collective\" needs an int parameter tp_size");
     k.collective_params = [e, collective_width, specs, &hooks](const Params& given) {
-      Params p = given;
-      for (const ParamSpec& ps : specs)
-        if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+      Params p = with_defaults(specs, given);
       // A task that leaves its partial sums to its parent (reduce_results false: Note [Partial row-parallel results]
       // in fk/tasks/linear.h) calls no collective: no child.
       if (auto r = p.find("reduce_results"); r != p.end() && !std::get<bool>(r->second)) return Params{};
@@ -322,9 +324,7 @@ KindSpec kind_from_entry(const ojson& j, const std::string& where0, const KindHo
       if (!e->types.count(n) || e->types.at(n) != ParamType::kInt)
         throw std::invalid_argument(where + ": a kind with an \"ep_collective\" needs an int parameter " + n);
     k.ep_collective_params = [specs](const Params& given) {
-      Params p = given;
-      for (const ParamSpec& ps : specs)
-        if (ps.dflt && !p.count(ps.name)) p.emplace(ps.name, *ps.dflt);
+      Params p = with_defaults(specs, given);
       if (std::get<int64_t>(p.at("tp_size")) != 1 || std::get<int64_t>(p.at("ep_size")) < 2) return Params{};
       return Params{{"num_experts", p.at("num_experts")}, {"top_k", p.at("top_k")}, {"hidden_size", p.at("hidden_size")},
                     {"ep_size", p.at("ep_size")}};

@@ -172,42 +172,33 @@ bool add_collective(Task& t, const KindSpec& k, const Params& params, const Lowe
     return out;
   }();
   if (!templates.count(t.template_name)) return true;
+  // The child's kind and parameters: the all-reduce / all-gather where the layout shards the task over tp_size > 1
+  // ranks; at a data-parallel layout the MoE blocks' expert-parallel all-to-all (Note [Expert-parallel all-to-all
+  // task] in fk/tasks/ep_all_to_all.h), the same "collective" child. Empty parameters: no child.
   std::string type = "fk::tasks::NoCollective", include;
-  if (k.collective_params) {
-    try {
-      const Params cp = k.collective_params(params);  // empty: the task leaves the reduction to its parent
-      if (!cp.empty() && std::get<int64_t>(cp.at("tp_size")) > 1) {
-        const KindSpec* ck = find_kind(k.collective);
-        if (!ck) throw GenError{"kind " + k.kind + " names collective kind " + json_quote(k.collective) + ", which is not in the kind table"};
-        const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + k.collective);
-        mt.tasks.insert(c.name);
-        t.children.emplace_back("collective", c.name);
-        type = "fk::generated::" + to_ident(c.name) + "::" + ck->class_name;
-        include = "\n#include \"" + task_include(c.level, c.name) + "\"";  // after the line the templates end it on
-      }
-    } catch (const GenError& e) {
-      diag.error(m.file + ": " + op + ": " + e.message);
-      return false;
+  try {
+    std::string kind;
+    Params cp;
+    if (k.collective_params) {
+      cp = k.collective_params(params);  // empty: the task leaves the reduction to its parent
+      if (!cp.empty() && std::get<int64_t>(cp.at("tp_size")) > 1) kind = k.collective;
     }
-  }
-  // At a data-parallel layout the MoE blocks' collective is the expert-parallel all-to-all (Note [Expert-parallel
-  // all-to-all task] in fk/tasks/ep_all_to_all.h): the same "collective" child, of kind ep_all_to_all.
-  if (k.ep_collective_params && include.empty()) {
-    try {
-      const Params cp = k.ep_collective_params(params);
-      if (!cp.empty()) {
-        const KindSpec* ck = find_kind(k.ep_collective);
-        if (!ck) throw GenError{"kind " + k.kind + " names ep_collective kind " + json_quote(k.ep_collective) + ", which is not in the kind table"};
-        const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + k.ep_collective);
-        mt.tasks.insert(c.name);
-        t.children.emplace_back("collective", c.name);
-        type = "fk::generated::" + to_ident(c.name) + "::" + ck->class_name;
-        include = "\n#include \"" + task_include(c.level, c.name) + "\"";
-      }
-    } catch (const GenError& e) {
-      diag.error(m.file + ": " + op + ": " + e.message);
-      return false;
+    if (kind.empty() && k.ep_collective_params) {
+      cp = k.ep_collective_params(params);
+      if (!cp.empty()) kind = k.ep_collective;
     }
+    if (!kind.empty()) {
+      const KindSpec* ck = find_kind(kind);
+      if (!ck) throw GenError{"kind " + k.kind + " names collective kind " + json_quote(kind) + ", which is not in the kind table"};
+      const Task& c = merger.add(make_task(*ck, cp, t.dtype), ck->cases(cp), m, op + "." + kind);
+      mt.tasks.insert(c.name);
+      t.children.emplace_back("collective", c.name);
+      type = "fk::generated::" + to_ident(c.name) + "::" + ck->class_name;
+      include = "\n#include \"" + task_include(c.level, c.name) + "\"";  // after the line the templates end it on
+    }
+  } catch (const GenError& e) {
+    diag.error(m.file + ": " + op + ": " + e.message);
+    return false;
   }
   t.placeholders.emplace_back("collective_t", type);
   t.placeholders.emplace_back("collective_include", include);

@@ -4,7 +4,7 @@
 // defines the group.
 #pragma once
 
-#include <functional>
+#include <cstdint>
 
 #include "fk/runtime/tensor.h"
 
@@ -49,6 +49,15 @@ Tensor tp_matmul_reduce_scatter(const Tensor& x, const Tensor& w);
 /// w [n, k] (this rank's output columns) -> [T, n] = all_gather(x_shard, dim 0) w^T; undefined where the group has no
 /// peer access (as tp_matmul_reduce_scatter).
 Tensor tp_all_gather_matmul(const Tensor& x_shard, const Tensor& w);
+
+/// The size bucket the group's communication buffers are made for: `floor` doubled until it holds n (every rank picks
+/// the same one for the same call, and a few buffers serve every count). The expert-parallel all-to-all buckets each
+/// rank's tokens from 8; the overlapped linears the rows over all ranks from world x 8.
+inline int64_t doubling_bucket(int64_t n, int64_t floor) {
+  int64_t cap = floor;
+  while (cap < n) cap *= 2;
+  return cap;
+}
 
 class EpAllToAll;
 /// What an expert-parallel dispatch delivered to this rank (Note [Data-parallel expert MoE] in fk/tasks/moe.h; the

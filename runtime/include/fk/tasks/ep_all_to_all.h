@@ -70,8 +70,7 @@ template <class Module, class Cfg> class EpAllToAllInstance final : public TaskI
     const double set_bytes = double(tokens_) * (row + Cfg::top_k * 8.0);
     const int n = rotating_sets(set_bytes);
     // the sets, every rank's rows received (a bucket each) and their results, the output and its fp32 reference
-    int64_t cap = 8;
-    while (cap < tokens_) cap *= 2;
+    const int64_t cap = fk::dist::doubling_bucket(tokens_, 8);  // tp_ep_dispatch's capacity
     require_device_memory(set_bytes * n + 2.0 * Cfg::ep_size * cap * (row + Cfg::top_k * 8.0) + tokens_ * (row + 4.0 * Cfg::hidden_size),
                           "ep_all_to_all rows");
     for (int s = 0; s < n; ++s) x_.push_back(empty({tokens_, Cfg::hidden_size}, dtype_of<T>));

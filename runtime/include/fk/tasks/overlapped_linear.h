@@ -109,10 +109,9 @@ template <class Module, class Cfg, bool Gather> class OverlappedLinearInstance f
   }
   int num_sets() const override { return static_cast<int>(x_.size()); }
   void randomize(uint64_t seed) override {
-    weight_seed_ = mix_seed(seed, 0);
     // Row-parallel: the weight's fan-in is the unsharded inner dimension (this rank's slice of it); column-parallel:
     // this rank's output columns of a fan-in of in_features.
-    fill_normal(module_.linear.weight, seed_of_rank(weight_seed_, fk::dist::tp_rank()), 0.f, weight_scale());
+    fill_normal(module_.linear.weight, seed_of_rank(mix_seed(seed, 0), fk::dist::tp_rank()), 0.f, weight_scale());
     for (int s = 0; s < num_sets(); ++s) refresh(s, mix_seed(seed, 2 + s));
   }
   void refresh(int s, uint64_t seed) override {
@@ -168,7 +167,6 @@ template <class Module, class Cfg, bool Gather> class OverlappedLinearInstance f
   static constexpr int kTp = Cfg::tp_size;
   static float weight_scale() { return static_cast<float>(1.0 / std::sqrt(double(Cfg::in_features) * (Gather ? 1 : kTp))); }
   int64_t chunk_;
-  uint64_t weight_seed_ = 0;
   Module module_{from_config};
   std::vector<Tensor> x_, out_;
   std::vector<uint64_t> seeds_;
