@@ -84,6 +84,9 @@
 #                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes;
 #                           a test that fails there counts only after suite-rerun: Note in bench/results/2026-12-07-s31)
 #     suite-rerun@G         every test the suite:K/N shards failed, again alone in its own process on GPU G (foreground)
+#     gemm-force@G          the tests in $FK_FORCE_LIST (one per line; default: those the suite shards failed) in one process
+#                           each under every GEMM path (measured, then FK_GEMM_FORCE=gemv / cublaslt / cublas; Note [Forced
+#                           GEMM dispatch]), foreground, into gemm_force*.log: which path, if any, gives the wrong results
 #     bisect:K/N@G          the earlier test of shard K of N that breaks $FK_BISECT_TEST when they share a process
 #                           (scripts/bisect_test_leak.py; foreground, into bisect_K.out / .log)
 #     tests-re:K/N@G        the K-th of N shards of the GPU tests whose names match $FK_TESTS_RE (ctest -R) on GPU G (background)
@@ -233,6 +236,20 @@ for step in "${steps[@]}"; do
       say "suite-rerun: $(grep -c '^rc=0 ' "$P/gpu_suite_rerun.log") of $(wc -l <"$P/gpu_suite_rerun.log") pass alone"
       for f in "$P"/gpu_suite_[0-9]*.log; do  # a shard whose fk_gpu_tests died (its log then holds only the howto tests' summary)
         [ "$(grep -c '^\[==========\] .* ran\.' "$f")" -ge 2 ] || say "$(basename "$f"): the process ended inside $(grep '^\[ RUN      \]' "$f" | tail -1 | cut -c14-); later tests of the shard did not run"
+      done
+      ;;
+    gemm-force@*)  # the listed tests ($FK_FORCE_LIST, else what the suite shards failed) in one process per GEMM path
+      list="${FK_FORCE_LIST:-}"
+      if [ -z "$list" ]; then
+        list="$P/force_list.txt"
+        grep -h '^\[  FAILED  \] [^ ]*\(, where\| (\)' "$P"/gpu_suite_[0-9]*.log | sed -e 's/^\[  FAILED  \] //' -e 's/, where .*//' -e 's/ (.*//' | sort -u >"$list"
+      fi
+      filter="$(paste -sd: "$list")"
+      : >"$P/gemm_force.log"
+      for mode in measured gemv cublaslt cublas; do  # Note [Forced GEMM dispatch]
+        f=""; [ $mode = measured ] || f=$mode
+        (cd "$b" && CUDA_VISIBLE_DEVICES=${step##*@} FK_GEMM_FORCE=$f FK_GEMM_DISPATCH_VERBOSE=1 timeout 580 tests/fk_gpu_tests --gtest_filter="$filter" >"$P/gemm_force_$mode.log" 2>&1)
+        echo "$mode rc=$? passed=$(grep -c '^\[       OK \]' "$P/gemm_force_$mode.log") failed=$(grep -c '^\[  FAILED  \] .* ms)$' "$P/gemm_force_$mode.log")" | tee -a "$P/gemm_force.log"
       done
       ;;
     bisect:*@*)  # the earlier test of shard K of N that breaks $FK_BISECT_TEST in one process (scripts/bisect_test_leak.py)

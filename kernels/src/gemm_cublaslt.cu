@@ -223,6 +223,17 @@ std::map<std::string, bool>& choices() {
 
 bool choose_faster(const std::string& key, const std::function<void()>& a, const std::function<void()>& b,
                    cudaStream_t stream, bool fallback) {
+  if (const char* force = std::getenv("FK_GEMM_FORCE"); force && *force) {  // Note [Forced GEMM dispatch]
+    bool pick_a = true;
+    try {
+      pick_a = forced_choice(key, force);
+    } catch (const std::invalid_argument& e) {
+      fail(e.what());
+    }
+    std::lock_guard<std::mutex> lock(g_mu);
+    choices()[key] = pick_a;
+    return pick_a;
+  }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = choices().find(key);

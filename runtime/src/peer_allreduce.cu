@@ -67,6 +67,17 @@ template <class T> void launch_w(int w, PeerAllReduce::Algo algo, const par::Arg
 
 }  // namespace
 
+void launch_peer_all_reduce(int world, PeerAllReduce::Algo algo, const par::Args& a, DType dtype, const void* in, void* out, cudaStream_t s) {
+  if (algo == PeerAllReduce::Algo::kAuto) throw std::logic_error("launch_peer_all_reduce: an algorithm, not auto");
+  switch (dtype) {
+    case DType::kBF16: launch_w<__nv_bfloat16>(world, algo, a, in, out, s); break;
+    case DType::kF16: launch_w<__half>(world, algo, a, in, out, s); break;
+    case DType::kF32: launch_w<float>(world, algo, a, in, out, s); break;
+    default: throw std::logic_error(std::string("launch_peer_all_reduce: dtype ") + dtype_name(dtype));
+  }
+  FK_CHECK_LAUNCH();
+}
+
 const char* algo_name(PeerAllReduce::Algo a) {
   switch (a) {
     case PeerAllReduce::Algo::kOneShot: return "one_shot";
@@ -78,18 +89,21 @@ const char* algo_name(PeerAllReduce::Algo a) {
 
 PeerAllReduce::PeerAllReduce(TcpStore& store, int64_t max_bytes, std::chrono::milliseconds timeout, int64_t lamport_bytes)
     : rank_(store.env().rank), world_(store.env().world_size), generation_(g_generation++),
-      max_bytes_((std::max<int64_t>(max_bytes, 16) + 4095) / 4096 * 4096),
-      lamport_bytes_(std::min(max_bytes_, (std::max<int64_t>(lamport_bytes, 16) + 4095) / 4096 * 4096)),
       timeout_ns_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count())) {
   const std::string who = "peer all-reduce (rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ")";
   if (world_ > par::kMaxRanks)
     throw std::runtime_error(who + ": serves 2 to " + std::to_string(par::kMaxRanks) + " ranks; use the NCCL all-reduce otherwise");
-  const int64_t lamport_off = par::kSignalBytes + 4 * max_bytes_, lamport_total = 3 * int64_t(world_) * lamport_bytes_;
-  mem_ = std::make_unique<PeerMemory>(store, "fk/peer_ar/" + std::to_string(generation_) + "/", who, lamport_off + lamport_total,
-                                      par::kSignalBytes, [&](char* own) {
-                                        lamport_clear_kernel<<<256, 256>>>(reinterpret_cast<uint32_t*>(own + lamport_off), lamport_total / 4);
-                                        FK_CHECK_LAUNCH();
-                                      });
+  const PeerBufferLayout l = peer_buffer_layout(world_, max_bytes, lamport_bytes);
+  max_bytes_ = l.half_bytes;
+  lamport_bytes_ = l.lamport_bytes;
+  mem_ = std::make_unique<PeerMemory>(store, "fk/peer_ar/" + std::to_string(generation_) + "/", who, l.total_bytes, par::kSignalBytes,
+                                      [&](char* own) { clear_lamport_buffers(own, l); });
+}
+
+void clear_lamport_buffers(char* own, const PeerBufferLayout& l, cudaStream_t s) {
+  const int64_t words = (l.total_bytes - l.lamport_offset) / 4;
+  lamport_clear_kernel<<<256, 256, 0, s>>>(reinterpret_cast<uint32_t*>(own + l.lamport_offset), words);
+  FK_CHECK_LAUNCH();
 }
 
 PeerAllReduce::~PeerAllReduce() = default;
@@ -127,14 +141,7 @@ void PeerAllReduce::all_reduce(const Tensor& in, Tensor& out, Algo algo) {
   if (algo == Algo::kLamport && bytes > lamport_bytes_)
     throw std::runtime_error("peer all-reduce (rank " + std::to_string(rank_) + "): " + std::to_string(bytes) +
                              " bytes, above the Lamport buffer's " + std::to_string(lamport_bytes_));
-  const par::Args a = peer_kernel_args(*this, in.numel());
-  const cudaStream_t s = current_stream();
-  switch (in.dtype()) {
-    case DType::kBF16: launch_w<__nv_bfloat16>(world_, algo, a, in.data_ptr(), out.data_ptr(), s); break;
-    case DType::kF16: launch_w<__half>(world_, algo, a, in.data_ptr(), out.data_ptr(), s); break;
-    default: launch_w<float>(world_, algo, a, in.data_ptr(), out.data_ptr(), s); break;
-  }
-  FK_CHECK_LAUNCH();
+  launch_peer_all_reduce(world_, algo, peer_kernel_args(*this, in.numel()), in.dtype(), in.data_ptr(), out.data_ptr(), current_stream());
 }
 
 }  // namespace fk::dist

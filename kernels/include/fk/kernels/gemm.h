@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 namespace fk::kernels {
@@ -57,6 +58,27 @@ void gemm_strided_batched(void* c, int64_t ldc, int64_t stride_c, const void* a,
 // Returns true when `a` is (or is assumed) faster.
 bool choose_faster(const std::string& key, const std::function<void()>& a, const std::function<void()>& b,
                    cudaStream_t stream, bool fallback = true);
+
+// Note [Forced GEMM dispatch]
+// FK_GEMM_FORCE=gemv|cublaslt|cublas replaces every measured choice by a fixed one, so that a result can be
+// reproduced with each GEMM path in turn (a test that fails only after other tests in the same process, where
+// the one-time measurement may have chosen differently, is rerun under each value). A choice's key ends with
+// its two options, "<shape> a|b"; "library" stands for either library path. The forced value picks the option
+// it names (gemv: the GEMV over "library"; cublaslt / cublas: "library" over the GEMV, then that library);
+// where it names neither, the first option. Unset or empty: measured (the default).
+
+/// The forced outcome of choose_faster for `key` under FK_GEMM_FORCE = `force`: true picks the key's first option.
+/// Throws std::invalid_argument naming the variable for any other value than gemv, cublaslt or cublas.
+inline bool forced_choice(const std::string& key, const std::string& force) {
+  if (force != "gemv" && force != "cublaslt" && force != "cublas") {
+    throw std::invalid_argument("FK_GEMM_FORCE='" + force + "': expected gemv, cublaslt or cublas (or unset)");
+  }
+  const size_t sp = key.rfind(' '), bar = key.rfind('|');
+  if (sp == std::string::npos || bar == std::string::npos || bar < sp) return true;
+  auto names = [&](const std::string& option) { return option == force || (option == "library" && force != "gemv"); };
+  const std::string a = key.substr(sp + 1, bar - sp - 1), b = key.substr(bar + 1);
+  return names(a) || !names(b);
+}
 
 /// The cached choices so far, "key=a|b" lines (for logs).
 std::string gemm_dispatch_log();
