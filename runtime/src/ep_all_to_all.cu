@@ -42,16 +42,12 @@ EpAllToAll::EpAllToAll(TcpStore& store, Communicator& comm, const Config& cfg, B
   slot_ = empty({cap, world_}, DType::kI32);
   counts_dev_ = empty({2 * world_}, DType::kI32);
   if (backend == Backend::kPeer) {
-    off_recv_x_ = ek::kSignalBytes;
-    off_recv_ids_ = align_up(off_recv_x_ + rows * H * 2, 256);
-    off_recv_w_ = align_up(off_recv_ids_ + rows * K * 4, 256);
-    off_comb_x_ = align_up(off_recv_w_ + rows * K * 4, 256);
-    const int64_t total = off_comb_x_ + rows * H * 2;
-    mem_ = std::make_unique<PeerMemory>(store, "fk/ep_a2a/" + std::to_string(g_generation++) + "/", who, total, ek::kSignalBytes);
+    layout_ = peer_layout(world_, cfg);
+    mem_ = std::make_unique<PeerMemory>(store, "fk/ep_a2a/" + std::to_string(g_generation++) + "/", who, layout_.total, ek::kSignalBytes);
     char* own = mem_->own();
-    out_.x = Tensor::from_blob(own + off_recv_x_, DType::kBF16, {rows, H});
-    out_.topk_ids = Tensor::from_blob(own + off_recv_ids_, DType::kI32, {rows, K});
-    out_.topk_weights = Tensor::from_blob(own + off_recv_w_, DType::kF32, {rows, K});
+    out_.x = Tensor::from_blob(own + layout_.recv_x, DType::kBF16, {rows, H});
+    out_.topk_ids = Tensor::from_blob(own + layout_.recv_ids, DType::kI32, {rows, K});
+    out_.topk_weights = Tensor::from_blob(own + layout_.recv_w, DType::kF32, {rows, K});
     out_.counts = reinterpret_cast<const ek::Signals*>(own)->counts;
   } else {
     ++g_generation;  // the same count on every rank whatever the backend
@@ -74,6 +70,17 @@ EpAllToAll::EpAllToAll(TcpStore& store, Communicator& comm, const Config& cfg, B
 
 EpAllToAll::~EpAllToAll() = default;
 
+EpAllToAll::PeerLayout EpAllToAll::peer_layout(int world, const Config& cfg) {
+  const int64_t rows = int64_t(world) * cfg.max_tokens, H = cfg.hidden, K = cfg.topk;
+  PeerLayout l;
+  l.recv_x = ek::kSignalBytes;
+  l.recv_ids = align_up(l.recv_x + rows * H * 2, 256);
+  l.recv_w = align_up(l.recv_ids + rows * K * 4, 256);
+  l.comb_x = align_up(l.recv_w + rows * K * 4, 256);
+  l.total = l.comb_x + rows * H * 2;
+  return l;
+}
+
 fk::kernels::ep::PeerArgs EpAllToAll::peer_args() const {
   ek::PeerArgs a{};
   for (int p = 0; p < world_; ++p) a.base[p] = mem_->buffers()[p];
@@ -82,10 +89,10 @@ fk::kernels::ep::PeerArgs EpAllToAll::peer_args() const {
   a.capacity = cfg_.max_tokens;
   a.hidden = cfg_.hidden;
   a.topk = cfg_.topk;
-  a.off_recv_x = off_recv_x_;
-  a.off_recv_ids = off_recv_ids_;
-  a.off_recv_w = off_recv_w_;
-  a.off_comb_x = off_comb_x_;
+  a.off_recv_x = layout_.recv_x;
+  a.off_recv_ids = layout_.recv_ids;
+  a.off_recv_w = layout_.recv_w;
+  a.off_comb_x = layout_.comb_x;
   a.timeout_ns = timeout_ns_;
   return a;
 }

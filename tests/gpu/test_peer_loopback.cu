@@ -7,6 +7,10 @@
 // fused all-reduce + RMSNorm against the unfused pair bitwise. Timing means nothing here: the peers share one GPU's
 // memory, not NVLink (fk_bench --world-size on a multi-GPU machine times them).
 //
+// The expert-parallel all-to-all's own kernels (Note [Expert-parallel all-to-all] in fk/kernels/ep_all_to_all.cuh) run
+// the same way: every rank's plan, dispatch, stand-in experts and combine on its own stream, each rank with its own token
+// count, checked on the host against the routing.
+//
 // A kernel that waits for a peer traps after kTimeout (the kernels' own bound) rather than hang the suite; every grid is
 // small enough (at most 8 ranks x 32 blocks of 512 threads) to be resident at once on any GPU the tests run on.
 #include <cuda_bf16.h>
@@ -15,8 +19,14 @@
 #include <cstring>
 #include <vector>
 
-#include "fk/runtime/peer_allreduce_fused.cuh"
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "fk/kernels/ep_all_to_all.cuh"
 #include "fk/kernels/rms_norm.cuh"
+#include "fk/runtime/ep_all_to_all.h"
+#include "fk/runtime/peer_allreduce_fused.cuh"
 #include "gpu_test_util.h"
 
 namespace fk::testing {
@@ -203,6 +213,131 @@ FK_LOOPBACK_FUSED(bf16, 7168, 8, true, lamport)
 FK_LOOPBACK_FUSED(f16, 5120, 4, true, lamport)
 FK_LOOPBACK_FUSED(bf16, 4096, 2, false, one_shot)
 FK_LOOPBACK_FUSED(bf16, 2048, 8, false, one_shot)
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// Every rank's tokens through dispatch, the stand-in experts (each received row times sum_j w_j (1 + id_j % 3) over
+/// the rank's own experts: fk::kernels::ep::scale_by_experts_kernel) and combine, over a run of calls with different
+/// token counts per rank (0 included), routing that skips experts (-1) and sends some tokens to one rank only. Each
+/// token's output must be x[t] x sum_j w_j (1 + id_j % 3) over its routed experts (the ranks' partial sums rounded to
+/// bf16 on the way): a token lost, sent twice, or combined from the wrong slot is off by far more than the bound.
+void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
+  namespace ek = fk::kernels::ep;
+  const int cap = 96, per_rank = num_experts / world;
+  const fk::dist::EpAllToAll::Config cfg{num_experts, hidden, topk, cap};
+  const auto layout = fk::dist::EpAllToAll::peer_layout(world, cfg);
+  std::vector<char*> bufs(world);
+  std::vector<cudaStream_t> streams(world);
+  for (int r = 0; r < world; ++r) {
+    FK_CUDA_CHECK(cudaMalloc(&bufs[r], layout.total));
+    FK_CUDA_CHECK(cudaMemset(bufs[r], 0, ek::kSignalBytes));
+    FK_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
+  }
+  std::vector<Tensor> slot(world), counts(world), y(world);
+  for (int r = 0; r < world; ++r) {
+    slot[r] = empty({cap, world}, DType::kI32);
+    counts[r] = empty({2 * world}, DType::kI32);
+    y[r] = empty({int64_t(world) * cap, hidden}, DType::kBF16);
+  }
+  std::mt19937 rng(1234u + unsigned(world));
+  const std::vector<std::vector<int>> tokens_run = {{5, 96, 0, 17, 1, 64, 33, 2}, {96, 1, 50, 0, 7, 96, 3, 40}, {0, 0, 1, 96, 96, 2, 11, 9}};
+  for (size_t call = 0; call < tokens_run.size(); ++call) {
+    std::vector<Tensor> x(world), ids(world), w(world), out(world);
+    std::vector<std::vector<int32_t>> h_ids(world);
+    std::vector<std::vector<float>> h_w(world);
+    for (int r = 0; r < world; ++r) {
+      const int T = tokens_run[call][r % tokens_run[call].size()];
+      x[r] = empty({T, hidden}, DType::kBF16);
+      fill_normal(x[r], 100 * call + r);
+      h_ids[r].resize(size_t(T) * topk);
+      h_w[r].resize(size_t(T) * topk);
+      for (int t = 0; t < T; ++t) {
+        std::vector<int> e(num_experts);
+        for (int i = 0; i < num_experts; ++i) e[i] = i;
+        std::shuffle(e.begin(), e.end(), rng);
+        if (t % 5 == 1) std::sort(e.begin(), e.begin() + topk);  // often all on one or two ranks
+        if (t % 7 == 3) for (int j = 0; j < topk; ++j) e[j] = (e[j] % per_rank) + per_rank * (r % world);  // all on one rank
+        for (int j = 0; j < topk; ++j) {
+          h_ids[r][size_t(t) * topk + j] = (t % 4 == 2 && j == topk - 1) ? -1 : e[j];
+          h_w[r][size_t(t) * topk + j] = std::uniform_real_distribution<float>(0.5f, 1.f)(rng);
+        }
+      }
+      ids[r] = empty({T, topk}, DType::kI32);
+      w[r] = empty({T, topk}, DType::kF32);
+      if (T > 0) {
+        FK_CUDA_CHECK(cudaMemcpy(ids[r].data_ptr(), h_ids[r].data(), h_ids[r].size() * 4, cudaMemcpyHostToDevice));
+        FK_CUDA_CHECK(cudaMemcpy(w[r].data_ptr(), h_w[r].data(), h_w[r].size() * 4, cudaMemcpyHostToDevice));
+      }
+      out[r] = empty({T, hidden}, DType::kBF16);
+    }
+    FK_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int r = 0; r < world; ++r) {
+      ek::PeerArgs a{};
+      for (int p = 0; p < world; ++p) a.base[p] = bufs[p];
+      a.rank = r;
+      a.world = world;
+      a.capacity = cap;
+      a.hidden = hidden;
+      a.topk = topk;
+      a.off_recv_x = layout.recv_x;
+      a.off_recv_ids = layout.recv_ids;
+      a.off_recv_w = layout.recv_w;
+      a.off_comb_x = layout.comb_x;
+      a.timeout_ns = kTimeoutNs;
+      const int64_t T = x[r].size(0);
+      const cudaStream_t s = streams[r];
+      int32_t* sl = slot[r].data<int32_t>();
+      int32_t* sc = counts[r].data<int32_t>();
+      ek::plan_kernel<<<1, ek::kPlanThreads, 0, s>>>(ids[r].data<int32_t>(), T, topk, per_rank, num_experts, world, sl, sc);
+      ek::peer_dispatch_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, x[r].data<__nv_bfloat16>(), ids[r].data<int32_t>(), w[r].data<float>(),
+                                                                  T, sl, sc);
+      const char* own = bufs[r];
+      ek::scale_by_experts_kernel<<<dim3(32, unsigned(world)), 256, 0, s>>>(
+          reinterpret_cast<const __nv_bfloat16*>(own + layout.recv_x), reinterpret_cast<const int32_t*>(own + layout.recv_ids),
+          reinterpret_cast<const float*>(own + layout.recv_w), reinterpret_cast<const ek::Signals*>(own)->counts, cap, hidden, topk,
+          r * per_rank, per_rank, y[r].data<__nv_bfloat16>());
+      ek::peer_combine_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, y[r].data<__nv_bfloat16>(), T, sl, out[r].data<__nv_bfloat16>());
+      FK_CHECK_LAUNCH();
+    }
+    for (cudaStream_t s : streams) FK_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int r = 0; r < world; ++r) {
+      const int64_t T = x[r].size(0);
+      std::vector<uint16_t> hx(size_t(T) * hidden), ho(size_t(T) * hidden);
+      if (T == 0) continue;
+      FK_CUDA_CHECK(cudaMemcpy(hx.data(), x[r].data_ptr(), hx.size() * 2, cudaMemcpyDeviceToHost));
+      FK_CUDA_CHECK(cudaMemcpy(ho.data(), out[r].data_ptr(), ho.size() * 2, cudaMemcpyDeviceToHost));
+      for (int64_t t = 0; t < T; ++t) {
+        double f = 0;
+        for (int j = 0; j < topk; ++j) {
+          const int e = h_ids[r][size_t(t) * topk + j];
+          if (e >= 0) f += h_w[r][size_t(t) * topk + j] * (1 + e % 3);
+        }
+        for (int i = 0; i < hidden; ++i) {
+          const double want = f * bf16_to_float(hx[size_t(t) * hidden + i]), got = bf16_to_float(ho[size_t(t) * hidden + i]);
+          // every partial row rounded to bf16 (at most 2^-8 of it; the partials are all of one sign), then the sum once
+          // more: 2 x 2^-8 of the whole. An expert's share lost or doubled is at least 0.5 / 24 of it (weights 0.5-1,
+          // factors 1-3, top-8 at most): 5 x 2^-8.
+          const double bound = 2.5 * std::ldexp(1.0, -8) * f * std::fabs(bf16_to_float(hx[size_t(t) * hidden + i])) + 1e-6;
+          ASSERT_LE(std::fabs(got - want), bound) << world << " ranks, call " << call << ": rank " << r << " token " << t << " of " << T
+                                                  << " element " << i << ": got " << got << ", want " << want;
+        }
+      }
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    cudaFree(bufs[r]);
+    cudaStreamDestroy(streams[r]);
+  }
+}
+
+TEST(PeerLoopback, EpDispatchCombine_e16_top4_h1024_w2) { FK_REQUIRE_GPU(); check_ep_all_to_all(2, 16, 1024, 4); }
+TEST(PeerLoopback, EpDispatchCombine_e64_top8_h7168_w4) { FK_REQUIRE_GPU(); check_ep_all_to_all(4, 64, 7168, 8); }
+TEST(PeerLoopback, EpDispatchCombine_e256_top8_h2048_w8) { FK_REQUIRE_GPU(); check_ep_all_to_all(8, 256, 2048, 8); }
 
 }  // namespace
 }  // namespace fk::testing

@@ -64,6 +64,13 @@ class EpAllToAll {
   /// y's row for it (y [world * capacity, hidden] bf16, laid out as the dispatched rows).
   void combine(const Tensor& y, Tensor& out);
 
+  /// The peer backend's buffer on every rank (Note [Expert-parallel all-to-all]): the signal area, the receive
+  /// area's rows, ids and weights, then the combine area; byte offsets and the total.
+  struct PeerLayout {
+    int64_t recv_x = 0, recv_ids = 0, recv_w = 0, comb_x = 0, total = 0;
+  };
+  static PeerLayout peer_layout(int world, const Config& cfg);
+
   Backend backend() const { return backend_; }
   static const char* backend_name(Backend b);
   int experts_per_rank() const { return cfg_.num_experts / world_; }
@@ -81,7 +88,7 @@ class EpAllToAll {
   std::unique_ptr<PeerMemory> mem_;          ///< kPeer
   Tensor slot_, counts_dev_;                 ///< plan: [max_tokens, world], send then receive counts [2 * world]
   Tensor send_x_, send_ids_, send_w_, recv_x_, recv_ids_, recv_w_, comb_x_;  ///< kNccl staging
-  int64_t off_recv_x_ = 0, off_recv_ids_ = 0, off_recv_w_ = 0, off_comb_x_ = 0;  ///< kPeer buffer layout
+  PeerLayout layout_;  ///< kPeer
   std::vector<int32_t> send_counts_, recv_counts_;  ///< kNccl: the last dispatch's, on the host
   Dispatched out_;
 };
