@@ -1,5 +1,7 @@
 // Tensor views and stream-ordered allocation (a memory pool that keeps freed blocks, so steady
 // state allocation costs no device synchronisation and no GPU time, like PyTorch's allocator).
+#include <cstdlib>
+#include <string>
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -58,6 +60,10 @@ class CachingAllocator {
   }
   void deallocate(void* p, size_t bytes, cudaStream_t s) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (no_reuse_) {  // Note [Allocator without reuse]: kept, never handed out again (nor freed)
+      retired_.push_back(p);
+      return;
+    }
     if (defer_) {
       deferred_.push_back({{s, round(bytes)}, p});
       return;
@@ -104,6 +110,16 @@ class CachingAllocator {
     return (bytes + unit - 1) / unit * unit;
   }
   std::mutex mu_;
+  // Note [Allocator without reuse]
+  // FK_ALLOCATOR_NO_REUSE=1 (read once) keeps every freed block out of reuse for the life of the process: a
+  // diagnostic for results that change with what ran before in the same process (a tensor used on another stream
+  // than its own after it was freed, a captured graph reading a freed block). Memory grows with every allocation:
+  // for a few tests, not for a suite.
+  const bool no_reuse_ = [] {
+    const char* v = std::getenv("FK_ALLOCATOR_NO_REUSE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  std::vector<void*> retired_;
   std::map<std::pair<cudaStream_t, size_t>, std::vector<void*>> free_;
   std::vector<std::pair<std::pair<cudaStream_t, size_t>, void*>> deferred_;
   bool defer_ = false;

@@ -87,6 +87,14 @@ class Loopback {
   std::vector<cudaStream_t> streams_;
 };
 
+/// Loads each kernel's module now (Note [Lazy loading and waiting kernels] in fk/kernels/peer_allreduce.cuh).
+template <class... K> void preload_kernels(K... kernels) {
+  for (const void* k : {reinterpret_cast<const void*>(kernels)...}) {
+    cudaFuncAttributes attr;
+    FK_CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+  }
+}
+
 struct Inputs {
   const void* p[par::kMaxRanks];
 };
@@ -228,6 +236,10 @@ float bf16_to_float(uint16_t b) {
 /// bf16 on the way): a token lost, sent twice, or combined from the wrong slot is off by far more than the bound.
 void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
   namespace ek = fk::kernels::ep;
+  // CUDA loads a kernel's module at its first launch (lazy loading), and a load may wait for the kernels running on
+  // the device: rank 0's dispatch spins until rank 1's arrives, so a first launch of combine behind it would never
+  // return (Note [Lazy loading and waiting kernels] in fk/kernels/peer_allreduce.cuh). Loaded here, before any waits.
+  preload_kernels(ek::plan_kernel, ek::peer_dispatch_kernel, ek::scale_by_experts_kernel, ek::peer_combine_kernel);
   const int cap = 96, per_rank = num_experts / world;
   const fk::dist::EpAllToAll::Config cfg{num_experts, hidden, topk, cap};
   const auto layout = fk::dist::EpAllToAll::peer_layout(world, cfg);

@@ -32,6 +32,14 @@
 // rank order, rounded to T as the all-reduce's output is), then runs fused_add_rms_norm's arithmetic
 // with its thread layout (RmsNormShape) and its block reduction, so its outputs equal the unfused
 // pair's bitwise.
+//
+// Note [Lazy loading and waiting kernels]
+// CUDA loads a kernel's module at its first launch (CUDA_MODULE_LOADING=LAZY, the default), and the load may wait
+// for the kernels already running on the device. A process that runs several ranks' kernels on one GPU (the loopback
+// tests, tests/gpu/test_peer_loopback.cu) must load every kernel before the first one that waits for a peer: a first
+// launch queued behind a rank that waits for a rank not yet launched never returns (seen: EP dispatch then combine,
+// H100, 2026-12-07). One rank per process, as the runtime runs them, is not exposed: a rank's waiting kernel ends
+// when the other processes' kernels arrive, whatever this process's host thread is loading meanwhile.
 #pragma once
 
 #include <cuda_runtime.h>
