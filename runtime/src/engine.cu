@@ -89,6 +89,22 @@ Engine::Engine(CausalLM& model, int64_t max_seqs, int64_t max_len, int64_t max_s
   FK_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+// Note [Engine stream and the weights]
+// The engine runs on a stream of its own, created non-blocking: it does not wait for the legacy default stream, where
+// the weights were written (init_params, a checkpoint's copies: current_stream() outside a StreamGuard). A prefill
+// enqueued right after them could read weights not yet written: seen as a first engine's greedy tokens differing from
+// a second engine's on the same model, only once every cache was warm (the second run of a test in one process; cold,
+// the first call's host work gave the fills time to finish). Every prefill and reference pass therefore makes the
+// engine's stream wait for everything queued on the legacy stream so far (an event; no host synchronisation); the
+// decode steps follow their prefill on the engine's stream.
+void Engine::follow_default_stream() {
+  cudaEvent_t ev = nullptr;
+  FK_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  FK_CUDA_CHECK(cudaEventRecord(ev, cudaStreamLegacy));
+  FK_CUDA_CHECK(cudaStreamWaitEvent(stream_, ev, 0));
+  FK_CUDA_CHECK(cudaEventDestroy(ev));
+}
+
 Engine::~Engine() {
   for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g.exec);
   if (stream_) {
@@ -155,6 +171,7 @@ Tensor Engine::prefill_impl(const std::vector<std::vector<int64_t>>& prompts, co
   FK_CHECK(batch > 0 && batch <= max_seqs_, "prefill of " + std::to_string(batch) + " sequences; the engine holds " +
                                                 std::to_string(max_seqs_));
   StreamGuard g(stream_);
+  follow_default_stream();  // Note [Engine stream and the weights]
   Packed in = pack(prompts, max_len_ - max_steps_, "prompt", [&](int64_t b, int64_t n) {
     return "prompt " + std::to_string(b) + " has " + std::to_string(n) + " tokens; with " + std::to_string(max_steps_) +
            " decode steps the engine holds " + std::to_string(max_len_);
@@ -299,6 +316,7 @@ Tensor Engine::reference_logits(const std::vector<std::vector<int64_t>>& seqs, c
            "reference_logits: " + std::to_string(batch) + " sequences with " + std::to_string(rows.size()) +
                " row lists; the engine holds " + std::to_string(max_seqs_));
   StreamGuard g(stream_);
+  follow_default_stream();  // Note [Engine stream and the weights]
   Packed in = pack(seqs, max_len_, "reference_logits:", [&](int64_t b, int64_t n) {
     return "reference_logits: sequence " + std::to_string(b) + " has " + std::to_string(n) + " tokens; the engine holds " +
            std::to_string(max_len_);

@@ -78,6 +78,9 @@ class Engine {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  /// The engine's stream waits for the work queued so far on the legacy default stream (Note [Engine stream and the
+  /// weights] in engine.cu).
+  void follow_default_stream();
   void run_decode_body();
   struct Multimodal {
     const Tensor* image_rows;
