@@ -65,7 +65,13 @@ struct CachedGraph {
   int32_t* aux = nullptr;  // seq_q [B] | seq_k [B] | off_q [B+1] | off_k [B+1] | off_v [B+1] | off_o [B+1]
 };
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, bool, bool, int, int64_t, int64_t, bool>;
+// Note [cuDNN graph key]
+// A cached graph is reused for every call with its key, so the key holds everything the build bakes in: the shapes, the
+// scale, the masks, the bias table's size, and for the ragged (varlen) graph the total query and key rows, which
+// set_max_total_seq_len_q / _kv fix at build time (a later call with more rows under the same maxima would run a graph
+// sized for fewer).
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, uint32_t, bool, bool, int, int64_t, int64_t, bool,
+                       int64_t, int64_t>;
 
 /// Note [Attention logit bias]: the bias as a [1 or B, Hq, Sq, Sk] view of the [(B,) Hq, rows, cols] table, on `opts`.
 void add_bias(fe::graph::Graph& g, fe::graph::SDPA_attributes& opts, const VarlenAttentionArgs& a) {
@@ -197,7 +203,8 @@ void varlen_attention_cudnn(const VarlenAttentionArgs& a, cudaStream_t stream) {
                      (a.seqused_k ? a.seqused_k_full : a.total_k == a.batch * a.max_seqlen_k);
   const Key key{dev,          static_cast<int>(a.dtype), a.batch,        a.max_seqlen_q, a.max_seqlen_k, a.num_heads,
                 a.num_kv_heads, a.head_dim,             dv,             scale_bits,     a.causal,       dense,          a.window,
-                a.bias ? a.bias_rows : 0, a.bias ? a.bias_cols : 0, a.bias != nullptr && a.bias_per_seq};
+                a.bias ? a.bias_rows : 0, a.bias ? a.bias_cols : 0, a.bias != nullptr && a.bias_per_seq,
+                dense ? 0 : a.total_q, dense ? 0 : a.total_k};  // Note [cuDNN graph key]
   std::lock_guard<std::mutex> lock(g_mu);
   static std::map<Key, CachedGraph> cache;
   cudnnHandle_t handle = handle_for_device(dev);
