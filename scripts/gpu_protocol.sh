@@ -82,7 +82,8 @@
 #                           dist_* tests excluded: see dist) on GPU G in the background, into gpu_tests_K.log
 #     suite:K/N@G           the K-th of N gtest shards of fk_gpu_tests (and fk_howto_kind_tests) in one process each, on GPU G
 #                           in the background, into gpu_suite_K.log (no per-test process start: the whole suite in minutes;
-#                           a test that fails there counts only after suite-rerun: Note in bench/results/2026-12-07-s31)
+#                           a test that fails there counts only after suite-rerun: Note in bench/results/2026-12-07-s31;
+#                           two shards on one GPU can run each other out of memory: bench/results/2026-12-07-s32)
 #     suite-rerun@G         every test the suite:K/N shards failed, again alone in its own process on GPU G (foreground)
 #     gemm-force@G          the tests in $FK_FORCE_LIST (one per line; default: those the suite shards failed) in one process
 #                           each under every GEMM path (measured, then FK_GEMM_FORCE=gemv / cublaslt / cublas; Note [Forced
@@ -234,6 +235,8 @@ for step in "${steps[@]}"; do
           [ $rc = 0 ] || cat "$P/rerun_one.log" >>"$P/gpu_suite_rerun_failures.log"
         done
       say "suite-rerun: $(grep -c '^rc=0 ' "$P/gpu_suite_rerun.log") of $(wc -l <"$P/gpu_suite_rerun.log") pass alone"
+      # shards side by side on one GPU can run each other out of memory (bench/results/2026-12-07-s32): say how many
+      say "suite-rerun: $(cat "$P"/gpu_suite_[0-9]*.log | grep -c 'failed: cudaErrorMemoryAllocation (out of memory)') shard failures said out of memory"
       for f in "$P"/gpu_suite_[0-9]*.log; do  # a shard whose fk_gpu_tests died (its log then holds only the howto tests' summary)
         [ "$(grep -c '^\[==========\] .* ran\.' "$f")" -ge 2 ] || say "$(basename "$f"): the process ended inside $(grep '^\[ RUN      \]' "$f" | tail -1 | cut -c14-); later tests of the shard did not run"
       done
