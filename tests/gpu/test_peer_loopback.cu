@@ -37,42 +37,30 @@ using Algo = fk::dist::PeerAllReduce::Algo;
 
 constexpr uint64_t kTimeoutNs = 5'000'000'000ull;
 
-/// W ranks' buffers on this GPU and a stream per rank.
-class Loopback {
+/// W ranks' buffers of `bytes` on this GPU (the first signal_bytes zeroed) and a stream per rank.
+class PeerWorld {
  public:
-  Loopback(int world, int64_t max_bytes, int64_t lamport_bytes)
-      : world_(world), layout_(fk::dist::peer_buffer_layout(world, max_bytes, lamport_bytes)) {
+  PeerWorld(int world, int64_t bytes, int64_t signal_bytes) : world_(world) {
     for (int r = 0; r < world; ++r) {
       char* b = nullptr;
-      FK_CUDA_CHECK(cudaMalloc(&b, layout_.total_bytes));
-      FK_CUDA_CHECK(cudaMemset(b, 0, par::kSignalBytes));
-      fk::dist::clear_lamport_buffers(b, layout_);
+      FK_CUDA_CHECK(cudaMalloc(&b, bytes));
       bufs_.push_back(b);
+      FK_CUDA_CHECK(cudaMemset(b, 0, signal_bytes));
       cudaStream_t s = nullptr;
       FK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       streams_.push_back(s);
     }
-    FK_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  ~Loopback() {
+  ~PeerWorld() {
     cudaDeviceSynchronize();
     for (char* b : bufs_) cudaFree(b);
     for (cudaStream_t s : streams_) cudaStreamDestroy(s);
   }
-  Loopback(const Loopback&) = delete;
-  Loopback& operator=(const Loopback&) = delete;
+  PeerWorld(const PeerWorld&) = delete;
+  PeerWorld& operator=(const PeerWorld&) = delete;
 
-  int64_t lamport_bytes() const { return layout_.lamport_bytes; }
-  par::Args args(int rank, int64_t n) const {
-    par::Args a{};
-    for (int p = 0; p < world_; ++p) a.base[p] = bufs_[p];
-    a.rank = rank;
-    a.n = n;
-    a.half_bytes = layout_.half_bytes;
-    a.lamport_bytes = layout_.lamport_bytes;
-    a.timeout_ns = kTimeoutNs;
-    return a;
-  }
+  int world() const { return world_; }
+  char* buffer(int rank) const { return bufs_[rank]; }
   /// launch(rank, stream) for every rank, then waits for all of them.
   template <class F> void run_all(F&& launch) {
     FK_CUDA_CHECK(cudaDeviceSynchronize());  // the inputs, written on the default stream
@@ -82,9 +70,33 @@ class Loopback {
 
  private:
   int world_;
-  fk::dist::PeerBufferLayout layout_;
   std::vector<char*> bufs_;
   std::vector<cudaStream_t> streams_;
+};
+
+/// A PeerWorld laid out as PeerAllReduce lays out each rank's buffer, the Lamport buffers cleared.
+class Loopback : public PeerWorld {
+ public:
+  Loopback(int world, int64_t max_bytes, int64_t lamport_bytes)
+      : Loopback(world, fk::dist::peer_buffer_layout(world, max_bytes, lamport_bytes)) {}
+  int64_t lamport_bytes() const { return layout_.lamport_bytes; }
+  par::Args args(int rank, int64_t n) const {
+    par::Args a{};
+    for (int p = 0; p < world(); ++p) a.base[p] = buffer(p);
+    a.rank = rank;
+    a.n = n;
+    a.half_bytes = layout_.half_bytes;
+    a.lamport_bytes = layout_.lamport_bytes;
+    a.timeout_ns = kTimeoutNs;
+    return a;
+  }
+
+ private:
+  Loopback(int world, const fk::dist::PeerBufferLayout& l) : PeerWorld(world, l.total_bytes, par::kSignalBytes), layout_(l) {
+    for (int r = 0; r < world; ++r) fk::dist::clear_lamport_buffers(buffer(r), layout_);
+    FK_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  fk::dist::PeerBufferLayout layout_;
 };
 
 /// Loads each kernel's module now (Note [Lazy loading and waiting kernels] in fk/kernels/peer_allreduce.cuh).
@@ -243,13 +255,7 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
   const int cap = 96, per_rank = num_experts / world;
   const fk::dist::EpAllToAll::Config cfg{num_experts, hidden, topk, cap};
   const auto layout = fk::dist::EpAllToAll::peer_layout(world, cfg);
-  std::vector<char*> bufs(world);
-  std::vector<cudaStream_t> streams(world);
-  for (int r = 0; r < world; ++r) {
-    FK_CUDA_CHECK(cudaMalloc(&bufs[r], layout.total));
-    FK_CUDA_CHECK(cudaMemset(bufs[r], 0, ek::kSignalBytes));
-    FK_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking));
-  }
+  PeerWorld peers(world, layout.total, ek::kSignalBytes);
   std::vector<Tensor> slot(world), counts(world), y(world);
   for (int r = 0; r < world; ++r) {
     slot[r] = empty({cap, world}, DType::kI32);
@@ -287,10 +293,9 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
       }
       out[r] = empty({T, hidden}, DType::kBF16);
     }
-    FK_CUDA_CHECK(cudaDeviceSynchronize());
-    for (int r = 0; r < world; ++r) {
+    peers.run_all([&](int r, cudaStream_t s) {
       ek::PeerArgs a{};
-      for (int p = 0; p < world; ++p) a.base[p] = bufs[p];
+      for (int p = 0; p < world; ++p) a.base[p] = peers.buffer(p);
       a.rank = r;
       a.world = world;
       a.capacity = cap;
@@ -302,21 +307,19 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
       a.off_comb_x = layout.comb_x;
       a.timeout_ns = kTimeoutNs;
       const int64_t T = x[r].size(0);
-      const cudaStream_t s = streams[r];
       int32_t* sl = slot[r].data<int32_t>();
       int32_t* sc = counts[r].data<int32_t>();
       ek::plan_kernel<<<1, ek::kPlanThreads, 0, s>>>(ids[r].data<int32_t>(), T, topk, per_rank, num_experts, world, sl, sc);
       ek::peer_dispatch_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, x[r].data<__nv_bfloat16>(), ids[r].data<int32_t>(), w[r].data<float>(),
                                                                   T, sl, sc);
-      const char* own = bufs[r];
+      const char* own = peers.buffer(r);
       ek::scale_by_experts_kernel<<<dim3(32, unsigned(world)), 256, 0, s>>>(
           reinterpret_cast<const __nv_bfloat16*>(own + layout.recv_x), reinterpret_cast<const int32_t*>(own + layout.recv_ids),
           reinterpret_cast<const float*>(own + layout.recv_w), reinterpret_cast<const ek::Signals*>(own)->counts, cap, hidden, topk,
           r * per_rank, per_rank, y[r].data<__nv_bfloat16>());
       ek::peer_combine_kernel<<<ek::kGrid, ek::kThreads, 0, s>>>(a, y[r].data<__nv_bfloat16>(), T, sl, out[r].data<__nv_bfloat16>());
       FK_CHECK_LAUNCH();
-    }
-    for (cudaStream_t s : streams) FK_CUDA_CHECK(cudaStreamSynchronize(s));
+    });
     for (int r = 0; r < world; ++r) {
       const int64_t T = x[r].size(0);
       std::vector<uint16_t> hx(size_t(T) * hidden), ho(size_t(T) * hidden);
@@ -340,10 +343,6 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
         }
       }
     }
-  }
-  for (int r = 0; r < world; ++r) {
-    cudaFree(bufs[r]);
-    cudaStreamDestroy(streams[r]);
   }
 }
 
