@@ -199,6 +199,10 @@ bg() {  # name command...: run in its own session, so it outlives this device ca
   say "started $name in the background"
 }
 
+shard_failures() {  # the names of the tests the suite:K/N shards failed, once each
+  grep -h '^\[  FAILED  \] [^ ]*\(, where\| (\)' "$P"/gpu_suite_[0-9]*.log | sed -e 's/^\[  FAILED  \] //' -e 's/, where .*//' -e 's/ (.*//' | sort -u
+}
+
 IFS=, read -r -a steps <<<"${1:-build,tests}"
 for step in "${steps[@]}"; do
   case "$step" in
@@ -227,7 +231,7 @@ for step in "${steps[@]}"; do
       ;;
     suite-rerun@*)  # every test a suite:K/N shard failed, alone in its own process (as ctest runs it), into gpu_suite_rerun.log
       : >"$P/gpu_suite_rerun.log"
-      grep -h '^\[  FAILED  \] [^ ]*\(, where\| (\)' "$P"/gpu_suite_[0-9]*.log | sed -e 's/^\[  FAILED  \] //' -e 's/, where .*//' -e 's/ (.*//' | sort -u |
+      shard_failures |
         while read -r t; do
           (cd "$b" && CUDA_VISIBLE_DEVICES=${step##*@} timeout 600 tests/fk_gpu_tests --gtest_filter="$t" >"$P/rerun_one.log" 2>&1)
           rc=$?
@@ -245,7 +249,7 @@ for step in "${steps[@]}"; do
       list="${FK_FORCE_LIST:-}"
       if [ -z "$list" ]; then
         list="$P/force_list.txt"
-        grep -h '^\[  FAILED  \] [^ ]*\(, where\| (\)' "$P"/gpu_suite_[0-9]*.log | sed -e 's/^\[  FAILED  \] //' -e 's/, where .*//' -e 's/ (.*//' | sort -u >"$list"
+        shard_failures >"$list"
       fi
       filter="$(paste -sd: "$list")"
       : >"$P/gemm_force.log"

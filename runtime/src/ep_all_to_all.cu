@@ -42,12 +42,12 @@ EpAllToAll::EpAllToAll(TcpStore& store, Communicator& comm, const Config& cfg, B
   slot_ = empty({cap, world_}, DType::kI32);
   counts_dev_ = empty({2 * world_}, DType::kI32);
   if (backend == Backend::kPeer) {
-    layout_ = peer_layout(world_, cfg);
-    mem_ = std::make_unique<PeerMemory>(store, "fk/ep_a2a/" + std::to_string(g_generation++) + "/", who, layout_.total, ek::kSignalBytes);
+    const PeerLayout l = peer_layout(world_, cfg);
+    mem_ = std::make_unique<PeerMemory>(store, "fk/ep_a2a/" + std::to_string(g_generation++) + "/", who, l.total, ek::kSignalBytes);
     char* own = mem_->own();
-    out_.x = Tensor::from_blob(own + layout_.recv_x, DType::kBF16, {rows, H});
-    out_.topk_ids = Tensor::from_blob(own + layout_.recv_ids, DType::kI32, {rows, K});
-    out_.topk_weights = Tensor::from_blob(own + layout_.recv_w, DType::kF32, {rows, K});
+    out_.x = Tensor::from_blob(own + l.recv_x, DType::kBF16, {rows, H});
+    out_.topk_ids = Tensor::from_blob(own + l.recv_ids, DType::kI32, {rows, K});
+    out_.topk_weights = Tensor::from_blob(own + l.recv_w, DType::kF32, {rows, K});
     out_.counts = reinterpret_cast<const ek::Signals*>(own)->counts;
   } else {
     ++g_generation;  // the same count on every rank whatever the backend
@@ -81,21 +81,24 @@ EpAllToAll::PeerLayout EpAllToAll::peer_layout(int world, const Config& cfg) {
   return l;
 }
 
-fk::kernels::ep::PeerArgs EpAllToAll::peer_args() const {
+fk::kernels::ep::PeerArgs EpAllToAll::peer_args(char* const* bases, int rank, int world, const Config& cfg, uint64_t timeout_ns) {
+  const PeerLayout l = peer_layout(world, cfg);
   ek::PeerArgs a{};
-  for (int p = 0; p < world_; ++p) a.base[p] = mem_->buffers()[p];
-  a.rank = rank_;
-  a.world = world_;
-  a.capacity = cfg_.max_tokens;
-  a.hidden = cfg_.hidden;
-  a.topk = cfg_.topk;
-  a.off_recv_x = layout_.recv_x;
-  a.off_recv_ids = layout_.recv_ids;
-  a.off_recv_w = layout_.recv_w;
-  a.off_comb_x = layout_.comb_x;
-  a.timeout_ns = timeout_ns_;
+  for (int p = 0; p < world; ++p) a.base[p] = bases[p];
+  a.rank = rank;
+  a.world = world;
+  a.capacity = cfg.max_tokens;
+  a.hidden = cfg.hidden;
+  a.topk = cfg.topk;
+  a.off_recv_x = l.recv_x;
+  a.off_recv_ids = l.recv_ids;
+  a.off_recv_w = l.recv_w;
+  a.off_comb_x = l.comb_x;
+  a.timeout_ns = timeout_ns;
   return a;
 }
+
+fk::kernels::ep::PeerArgs EpAllToAll::peer_args() const { return peer_args(mem_->buffers(), rank_, world_, cfg_, timeout_ns_); }
 
 const EpAllToAll::Dispatched& EpAllToAll::dispatch(const Tensor& x, const Tensor& topk_ids, const Tensor& topk_weights) {
   const int64_t T = x.dim() == 2 ? x.size(0) : -1, H = cfg_.hidden, K = cfg_.topk, cap = cfg_.max_tokens;

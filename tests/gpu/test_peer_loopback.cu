@@ -16,7 +16,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cstring>
 #include <vector>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include "fk/kernels/rms_norm.cuh"
 #include "fk/runtime/ep_all_to_all.h"
 #include "fk/runtime/peer_allreduce_fused.cuh"
+#include "fk/tasks/harness.h"
 #include "gpu_test_util.h"
 
 namespace fk::testing {
@@ -61,6 +61,7 @@ class PeerWorld {
 
   int world() const { return world_; }
   char* buffer(int rank) const { return bufs_[rank]; }
+  char* const* buffers() const { return bufs_.data(); }
   /// launch(rank, stream) for every rank, then waits for all of them.
   template <class F> void run_all(F&& launch) {
     FK_CUDA_CHECK(cudaDeviceSynchronize());  // the inputs, written on the default stream
@@ -81,14 +82,7 @@ class Loopback : public PeerWorld {
       : Loopback(world, fk::dist::peer_buffer_layout(world, max_bytes, lamport_bytes)) {}
   int64_t lamport_bytes() const { return layout_.lamport_bytes; }
   par::Args args(int rank, int64_t n) const {
-    par::Args a{};
-    for (int p = 0; p < world(); ++p) a.base[p] = buffer(p);
-    a.rank = rank;
-    a.n = n;
-    a.half_bytes = layout_.half_bytes;
-    a.lamport_bytes = layout_.lamport_bytes;
-    a.timeout_ns = kTimeoutNs;
-    return a;
+    return fk::dist::peer_kernel_args(buffers(), world(), rank, n, layout_.half_bytes, layout_.lamport_bytes, kTimeoutNs);
   }
 
  private:
@@ -234,13 +228,6 @@ FK_LOOPBACK_FUSED(f16, 5120, 4, true, lamport)
 FK_LOOPBACK_FUSED(bf16, 4096, 2, false, one_shot)
 FK_LOOPBACK_FUSED(bf16, 2048, 8, false, one_shot)
 
-float bf16_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 /// Every rank's tokens through dispatch, the stand-in experts (each received row times sum_j w_j (1 + id_j % 3) over
 /// the rank's own experts: fk::kernels::ep::scale_by_experts_kernel) and combine, over a run of calls with different
 /// token counts per rank (0 included), routing that skips experts (-1) and sends some tokens to one rank only. Each
@@ -294,18 +281,7 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
       out[r] = empty({T, hidden}, DType::kBF16);
     }
     peers.run_all([&](int r, cudaStream_t s) {
-      ek::PeerArgs a{};
-      for (int p = 0; p < world; ++p) a.base[p] = peers.buffer(p);
-      a.rank = r;
-      a.world = world;
-      a.capacity = cap;
-      a.hidden = hidden;
-      a.topk = topk;
-      a.off_recv_x = layout.recv_x;
-      a.off_recv_ids = layout.recv_ids;
-      a.off_recv_w = layout.recv_w;
-      a.off_comb_x = layout.comb_x;
-      a.timeout_ns = kTimeoutNs;
+      const ek::PeerArgs a = fk::dist::EpAllToAll::peer_args(peers.buffers(), r, world, cfg, kTimeoutNs);
       const int64_t T = x[r].size(0);
       int32_t* sl = slot[r].data<int32_t>();
       int32_t* sc = counts[r].data<int32_t>();
@@ -322,10 +298,8 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
     });
     for (int r = 0; r < world; ++r) {
       const int64_t T = x[r].size(0);
-      std::vector<uint16_t> hx(size_t(T) * hidden), ho(size_t(T) * hidden);
       if (T == 0) continue;
-      FK_CUDA_CHECK(cudaMemcpy(hx.data(), x[r].data_ptr(), hx.size() * 2, cudaMemcpyDeviceToHost));
-      FK_CUDA_CHECK(cudaMemcpy(ho.data(), out[r].data_ptr(), ho.size() * 2, cudaMemcpyDeviceToHost));
+      const std::vector<float> hx = to_host<float>(fk::tasks::to_f32(x[r])), ho = to_host<float>(fk::tasks::to_f32(out[r]));
       for (int64_t t = 0; t < T; ++t) {
         double f = 0;
         for (int j = 0; j < topk; ++j) {
@@ -333,11 +307,11 @@ void check_ep_all_to_all(int world, int num_experts, int hidden, int topk) {
           if (e >= 0) f += h_w[r][size_t(t) * topk + j] * (1 + e % 3);
         }
         for (int i = 0; i < hidden; ++i) {
-          const double want = f * bf16_to_float(hx[size_t(t) * hidden + i]), got = bf16_to_float(ho[size_t(t) * hidden + i]);
+          const double want = f * hx[size_t(t) * hidden + i], got = ho[size_t(t) * hidden + i];
           // every partial row rounded to bf16 (at most 2^-8 of it; the partials are all of one sign), then the sum once
           // more: 2 x 2^-8 of the whole. An expert's share lost or doubled is at least 0.5 / 24 of it (weights 0.5-1,
           // factors 1-3, top-8 at most): 5 x 2^-8.
-          const double bound = 2.5 * std::ldexp(1.0, -8) * f * std::fabs(bf16_to_float(hx[size_t(t) * hidden + i])) + 1e-6;
+          const double bound = 2.5 * std::ldexp(1.0, -8) * f * std::fabs(hx[size_t(t) * hidden + i]) + 1e-6;
           ASSERT_LE(std::fabs(got - want), bound) << world << " ranks, call " << call << ": rank " << r << " token " << t << " of " << T
                                                   << " element " << i << ": got " << got << ", want " << want;
         }

@@ -70,6 +70,8 @@ class EpAllToAll {
     int64_t recv_x = 0, recv_ids = 0, recv_w = 0, comb_x = 0, total = 0;
   };
   static PeerLayout peer_layout(int world, const Config& cfg);
+  /// The peer kernels' view of `world` ranks' buffers (`bases`, each laid out as peer_layout says) for rank `rank`.
+  static fk::kernels::ep::PeerArgs peer_args(char* const* bases, int rank, int world, const Config& cfg, uint64_t timeout_ns);
 
   Backend backend() const { return backend_; }
   static const char* backend_name(Backend b);
@@ -88,7 +90,6 @@ class EpAllToAll {
   std::unique_ptr<PeerMemory> mem_;          ///< kPeer
   Tensor slot_, counts_dev_;                 ///< plan: [max_tokens, world], send then receive counts [2 * world]
   Tensor send_x_, send_ids_, send_w_, recv_x_, recv_ids_, recv_w_, comb_x_;  ///< kNccl staging
-  PeerLayout layout_;  ///< kPeer
   std::vector<int32_t> send_counts_, recv_counts_;  ///< kNccl: the last dispatch's, on the host
   Dispatched out_;
 };

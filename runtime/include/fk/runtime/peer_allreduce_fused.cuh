@@ -15,16 +15,22 @@
 
 namespace fk::dist {
 
-/// The kernels' view of `par`'s buffers for a message of n elements (every launch builds it here).
-inline fk::kernels::peer_ar::Args peer_kernel_args(const PeerAllReduce& par, int64_t n) {
+/// The kernels' view of `world` ranks' buffers (`bases`, laid out as peer_buffer_layout says: half_bytes, lamport_bytes)
+/// for this rank's message of n elements.
+inline fk::kernels::peer_ar::Args peer_kernel_args(char* const* bases, int world, int rank, int64_t n, int64_t half_bytes,
+                                                   int64_t lamport_bytes, uint64_t timeout_ns) {
   fk::kernels::peer_ar::Args a{};
-  for (int p = 0; p < par.world_size(); ++p) a.base[p] = par.buffers()[p];
-  a.rank = par.rank();
+  for (int p = 0; p < world; ++p) a.base[p] = bases[p];
+  a.rank = rank;
   a.n = n;
-  a.half_bytes = par.max_bytes();
-  a.lamport_bytes = par.lamport_bytes();
-  a.timeout_ns = par.timeout_ns();
+  a.half_bytes = half_bytes;
+  a.lamport_bytes = lamport_bytes;
+  a.timeout_ns = timeout_ns;
   return a;
+}
+/// The same for `par`'s buffers (every launch builds it here).
+inline fk::kernels::peer_ar::Args peer_kernel_args(const PeerAllReduce& par, int64_t n) {
+  return peer_kernel_args(par.buffers(), par.world_size(), par.rank(), n, par.max_bytes(), par.lamport_bytes(), par.timeout_ns());
 }
 
 /// Every rank's buffer laid out as PeerAllReduce lays it out, for a message of up to max_bytes (rounded as
